@@ -1,0 +1,21 @@
+"""Method registry: ``method.name`` -> LightningModule class."""
+
+from __future__ import annotations
+
+from cselab.methods.base import ContrastiveMethod
+from cselab.methods.baseline import Baseline
+from cselab.methods.promptbert import PromptBERT
+from cselab.methods.simcse import SimCSE
+
+METHODS: dict[str, type[ContrastiveMethod]] = {
+    "simcse": SimCSE,
+    "promptbert": PromptBERT,
+    "baseline": Baseline,
+}
+
+
+def method_class(name: str) -> type[ContrastiveMethod]:
+    """The LightningModule class of ``method.name``; ValueError lists the known names."""
+    if name not in METHODS:
+        raise ValueError(f"method.name={name!r}: expected one of {sorted(METHODS)}")
+    return METHODS[name]

@@ -1,0 +1,48 @@
+"""The supervised NLI triplets (``nli_for_simcse.csv``: ``sent0,sent1,hard_neg``) as a LightningDataModule."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch.utils.data import DataLoader
+
+from cselab.data.datamodule import SentenceDataModule
+from cselab.data.paths import data_root, require
+
+NLI_COLUMNS = ("sent0", "sent1", "hard_neg")
+
+
+class NLIDataModule(SentenceDataModule):
+    """Premise, entailment and contradiction hypotheses; rows are ``{"sent0", "sent1", "hard_neg"}``.
+
+    Args:
+        path: the csv, relative to ``data_dir`` unless absolute (config ``data.path``).
+        data_dir: the data directory.
+        **kwargs: :class:`SentenceDataModule` arguments.
+
+    Raises:
+        FileNotFoundError: missing file (path, config key, command to get it).
+        ValueError: the header lacks one of ``sent0,sent1,hard_neg`` (names the file and the header found).
+    """
+
+    def __init__(self, collate: Callable, path: str = "nli_for_simcse.csv", data_dir: str | None = None, **kwargs):
+        super().__init__(collate, **kwargs)
+        self.path = path if path.startswith("/") else str(data_root(data_dir) / path)
+
+    def setup(self, stage: str | None = None) -> None:
+        if stage not in (None, "fit") or self.train_set is not None:
+            return
+        import datasets
+
+        require(self.path, "NLI triplets csv", "data.path")
+        ds = datasets.load_dataset("csv", data_files={"train": self.path}, split="train")
+        missing = [c for c in NLI_COLUMNS if c not in ds.column_names]
+        if missing:
+            raise ValueError(
+                f"{self.path}: expected the header sent0,sent1,hard_neg (SimCSE's nli_for_simcse.csv), "
+                f"found {ds.column_names}; missing {missing}"
+            )
+        self.train_set = ds.select_columns(list(NLI_COLUMNS))
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, shuffle=True)

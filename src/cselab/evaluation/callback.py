@@ -1,0 +1,82 @@
+"""The STS validation / test callback: the evaluator driven by Lightning's schedule.
+
+* Validation (every ``trainer.val_check_interval`` steps, SimCSE's 125): STS-B dev Spearman x 100, logged as
+  ``val/stsb_spearman``; a ``ModelCheckpoint`` monitoring it keeps the best model (SimCSE's model selection).
+* Test: the 7 test tasks (STS12-16 "all", STS-B test, SICK-R test) and STS-B dev, logged as ``test/<task>``
+  and kept in :attr:`STSCallback.test_scores` / :attr:`STSCallback.dev_scores` for ``results.json``.
+
+Only rank 0 evaluates; the score is broadcast so every rank's checkpoint decision agrees under DDP.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import lightning as L
+
+from cselab.evaluation.sts import TEST_TASKS, STSEvaluator
+
+log = logging.getLogger(__name__)
+
+DEV_METRIC = "val/stsb_spearman"
+
+
+class STSCallback(L.Callback):
+    """Evaluate the module's ``encode`` on STS during validation and test.
+
+    Args:
+        data_dir: the data directory holding ``senteval/downstream``.
+        test_tasks: tasks scored at test (default the 7 of the papers).
+        dev_task: the model-selection task, scored on its ``dev`` split (``stsb``).
+        aggregation: ``all`` | ``mean`` | ``wmean`` for STS12-16.
+        batch_size: sentences per forward pass (None: the module's ``eval_batch_size``).
+
+    Attributes:
+        history: ``[{"step": int, "stsb_dev": float, "seconds": float}]``, one entry per validation.
+        test_scores / dev_scores: filled by the test loop.
+    """
+
+    def __init__(
+        self,
+        data_dir: str,
+        test_tasks: tuple[str, ...] | list[str] = TEST_TASKS,
+        dev_task: str = "stsb",
+        aggregation: str = "all",
+        batch_size: int | None = None,
+    ) -> None:
+        self.evaluator = STSEvaluator(data_dir)
+        self.test_tasks = tuple(test_tasks)
+        self.dev_task = dev_task
+        self.aggregation = aggregation
+        self.batch_size = batch_size
+        self.history: list[dict] = []
+        self.test_scores: dict[str, float] = {}
+        self.dev_scores: dict[str, float] = {}
+
+    def _encode(self, pl_module):
+        return lambda sentences: pl_module.encode(sentences, batch_size=self.batch_size)
+
+    def _score(self, trainer, pl_module, tasks, split) -> dict[str, float]:
+        scores = None
+        if trainer.is_global_zero:
+            scores = self.evaluator.evaluate(self._encode(pl_module), tasks=tasks, split=split,
+                                             aggregation=self.aggregation)
+        return trainer.strategy.broadcast(scores, src=0)
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        start = time.perf_counter()
+        score = float(self._score(trainer, pl_module, (self.dev_task,), "dev")[self.dev_task])
+        seconds = time.perf_counter() - start
+        pl_module.log(DEV_METRIC, score, prog_bar=True, sync_dist=False)
+        self.history.append({"step": int(trainer.global_step), "stsb_dev": score, "seconds": round(seconds, 2)})
+        log.info("step %d: STS-B dev Spearman %.2f (%.1f s)", trainer.global_step, score, seconds)
+
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.test_scores = self._score(trainer, pl_module, self.test_tasks, "test")
+        self.dev_scores = {self.dev_task: self._score(trainer, pl_module, (self.dev_task,), "dev")[self.dev_task]}
+        for task, value in self.test_scores.items():
+            pl_module.log(f"test/{task}", float(value), sync_dist=False)
+        pl_module.log(f"test/{self.dev_task}_dev", float(self.dev_scores[self.dev_task]), sync_dist=False)

@@ -1,0 +1,382 @@
+"""Unsupervised STS evaluation (cosine similarity + Spearman), as SentEval / SimCSE's ``evaluation.py`` run it.
+
+Score of a task = Spearman correlation x 100 between the cosine similarity of the two sentence embeddings of
+each pair and the gold score; no regressor. For STS12-16 the subsets of one year are aggregated:
+
+* ``"all"`` (what the papers report): ONE Spearman over the concatenation of all subsets' pairs
+  (SentEval ``results['all']['spearman']['all']``),
+* ``"mean"``: the plain mean of the per-subset Spearman (``['mean']``),
+* ``"wmean"``: the mean weighted by the number of pairs per subset (``['wmean']``).
+
+STS-B and SICK-R use their single split (``test`` for the papers, ``dev`` for model selection).
+
+Unlike SentEval, which calls the batcher per task and per batch of pairs, :class:`STSEvaluator` collects every
+distinct (whitespace-normalised) sentence of the requested tasks and encodes each exactly once; the
+``encode`` function is responsible for its own batching / length sorting.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from scipy.stats import spearmanr
+
+from cselab.data.sts import STSPairs, canonical_task, load_task, task_splits
+
+__all__ = [
+    "TEST_TASKS",
+    "PAPER_NAMES",
+    "AGGREGATIONS",
+    "EncodeFn",
+    "spearman",
+    "cosine_scores",
+    "SubsetScore",
+    "TaskScore",
+    "STSReport",
+    "STSEvaluator",
+    "format_table",
+]
+
+#: the seven tasks of the papers' STS table, in column order.
+TEST_TASKS: tuple[str, ...] = ("sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr")
+
+#: task -> column name used in the papers.
+PAPER_NAMES: dict[str, str] = {
+    "sts12": "STS12",
+    "sts13": "STS13",
+    "sts14": "STS14",
+    "sts15": "STS15",
+    "sts16": "STS16",
+    "stsb": "STS-B",
+    "sickr": "SICK-R",
+}
+
+#: valid values of ``aggregation``.
+AGGREGATIONS: tuple[str, ...] = ("all", "mean", "wmean")
+
+#: ``encode(sentences) -> Tensor[len(sentences), D]``.
+EncodeFn = Callable[[list[str]], torch.Tensor]
+
+
+def spearman(
+    x: Sequence[float] | np.ndarray | torch.Tensor, y: Sequence[float] | np.ndarray | torch.Tensor
+) -> float:
+    """Spearman rank correlation of ``x`` and ``y`` (``scipy.stats.spearmanr``; ties get average ranks).
+
+    Args:
+        x, y: 1-D sequences of equal length N >= 2.
+
+    Returns:
+        The correlation in [-1, 1] as a python float (NOT x 100); ``nan`` when either input is constant
+        (scipy's behaviour, which SentEval inherits).
+
+    Raises:
+        ValueError: inputs are not 1-D, differ in length, or have fewer than 2 elements.
+    """
+    xa = _as_1d_float64(x, "x")
+    ya = _as_1d_float64(y, "y")
+    if xa.shape != ya.shape:
+        raise ValueError(f"spearman: x and y must have the same length, got {xa.shape[0]} and {ya.shape[0]}")
+    if xa.shape[0] < 2:
+        raise ValueError(f"spearman: need at least 2 points, got {xa.shape[0]}")
+    return float(spearmanr(xa, ya)[0])
+
+
+def _as_1d_float64(v: Sequence[float] | np.ndarray | torch.Tensor, what: str) -> np.ndarray:
+    if isinstance(v, torch.Tensor):
+        v = v.detach().cpu().double().numpy()
+    a = np.asarray(v, dtype=np.float64)
+    if a.ndim != 1:
+        raise ValueError(f"spearman: {what} must be 1-D, got shape {tuple(a.shape)}")
+    return a
+
+
+def cosine_scores(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Row-wise cosine similarity of two embedding matrices, in float64, with SentEval's NaN handling.
+
+    SentEval: ``nan_to_num(cosine(nan_to_num(u), nan_to_num(v)))`` with
+    ``cosine(u, v) = u.v / (sqrt(u.u) * sqrt(v.v))``; so NaN inputs count as 0 and a zero vector gives 0.
+
+    Args:
+        a: Tensor[N, D] (any float dtype, any device).
+        b: Tensor[N, D].
+
+    Returns:
+        Tensor[N] float64 on CPU, values in [-1, 1] (0 where undefined).
+
+    Raises:
+        ValueError: ``a`` and ``b`` are not 2-D tensors of the same shape.
+    """
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        raise ValueError("cosine_scores: a and b must be torch.Tensor")
+    if a.ndim != 2 or a.shape != b.shape:
+        raise ValueError(
+            f"cosine_scores: a and b must be 2-D with the same shape [N, D], got {tuple(a.shape)} and {tuple(b.shape)}"
+        )
+    a64 = torch.nan_to_num(a.detach().to("cpu", torch.float64))
+    b64 = torch.nan_to_num(b.detach().to("cpu", torch.float64))
+    num = (a64 * b64).sum(dim=1)
+    den = torch.sqrt((a64 * a64).sum(dim=1)) * torch.sqrt((b64 * b64).sum(dim=1))
+    return torch.nan_to_num(num / den)
+
+
+@dataclass(frozen=True)
+class SubsetScore:
+    """Score of one subset (STS12-16) or split (STS-B, SICK-R): Spearman x 100 over ``n`` pairs."""
+
+    name: str
+    spearman: float
+    n: int
+
+
+@dataclass(frozen=True)
+class TaskScore:
+    """Scores of one task, Spearman x 100.
+
+    Attributes:
+        task: canonical task name (``"sts12"`` ...).
+        split: the split evaluated (``"test"`` for STS12-16).
+        subsets: per-subset scores, SentEval order (one entry, keyed by split, for stsb / sickr).
+        all: Spearman over the concatenation of all subsets' pairs.
+        mean: plain mean of the subsets' Spearman.
+        wmean: mean of the subsets' Spearman weighted by their number of pairs.
+        n: number of pairs.
+    """
+
+    task: str
+    split: str
+    subsets: dict[str, SubsetScore]
+    all: float
+    mean: float
+    wmean: float
+    n: int
+
+    def score(self, aggregation: str = "all") -> float:
+        """The task score under ``aggregation`` (``"all"``, ``"mean"``, ``"wmean"``), Spearman x 100."""
+        _check_aggregation(aggregation)
+        return float(getattr(self, aggregation))
+
+
+@dataclass(frozen=True)
+class STSReport:
+    """Result of :meth:`STSEvaluator.evaluate_detailed`.
+
+    Attributes:
+        tasks: task -> :class:`TaskScore`, in the requested order.
+        aggregation: the aggregation used for :attr:`scores`.
+        n_sentences: number of distinct sentences passed to ``encode``.
+    """
+
+    tasks: dict[str, TaskScore]
+    aggregation: str
+    n_sentences: int
+    scores: dict[str, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        scores = {t: ts.score(self.aggregation) for t, ts in self.tasks.items()}
+        scores["avg"] = float(np.mean(list(scores.values()))) if scores else math.nan
+        object.__setattr__(self, "scores", scores)
+
+
+def _check_aggregation(aggregation: str) -> None:
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {aggregation!r}; valid: {', '.join(AGGREGATIONS)}")
+
+
+class STSEvaluator:
+    """SentEval-style STS evaluator that only needs an ``encode`` function.
+
+    Args:
+        data_dir: folder containing ``senteval/downstream`` (or the ``downstream`` folder's parent); see
+            :func:`cselab.data.sts.load_task`. Files are read lazily and cached by the reader.
+        batch_size: ``None`` (default): ``encode`` is called ONCE with all distinct sentences and does its own
+            batching. An int: the distinct sentences are passed to ``encode`` in consecutive chunks of this
+            size (each sentence still encoded exactly once).
+
+    Example::
+
+        ev = STSEvaluator("data")
+        scores = ev.evaluate(encode)          # {"sts12": 72.37, ..., "sickr": ..., "avg": ...}
+        print(format_table(scores))
+    """
+
+    def __init__(self, data_dir: str | os.PathLike[str], batch_size: int | None = None) -> None:
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size must be None or a positive int, got {batch_size!r}")
+        self.data_dir = data_dir
+        self.batch_size = batch_size
+
+    # ------------------------------------------------------------------ data
+    def load(self, tasks: Iterable[str] = TEST_TASKS, split: str = "test") -> dict[str, dict[str, STSPairs]]:
+        """Load the requested tasks: ``{task: {subset_or_split: STSPairs}}``.
+
+        ``split`` applies to stsb / sickr; STS12-16 only have ``"test"``.
+
+        Raises:
+            ValueError: unknown / duplicated task, no tasks, or a task without ``split``.
+            FileNotFoundError, cselab.data.sts.STSFormatError: from the readers.
+        """
+        names = self._check_tasks(tasks, split)
+        return {t: load_task(self.data_dir, t, split) for t in names}
+
+    @staticmethod
+    def _check_tasks(tasks: Iterable[str], split: str) -> list[str]:
+        if isinstance(tasks, str):
+            tasks = (tasks,)
+        names = [canonical_task(t) for t in tasks]
+        if not names:
+            raise ValueError(f"no tasks requested; valid tasks: {', '.join(TEST_TASKS)}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicated task in {names}")
+        for t in names:
+            if split not in task_splits(t):
+                raise ValueError(
+                    f"task {t!r} has no split {split!r} (valid: {', '.join(task_splits(t))}); "
+                    f"STS12-16 only have 'test', use split='dev' with tasks=('stsb',) or ('stsb', 'sickr')"
+                )
+        return names
+
+    # ------------------------------------------------------------------ encoding
+    def _encode_all(self, encode: EncodeFn, sentences: list[str]) -> torch.Tensor:
+        if not sentences:
+            raise ValueError("no sentences to encode")
+        size = self.batch_size or len(sentences)
+        chunks = []
+        for start in range(0, len(sentences), size):
+            batch = sentences[start : start + size]
+            out = encode(batch)
+            chunks.append(_check_encoded(out, len(batch)))
+        dims = {c.shape[1] for c in chunks}
+        if len(dims) != 1:
+            raise ValueError(f"encode returned embeddings of different sizes across calls: {sorted(dims)}")
+        return torch.cat(chunks, dim=0)
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate_detailed(
+        self,
+        encode: EncodeFn,
+        tasks: Iterable[str] = TEST_TASKS,
+        split: str = "test",
+        aggregation: str = "all",
+    ) -> STSReport:
+        """Evaluate ``encode`` on ``tasks``; per-task, per-subset scores and pair counts.
+
+        Args:
+            encode: ``encode(sentences: list[str]) -> Tensor[len(sentences), D]`` (float, any device; also
+                accepts a numpy array). Sentences arrive whitespace-normalised, deduplicated, sorted.
+            tasks: task names (see :data:`TEST_TASKS`).
+            split: ``"test"`` (papers) or ``"dev"`` / ``"train"`` (stsb / sickr only).
+            aggregation: STS12-16 aggregation for :attr:`STSReport.scores`: ``"all"``, ``"mean"``, ``"wmean"``
+                (all three are always computed in :attr:`STSReport.tasks`).
+
+        Returns:
+            :class:`STSReport`; all scores are Spearman x 100 (python floats, unrounded).
+
+        Raises:
+            ValueError: unknown task / split / aggregation, or ``encode`` does not return a 2-D tensor with one
+                row per sentence.
+            FileNotFoundError, cselab.data.sts.STSFormatError: from the readers.
+        """
+        _check_aggregation(aggregation)
+        data = self.load(tasks, split)
+
+        distinct: set[str] = set()
+        for subsets in data.values():
+            for pairs in subsets.values():
+                distinct.update(pairs.sent1)
+                distinct.update(pairs.sent2)
+        sentences = sorted(distinct)
+        emb = self._encode_all(encode, sentences)
+        row = {s: i for i, s in enumerate(sentences)}
+
+        results: dict[str, TaskScore] = {}
+        for task, subsets in data.items():
+            per: dict[str, SubsetScore] = {}
+            all_sys: list[torch.Tensor] = []
+            all_gold: list[float] = []
+            for name, pairs in subsets.items():
+                i1 = torch.tensor([row[s] for s in pairs.sent1], dtype=torch.long)
+                i2 = torch.tensor([row[s] for s in pairs.sent2], dtype=torch.long)
+                sys = cosine_scores(emb[i1], emb[i2])
+                per[name] = SubsetScore(name, 100.0 * spearman(sys, pairs.scores), len(pairs))
+                all_sys.append(sys)
+                all_gold.extend(pairs.scores)
+            sp = np.array([s.spearman for s in per.values()], dtype=np.float64)
+            w = np.array([s.n for s in per.values()], dtype=np.float64)
+            results[task] = TaskScore(
+                task=task,
+                split=split,
+                subsets=per,
+                all=100.0 * spearman(torch.cat(all_sys), all_gold),
+                mean=float(np.average(sp)),
+                wmean=float(np.average(sp, weights=w)),
+                n=int(w.sum()),
+            )
+        return STSReport(tasks=results, aggregation=aggregation, n_sentences=len(sentences))
+
+    def evaluate(
+        self,
+        encode: EncodeFn,
+        tasks: Iterable[str] = TEST_TASKS,
+        split: str = "test",
+        aggregation: str = "all",
+    ) -> dict[str, float]:
+        """Evaluate ``encode``: ``{task: Spearman x 100, ..., "avg": mean over the requested tasks}``.
+
+        See :meth:`evaluate_detailed` for the arguments and errors; this returns its ``scores`` dict
+        (tasks in requested order, then ``"avg"``; python floats, unrounded).
+        """
+        return dict(self.evaluate_detailed(encode, tasks, split, aggregation).scores)
+
+
+def _check_encoded(out: object, n: int) -> torch.Tensor:
+    what = (
+        "encode(sentences) must return a 2-D torch.Tensor [len(sentences), D] of floats, one row per sentence "
+        "in the order given"
+    )
+    if isinstance(out, np.ndarray):
+        out = torch.from_numpy(out)
+    if not isinstance(out, torch.Tensor):
+        raise ValueError(f"{what}; got {type(out).__name__}")
+    if out.ndim != 2 or out.shape[0] != n:
+        raise ValueError(f"{what}; got shape {tuple(out.shape)} for {n} sentences")
+    if not out.is_floating_point():
+        raise ValueError(f"{what}; got dtype {out.dtype}")
+    return out.detach().to("cpu", torch.float64)
+
+
+def format_table(scores: Mapping[str, float]) -> str:
+    """Plain-text table in the papers' column order: STS12 STS13 STS14 STS15 STS16 STS-B SICK-R Avg.
+
+    Args:
+        scores: ``{task: Spearman x 100}`` as returned by :meth:`STSEvaluator.evaluate` (keys may also be the
+            paper names, e.g. ``"STS-B"``); ``"avg"`` is shown when present, else computed when all seven
+            tasks are present, else ``"-"``.
+
+    Returns:
+        Two lines (header, values with 2 decimals; missing tasks shown as ``"-"``), columns right-aligned.
+    """
+    lookup = {}
+    for k, v in scores.items():
+        key = k.lower()
+        try:
+            key = canonical_task(k)
+        except ValueError:
+            pass
+        lookup[key] = v
+    values: list[float | None] = [lookup.get(t) for t in TEST_TASKS]
+    avg = lookup.get("avg")
+    if avg is None and all(v is not None for v in values):
+        avg = float(np.mean(values))
+    values.append(avg)
+    headers = [PAPER_NAMES[t] for t in TEST_TASKS] + ["Avg"]
+    cells = ["-" if v is None else f"{float(v):.2f}" for v in values]
+    widths = [max(len(h), len(c)) for h, c in zip(headers, cells, strict=True)]
+    head = "  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))
+    row = "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))
+    return f"{head}\n{row}"

@@ -1,0 +1,237 @@
+"""The shared contrastive LightningModule: views -> encoder -> representation (- template bias) -> head -> loss.
+
+Every method is this module plus a choice of views (which field, which template), representation (pooler or
+[MASK] state), denoising, head and loss.  Subclasses only say which views they train on and how they encode
+at test; the forward path, the optimizer (AdamW, linear decay, no warm-up, weight decay 0, as all the official
+implementations) and the evaluation ``encode`` live here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import lightning as L
+import torch
+
+from cselab.data.collate import ViewCollate, ViewSpec
+from cselab.encoders.backbone import load_backbone
+from cselab.encoders.heads import build_head
+from cselab.encoders.poolers import POOLERS, needs_hidden_states, pool
+from cselab.losses import build_loss
+
+
+class ContrastiveMethod(L.LightningModule):
+    """Base of all methods.
+
+    Args:
+        backbone: ``{"name_or_path": str, "family": "bert"|"roberta"}`` (``conf/backbone``).
+        setting: ``unsup`` (one sentence, dropout views) or ``sup`` (NLI triplets sent0, sent1, hard_neg).
+        pooler: representation: a name of :data:`cselab.encoders.poolers.POOLERS`; with ``head=mlp``,
+            ``cls`` means SimCSE's [CLS] + MLP.
+        head: ``mlp`` | ``none``.
+        mlp_only_train: apply the head in training only (SimCSE unsup; PromptBERT unsup).
+        loss: loss config (``name`` + its arguments, see :func:`cselab.losses.build_loss`).
+        prompt: template config or None (``templates`` per family, ``mask_index``, ``add_period_at_eval``).
+        denoise: ``none`` | ``position`` | ``pad`` (training only).
+        max_seq_len: sentence truncation in training (tokens).
+        eval_max_seq_len: sentence truncation at evaluation (None: none, as SimCSE's evaluator).
+        eval_batch_size: sentences per forward pass in :meth:`encode`.
+        lr, weight_decay, warmup_ratio: AdamW and linear schedule.
+        train: False for methods evaluated without fine-tuning.
+
+    Raises:
+        ValueError: unknown pooler / setting, or a config combination that cannot work (named keys).
+    """
+
+    def __init__(
+        self,
+        backbone: dict,
+        setting: str = "unsup",
+        pooler: str = "cls",
+        head: str = "mlp",
+        mlp_only_train: bool = True,
+        loss: dict | None = None,
+        prompt: dict | None = None,
+        denoise: str = "none",
+        max_seq_len: int = 32,
+        eval_max_seq_len: int | None = None,
+        eval_batch_size: int = 128,
+        lr: float = 3e-5,
+        weight_decay: float = 0.0,
+        warmup_ratio: float = 0.0,
+        train: bool = True,
+        **extra: Any,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        if pooler not in POOLERS:
+            raise ValueError(f"method.pooler={pooler!r}: expected one of {POOLERS}")
+        if setting not in ("unsup", "sup"):
+            raise ValueError(f"setting.name={setting!r}: expected 'unsup' or 'sup'")
+        if pooler == "mask" and not prompt:
+            raise ValueError("method.pooler=mask needs a template: choose a prompt (prompt=promptbert ...)")
+        if denoise != "none" and not prompt:
+            raise ValueError(f"denoise={denoise} needs a template: choose a prompt or set denoise=none")
+        self.encoder, self.tokenizer = load_backbone(backbone["name_or_path"], backbone.get("family"))
+        self.head = build_head(head, self.encoder.hidden_size)
+        self.loss_fn = build_loss(loss or {"name": "infonce"})
+        self.setting = setting
+        self.pooler = pooler
+        self.mlp_only_train = mlp_only_train
+        self.prompt = dict(prompt) if prompt else None
+        self.denoise = denoise
+        self.max_seq_len = max_seq_len
+        self.eval_max_seq_len = eval_max_seq_len
+        self.eval_batch_size = eval_batch_size
+        self.do_train = train
+        self._train_collate: ViewCollate | None = None
+        self._eval_collate: ViewCollate | None = None
+
+    # ----------------------------------------------------------------- views (what subclasses decide)
+    def template(self, view: str) -> str:
+        """The template string of a named view (``view1``, ``anchor`` ...) in the backbone family's form.
+
+        Raises:
+            KeyError: the prompt config has no such view for this family (names the config keys).
+        """
+        if not self.prompt:
+            raise KeyError(f"no prompt configured; view {view!r} needs one")
+        family = self.encoder.family
+        templates = self.prompt.get("templates", {})
+        if family not in templates or view not in templates[family]:
+            raise KeyError(
+                f"prompt.templates.{family}.{view} is not set (prompt {self.prompt.get('name')!r} has "
+                f"{ {k: sorted(v) for k, v in templates.items()} })"
+            )
+        return templates[family][view]
+
+    def train_views(self) -> list[ViewSpec]:
+        """Views of one training example, in loss order.  Default: SimCSE (same sentence twice / triplet)."""
+        if self.setting == "sup":
+            return [ViewSpec("sent0"), ViewSpec("sent1"), ViewSpec("hard_neg")]
+        return [ViewSpec("text"), ViewSpec("text")]
+
+    def eval_view(self) -> ViewSpec:
+        """The single view used to encode a sentence at test time: the prompt's ``eval_view`` template, if any."""
+        if self.prompt:
+            return ViewSpec("text", self.template(self.prompt.get("eval_view", "view1")))
+        return ViewSpec("text")
+
+    @property
+    def representation_pooler(self) -> str:
+        """The pooler applied to encoder outputs (SimCSE's ``cls`` with an MLP head is [CLS] then the head)."""
+        return "cls_before_pooler" if self.pooler == "cls" and self.head is not None else self.pooler
+
+    # ----------------------------------------------------------------- collates
+    def _collate(self, views: Sequence[ViewSpec], training: bool) -> ViewCollate:
+        prompt = self.prompt or {}
+        return ViewCollate(
+            self.tokenizer,
+            views,
+            max_seq_len=self.max_seq_len if training else self.eval_max_seq_len,
+            denoise=self.denoise if training else "none",
+            mask_index=int(prompt.get("mask_index", -1)),
+            add_period=bool(prompt.get("add_period_at_eval", False)) and not training,
+            position_offset=self.encoder.position_offset,
+            max_positions=self.encoder.max_positions,
+        )
+
+    @property
+    def train_collate(self) -> ViewCollate:
+        """The collate the DataModule uses for training batches."""
+        if self._train_collate is None:
+            self._train_collate = self._collate(self.train_views(), training=True)
+        return self._train_collate
+
+    @property
+    def eval_collate(self) -> ViewCollate:
+        """The collate :meth:`encode` uses (eval template, no denoising, the eval period rule)."""
+        if self._eval_collate is None:
+            self._eval_collate = self._collate([self.eval_view()], training=False)
+        return self._eval_collate
+
+    # ----------------------------------------------------------------- forward
+    def represent(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Sentence representations before the head: (B, V, D), template bias already subtracted."""
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        b, v, t = ids.shape
+        pooler = self.representation_pooler
+        out = self.encoder(ids.view(b * v, t), mask.view(b * v, t), output_hidden_states=needs_hidden_states(pooler))
+        h = pool(pooler, out, mask.view(b * v, t), batch["rep_index"].view(-1)).view(b, v, -1)
+        if "bias_input_ids" in batch:
+            bias_out = self.encoder(
+                batch["bias_input_ids"], batch["bias_attention_mask"], position_ids=batch.get("bias_position_ids")
+            )
+            last = bias_out.last_hidden_state
+            bias = last[torch.arange(last.shape[0], device=last.device), batch["bias_rep_index"]]  # (R, D)
+            h = h - bias[batch["bias_row"]]
+        return h
+
+    def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Representations after the head as the current mode wants them: (B, V, D)."""
+        h = self.represent(batch)
+        if self.head is not None and (self.training or not self.mlp_only_train):
+            h = self.head(h)
+        return h
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        z = self.embed(batch)
+        loss = self.loss_fn(z)
+        self.log("train/loss", loss, prog_bar=True, batch_size=z.shape[0])
+        return loss
+
+    # The STS callback does the evaluation; Lightning's loops only provide the schedule (val_check_interval).
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        return None
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        return None
+
+    # ----------------------------------------------------------------- evaluation
+    @torch.inference_mode()
+    def encode(self, sentences: Sequence[str], batch_size: int | None = None) -> torch.Tensor:
+        """Embed sentences as at test time: (N, D) float32 on CPU, rows in input order.
+
+        Sentences are tokenized once, sorted by token length (less padding), encoded in batches under
+        ``torch.inference_mode`` with bf16 autocast on GPU; the module's train/eval mode is restored after.
+        """
+        collate = self.eval_collate
+        batch_size = batch_size or self.eval_batch_size
+        tokens = collate.tokenize(list(sentences))
+        order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
+        was_training = self.training
+        self.eval()
+        device = self.device
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+        chunks = []
+        try:
+            for start in range(0, len(order), batch_size):
+                idx = order[start : start + batch_size]
+                batch = collate.build({collate.views[0].field: [tokens[i] for i in idx]})
+                batch = {k: t.to(device, non_blocking=True) for k, t in batch.items()}
+                with autocast:
+                    chunks.append(self.embed(batch)[:, 0].float().cpu())
+        finally:
+            self.train(was_training)
+        if not chunks:
+            return torch.zeros(0, self.encoder.hidden_size)
+        out = torch.cat(chunks)
+        result = torch.empty_like(out)
+        result[torch.tensor(order, dtype=torch.long)] = out
+        return result
+
+    # ----------------------------------------------------------------- optimization
+    def configure_optimizers(self):
+        """AdamW (eps 1e-8, weight decay ``weight_decay``) + linear decay after ``warmup_ratio`` warm-up."""
+        from transformers import get_linear_schedule_with_warmup
+
+        params = [p for p in self.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay, eps=1e-8)
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        scheduler = get_linear_schedule_with_warmup(optimizer, int(self.hparams.warmup_ratio * total), total)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def num_trainable_parameters(self) -> int:
+        """Number of parameters the optimizer updates."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)

@@ -1,0 +1,29 @@
+"""PromptBERT (Jiang et al. 2022): template [MASK] representation, two templates as views, template denoising.
+
+Official behaviour kept (METHODS.md):
+
+* unsup: view 1 and view 2 are two different templates around the same sentence (dropout on), the [MASK]
+  state minus the template bias (``denoise=position``, Eq. 4), MLP (Linear + Tanh) on ``h - h_hat`` in training
+  only; the test encodes with view 1, no denoising, after appending "." to sentences not ending in ``. ? " '``.
+* sup: view 1 for premise, entailment and contradiction, denoised, hard negatives as SimCSE.
+* Table 8's objective ablation is the prompt's ``train_views`` list and ``denoise``:
+  ``[view1, view1]`` + none (same template + dropout), ``[view1, view2]`` + none, ``[view1, view2]`` + position.
+"""
+
+from __future__ import annotations
+
+from cselab.data.collate import ViewSpec
+from cselab.methods.base import ContrastiveMethod
+
+
+class PromptBERT(ContrastiveMethod):
+    """PromptBERT; views come from the prompt config (``train_views`` unsup, ``sup_view`` sup, ``eval_view``)."""
+
+    def train_views(self) -> list[ViewSpec]:
+        prompt = self.prompt or {}
+        if self.setting == "sup":
+            tpl = self.template(prompt.get("sup_view", "view1"))
+            return [ViewSpec("sent0", tpl), ViewSpec("sent1", tpl), ViewSpec("hard_neg", tpl)]
+        names = list(prompt.get("train_views", ["view1", "view2"]))
+        return [ViewSpec("text", self.template(name)) for name in names]
+

@@ -1,0 +1,188 @@
+"""One run, end to end: build the method and data from the composed config, fit, test the best, write results.
+
+``run.py`` only composes the Hydra config and calls :func:`run`.  Steps:
+
+1. validate the config (names the offending keys before any heavy work);
+2. build the method (loads the backbone) and, when training, its DataModule with the method's collate;
+3. fit with the STS callback validating STS-B dev every ``trainer.val_check_interval`` steps and a
+   ``ModelCheckpoint`` keeping the best ``val/stsb_spearman``;
+4. reload the best checkpoint and score the 7 test tasks;
+5. write ``results.json`` (atomically) in the run's output directory and print the papers' table.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from cselab.data.nli import NLIDataModule
+from cselab.data.unsup import UnsupDataModule
+from cselab.evaluation.callback import DEV_METRIC, STSCallback
+from cselab.evaluation.sts import PAPER_NAMES, format_table
+from cselab.loggers import build_loggers
+from cselab.methods import method_class
+from cselab.report.results import build_results, write_results
+
+log = logging.getLogger(__name__)
+
+
+class ConfigError(ValueError):
+    """A config value or combination that cannot run; the message names the keys."""
+
+
+def resolve_precision(precision: str) -> str:
+    """``auto`` -> ``bf16-mixed`` on a CUDA GPU that supports it, else ``32-true``."""
+    if precision != "auto":
+        return precision
+    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bf16-mixed"
+    return "32-true"
+
+
+def validate(cfg: DictConfig) -> None:
+    """Refuse impossible configs early, naming the keys (ConfigError)."""
+    if cfg.loss.get("temperature", 1.0) <= 0:
+        raise ConfigError(f"loss.temperature must be > 0, got {cfg.loss.temperature}")
+    if cfg.train:
+        if cfg.data.batch_size < 2:
+            raise ConfigError(f"data.batch_size must be >= 2 for a contrastive loss, got {cfg.data.batch_size}")
+        if cfg.data.module != cfg.setting.name:
+            raise ConfigError(
+                f"data={cfg.data.module} does not match setting={cfg.setting.name} "
+                f"(choose data=unsup/wiki1m for setting=unsup, data=sup for setting=sup)"
+            )
+    if cfg.denoise not in ("none", "position", "pad"):
+        raise ConfigError(f"denoise={cfg.denoise!r}: expected none, position or pad")
+    if cfg.denoise != "none" and not cfg.prompt:
+        raise ConfigError(f"denoise={cfg.denoise} needs a template but prompt=none (choose a prompt)")
+    if cfg.pooler == "mask" and not cfg.prompt:
+        raise ConfigError("pooler=mask (the [MASK] representation) needs a template but prompt=none")
+
+
+def build_method(cfg: DictConfig):
+    """The method's LightningModule from the composed config."""
+    cls = method_class(cfg.method.name)
+    return cls(
+        backbone={"name_or_path": cfg.backbone.name_or_path, "family": cfg.backbone.family},
+        setting=cfg.setting.name,
+        pooler=cfg.pooler,
+        head=cfg.method.head,
+        mlp_only_train=cfg.method.mlp_only_train,
+        loss=OmegaConf.to_container(cfg.loss, resolve=True),
+        prompt=OmegaConf.to_container(cfg.prompt, resolve=True) if cfg.prompt else None,
+        denoise=cfg.denoise,
+        max_seq_len=cfg.max_seq_len,
+        eval_max_seq_len=cfg.eval.max_seq_len,
+        eval_batch_size=cfg.eval.batch_size,
+        lr=cfg.optim.lr,
+        weight_decay=cfg.optim.weight_decay,
+        warmup_ratio=cfg.optim.warmup_ratio,
+        train=cfg.train,
+    )
+
+
+def build_datamodule(cfg: DictConfig, method) -> L.LightningDataModule:
+    """The training DataModule for ``setting`` (unsup corpus or NLI triplets)."""
+    common = dict(
+        collate=method.train_collate,
+        path=cfg.data.path,
+        data_dir=cfg.data_dir,
+        batch_size=cfg.data.batch_size,
+        num_workers=cfg.data.num_workers,
+        seed=cfg.seed,
+        drop_last=cfg.data.drop_last,
+        pin_memory=torch.cuda.is_available(),
+    )
+    if cfg.setting.name == "sup":
+        return NLIDataModule(**common)
+    return UnsupDataModule(**common, streaming=cfg.data.streaming, shuffle_buffer=cfg.data.shuffle_buffer)
+
+
+def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
+    """Train (if ``train``) and evaluate one configuration; returns the results dict also written to disk."""
+    start = time.perf_counter()
+    output_dir = Path(output_dir)
+    validate(cfg)
+    L.seed_everything(cfg.seed, workers=True)
+    method = build_method(cfg)
+    sts = STSCallback(
+        data_dir=cfg.data_dir,
+        test_tasks=list(cfg.eval.test_tasks),
+        dev_task=cfg.eval.dev_task,
+        aggregation=cfg.eval.aggregation,
+        batch_size=cfg.eval.batch_size,
+    )
+    callbacks: list[L.Callback] = [sts]
+    checkpoint = None
+    if cfg.train:
+        checkpoint = L.pytorch.callbacks.ModelCheckpoint(
+            dirpath=output_dir / "checkpoints",
+            filename="best-step{step}",
+            auto_insert_metric_name=False,
+            monitor=DEV_METRIC,
+            mode="max",
+            save_top_k=1,
+            save_last=cfg.trainer.get("save_last", False),
+        )
+        callbacks.append(checkpoint)
+    tags = [cfg.method.name, cfg.backbone.get("name", str(cfg.backbone.name_or_path)), cfg.setting.name]
+    loggers = build_loggers(OmegaConf.to_container(cfg.logger, resolve=True), str(output_dir), tags,
+                            group=cfg.get("group"))
+    config = OmegaConf.to_container(cfg, resolve=True)
+    for logger in loggers:
+        logger.log_hyperparams(config)
+
+    tcfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    tcfg.pop("save_last", None)
+    trainer = L.Trainer(
+        **{**tcfg, "precision": resolve_precision(tcfg.get("precision", "auto"))},
+        callbacks=callbacks,
+        logger=loggers or False,
+        default_root_dir=str(output_dir),
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
+        enable_checkpointing=bool(cfg.train),
+    )
+    best = None
+    if cfg.train:
+        datamodule = build_datamodule(cfg, method)
+        trainer.fit(method, datamodule=datamodule)
+        best = checkpoint.best_model_path or None if checkpoint is not None else None
+        trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)
+    else:
+        trainer.test(method, dataloaders=torch.utils.data.DataLoader([0], collate_fn=lambda rows: rows))
+    results = build_results(
+        sts.test_scores,
+        sts.dev_scores,
+        config,
+        val_curve=sts.history,
+        best_checkpoint=best,
+        best_dev=(float(checkpoint.best_model_score) if checkpoint is not None and checkpoint.best_model_score
+                  is not None else None),
+        trainable_parameters=method.num_trainable_parameters(),
+        global_step=int(trainer.global_step),
+        wall_time_s=round(time.perf_counter() - start, 1),
+    )
+    path = write_results(output_dir / "results.json", results)
+    table = format_table(results["test"])
+    print(f"\n{cfg.method.name} | {cfg.backbone.name_or_path} | {cfg.setting.name} | STS (Spearman x 100)\n{table}")
+    print(f"STS-B dev: {results['dev'].get('stsb', float('nan')):.2f}   results: {path}")
+    _log_table(loggers, results["test"])
+    return results
+
+
+def _log_table(loggers, test: dict[str, float]) -> None:
+    """The 7-task table as a W&B table (CSV already has the test/<task> metrics)."""
+    for logger in loggers:
+        if hasattr(logger, "log_table"):
+            cols = [PAPER_NAMES.get(k, k) for k in test]
+            try:
+                logger.log_table(key="test/sts_table", columns=cols, data=[[round(v, 2) for v in test.values()]])
+            except Exception as err:  # never lose a finished run to a logger
+                log.warning("could not log the STS table to %s: %s", type(logger).__name__, err)

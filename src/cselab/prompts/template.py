@@ -1,0 +1,172 @@
+"""Discrete templates: parsing, tokenization around a sentence, [MASK] positions.
+
+Two spellings are accepted and parse to the same :class:`Template`:
+
+* the readable form used in the papers, ``This sentence : "[X]" means [MASK] .`` -- exactly one ``[X]``
+  (the sentence) and one or more ``[MASK]``; spaces are kept as written;
+* the official PromptBERT / CoT-BERT mini-language, ``*cls*_This_sentence_:_"*sent_0*"_means*mask*.*sep+*``
+  (``_`` is a space, ``*cls*`` / ``*sep+*`` are the special tokens that every input gets anyway, ``*mask*``
+  the mask token, ``*sent_0*`` the sentence).  The paper configs use this form so that the token ids equal
+  the official code's (RoBERTa's BPE distinguishes ``means[MASK].`` from ``means [MASK] .``).
+
+Tokenization follows the official training code (METHODS.md, PromptBERT): the text before ``[X]`` (prefix) and
+the text after it (suffix) are tokenized on their own, the sentence is tokenized on its own and truncated to
+``max_seq_len`` tokens BEFORE it is wrapped, so the template is never cut and, for RoBERTa, the first word of
+the sentence carries no leading-space marker.  Input = ``[CLS] prefix sentence suffix [SEP]``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+SENT = "[X]"
+MASK = "[MASK]"
+_OFFICIAL_MARKERS = ("*sent_0*", "*mask*", "*cls*", "*sep+*")
+
+
+class TemplateError(ValueError):
+    """A template string that cannot be used (no / several ``[X]``, no ``[MASK]``, bad mask index)."""
+
+
+def _from_official(template: str) -> str:
+    """Translate the official mini-language (``*sent_0*``, ``*mask*``, ``_``) into the readable form."""
+    text = template.replace("*cls*", "").replace("*sep+*", "")
+    text = text.replace("*sent_0*", SENT).replace("*mask*", MASK).replace("*sent 0*", SENT)
+    return text.replace("_", " ")
+
+
+@dataclass(frozen=True)
+class Template:
+    """A parsed template: the text around the sentence, with ``[MASK]`` markers kept symbolic.
+
+    Attributes:
+        source: the string as written in the config (shown in error messages).
+        prefix: text before ``[X]`` (may contain ``[MASK]``).
+        suffix: text after ``[X]`` (may contain ``[MASK]``).
+        mask_index: which ``[MASK]`` is the representation, Python-style (``-1``: the last one, as CoT-BERT;
+            PromptBERT templates have one).
+    """
+
+    source: str
+    prefix: str
+    suffix: str
+    mask_index: int = -1
+    n_masks: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        n = self.prefix.count(MASK) + self.suffix.count(MASK)
+        object.__setattr__(self, "n_masks", n)
+        if not -n <= self.mask_index < n:
+            raise TemplateError(
+                f"template {self.source!r} has {n} [MASK] token(s); prompt.mask_index={self.mask_index} "
+                f"must be in [{-n}, {n - 1}]"
+            )
+
+    @classmethod
+    def parse(cls, template: str, mask_index: int = -1) -> Template:
+        """Parse a template string (readable or official spelling).
+
+        Raises:
+            TemplateError: no ``[X]``, more than one ``[X]``, or no ``[MASK]``; the message shows the template.
+        """
+        if not isinstance(template, str) or not template.strip():
+            raise TemplateError(f"a template must be a non-empty string, got {template!r}")
+        text = _from_official(template) if any(m in template for m in _OFFICIAL_MARKERS) else template
+        n_sent = text.count(SENT)
+        if n_sent != 1:
+            raise TemplateError(
+                f"template {template!r} must contain exactly one {SENT} (the sentence), found {n_sent}"
+            )
+        if MASK not in text:
+            raise TemplateError(f"template {template!r} must contain at least one {MASK}, found none")
+        prefix, suffix = text.split(SENT)
+        return cls(source=template, prefix=prefix, suffix=suffix, mask_index=mask_index)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}{SENT}{self.suffix}"
+
+
+_MASK_SPLIT = re.compile(r"(\[MASK\])")
+
+
+@dataclass(frozen=True)
+class TokenizedTemplate:
+    """A template's token ids for one tokenizer.
+
+    Attributes:
+        prefix_ids: ``[CLS]`` + prefix tokens (the ids before the sentence).
+        suffix_ids: suffix tokens + ``[SEP]`` (the ids after the sentence).
+        rep_offset: where the representation [MASK] sits: if ``rep_in_prefix`` it is the index into the full
+            input; otherwise the index counted from the first suffix token, so the full-input index is
+            ``len(prefix_ids) + sentence_length + rep_offset``.
+        rep_in_prefix: whether the representation [MASK] is in the prefix.
+    """
+
+    prefix_ids: tuple[int, ...]
+    suffix_ids: tuple[int, ...]
+    rep_offset: int
+    rep_in_prefix: bool
+
+    def rep_position(self, sent_len: int) -> int:
+        """Index of the representation token in ``prefix_ids + sentence + suffix_ids``."""
+        if self.rep_in_prefix:
+            return self.rep_offset
+        return len(self.prefix_ids) + sent_len + self.rep_offset
+
+    def wrap(self, sent_ids: list[int]) -> list[int]:
+        """``[CLS] prefix sentence suffix [SEP]`` as a list of ids."""
+        return [*self.prefix_ids, *sent_ids, *self.suffix_ids]
+
+
+def _encode_piece(tokenizer, text: str) -> list[int]:
+    """Tokenize template text with ``[MASK]`` markers, the markers becoming ``tokenizer.mask_token_id``.
+
+    The text between markers is tokenized by the tokenizer itself with the real mask token string in place,
+    so tokenizer-specific rules (RoBERTa's ``<mask>`` absorbing the space before it) apply as in the
+    official code, which tokenized the template string with the mask token inserted.
+    """
+    if not text:
+        return []
+    real = text.replace(MASK, tokenizer.mask_token)
+    return list(tokenizer(real, add_special_tokens=False)["input_ids"])
+
+
+def tokenize_template(template: Template | None, tokenizer) -> TokenizedTemplate:
+    """Tokenize a template for ``tokenizer``; ``None`` gives the plain ``[CLS] sentence [SEP]`` wrapping.
+
+    Raises:
+        TemplateError: the tokenizer has no mask token, or the number of mask ids after tokenization differs
+            from the number of ``[MASK]`` markers (a tokenizer that splits its own mask token).
+    """
+    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+    if cls_id is None or sep_id is None:
+        raise TemplateError(f"tokenizer {type(tokenizer).__name__} has no cls/sep token; cannot wrap sentences")
+    if template is None:
+        return TokenizedTemplate((cls_id,), (sep_id,), rep_offset=0, rep_in_prefix=True)
+    if tokenizer.mask_token_id is None:
+        raise TemplateError(f"template {template.source!r} needs a mask token; the tokenizer has none")
+    prefix = [cls_id, *_encode_piece(tokenizer, template.prefix)]
+    suffix = [*_encode_piece(tokenizer, template.suffix), sep_id]
+    mask_id = tokenizer.mask_token_id
+    # all mask positions, in order: prefix ones as absolute indices, suffix ones relative to the suffix
+    masks = [(True, i) for i, t in enumerate(prefix) if t == mask_id]
+    masks += [(False, i) for i, t in enumerate(suffix) if t == mask_id]
+    if len(masks) != template.n_masks:
+        raise TemplateError(
+            f"template {template.source!r}: expected {template.n_masks} mask token(s) after tokenization, "
+            f"got {len(masks)}"
+        )
+    in_prefix, offset = masks[template.mask_index]
+    return TokenizedTemplate(tuple(prefix), tuple(suffix), rep_offset=offset, rep_in_prefix=in_prefix)
+
+
+def append_period(sentence: str) -> str:
+    """PromptBERT's evaluation rule: append ``.`` to a sentence that does not end in ``. ? " '``.
+
+    Source: official PromptBERT evaluation code (METHODS.md): ``if s[-1] not in '.?"\\'': s += '.'``.
+    An empty sentence is returned unchanged.
+    """
+    if len(sentence) > 0 and sentence[-1] not in ".?\"'":
+        return sentence + "."
+    return sentence
