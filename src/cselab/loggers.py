@@ -44,3 +44,13 @@ def build_loggers(cfg: dict[str, Any], output_dir: str, tags: list[str], group: 
         except Exception as err:  # a logger must never kill a run
             log.warning("W&B logger disabled: %s", err)
     return loggers
+
+
+def close_loggers(loggers: list) -> None:
+    """Finish W&B runs so that the next job of a ``-m`` sweep starts a run of its own."""
+    for logger in loggers:
+        if type(logger).__name__ == "WandbLogger":
+            try:
+                logger.experiment.finish()
+            except Exception as err:  # never lose a finished run to a logger
+                log.warning("could not finish the W&B run: %s", err)

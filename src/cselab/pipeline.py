@@ -25,7 +25,7 @@ from cselab.data.nli import NLIDataModule
 from cselab.data.unsup import UnsupDataModule
 from cselab.evaluation.callback import DEV_METRIC, STSCallback
 from cselab.evaluation.sts import PAPER_NAMES, format_table
-from cselab.loggers import build_loggers
+from cselab.loggers import build_loggers, close_loggers
 from cselab.methods import method_class
 from cselab.report.results import build_results, write_results
 
@@ -174,6 +174,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     print(f"\n{cfg.method.name} | {cfg.backbone.name_or_path} | {cfg.setting.name} | STS (Spearman x 100)\n{table}")
     print(f"STS-B dev: {results['dev'].get('stsb', float('nan')):.2f}   results: {path}")
     _log_table(loggers, results["test"])
+    close_loggers(loggers)
     return results
 
 

@@ -105,6 +105,8 @@ class ViewCollate:
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         """Sentence token ids without special tokens and without truncation (the period rule applied)."""
+        if not texts:  # Hugging Face fast tokenizers raise IndexError on an empty batch
+            return []
         if self.add_period:
             texts = [append_period(t) for t in texts]
         return list(self.tokenizer(list(texts), add_special_tokens=False)["input_ids"])

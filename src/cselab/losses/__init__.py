@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from torch import nn
 
+from cselab.losses.cot_infonce import CoTInfoNCE
 from cselab.losses.infonce import InfoNCE
 
-LOSSES: dict[str, type[nn.Module]] = {"infonce": InfoNCE}
+LOSSES: dict[str, type[nn.Module]] = {"infonce": InfoNCE, "cot_infonce": CoTInfoNCE}
 
 
 def build_loss(cfg: dict) -> nn.Module:

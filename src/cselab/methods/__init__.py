@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cselab.methods.base import ContrastiveMethod
 from cselab.methods.baseline import Baseline
+from cselab.methods.cot_bert import CoTBERT
 from cselab.methods.promptbert import PromptBERT
 from cselab.methods.simcse import SimCSE
 
@@ -11,6 +12,7 @@ METHODS: dict[str, type[ContrastiveMethod]] = {
     "simcse": SimCSE,
     "promptbert": PromptBERT,
     "baseline": Baseline,
+    "cot_bert": CoTBERT,
 }
 
 

@@ -74,6 +74,7 @@ class ContrastiveMethod(L.LightningModule):
         if denoise != "none" and not prompt:
             raise ValueError(f"denoise={denoise} needs a template: choose a prompt or set denoise=none")
         self.encoder, self.tokenizer = load_backbone(backbone["name_or_path"], backbone.get("family"))
+        self.encoder.train()  # from_pretrained returns eval mode; dropout makes the unsup views
         self.head = build_head(head, self.encoder.hidden_size)
         self.loss_fn = build_loss(loss or {"name": "infonce"})
         self.setting = setting

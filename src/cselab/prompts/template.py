@@ -30,10 +30,15 @@ class TemplateError(ValueError):
 
 
 def _from_official(template: str) -> str:
-    """Translate the official mini-language (``*sent_0*``, ``*mask*``, ``_``) into the readable form."""
+    """Translate the official mini-language (``*sent_0*``, ``*mask*``, ``_``) into the readable form.
+
+    The space that ``*cls*_`` leaves at the start is dropped: the official code strips the prefix for RoBERTa
+    (train.py: ``mask_embedding_sentence_bs.strip()``; evaluation: ``template.strip()``), so its first template
+    token carries no leading-space marker (``This``, not ``ĠThis``); WordPiece ignores the space anyway.
+    """
     text = template.replace("*cls*", "").replace("*sep+*", "")
     text = text.replace("*sent_0*", SENT).replace("*mask*", MASK).replace("*sent 0*", SENT)
-    return text.replace("_", " ")
+    return text.replace("_", " ").lstrip()
 
 
 @dataclass(frozen=True)

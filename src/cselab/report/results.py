@@ -37,7 +37,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 
 def build_results(test: dict[str, float], dev: dict[str, float], config: dict[str, Any], **extra: Any) -> dict:
     """Assemble the results dict; ``test`` gets ``avg`` = plain mean of the 7 tasks when all are present."""
-    test = {k: float(v) for k, v in test.items()}
+    test = {k: float(v) for k, v in test.items() if k != "avg"}
     if all(t in test for t in TEST_TASKS):
         test["avg"] = sum(test[t] for t in TEST_TASKS) / len(TEST_TASKS)
     return {"test": test, "dev": {k: float(v) for k, v in dev.items()}, "config": config, **extra}

@@ -1,0 +1,24 @@
+"""CoT-BERT (Zhang et al. 2023): two-stage templates, extended InfoNCE, [PAD] template denoising.
+
+The views are the prompt's ``train_views`` (anchor, positive, hard negative template around the same
+sentence), the representation is the LAST [MASK] state (``prompt.mask_index=-1``), the bias is computed with
+``denoise=pad`` ([PAD] placeholders of the sentence's length, see :mod:`cselab.prompts.denoise`), the loss is
+:class:`cselab.losses.cot_infonce.CoTInfoNCE`, and the test encodes the anchor template without denoising.
+"""
+
+from __future__ import annotations
+
+from cselab.methods.promptbert import PromptBERT
+
+
+class CoTBERT(PromptBERT):
+    """CoT-BERT; unsupervised only (the paper has no supervised setting).
+
+    Raises:
+        ValueError: ``setting=sup``.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        if kwargs.get("setting", "unsup") != "unsup":
+            raise ValueError("method=cot_bert is unsupervised only (CoT-BERT has no sup setting); use setting=unsup")
+        super().__init__(*args, **kwargs)

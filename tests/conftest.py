@@ -1,0 +1,219 @@
+"""Shared fixtures: tiny random BERT / RoBERTa backbones saved to disk, and method builders.
+
+Everything is built here from configs (no network, no real weights):
+
+* ``tiny_bert_dir``: a 2-layer, 32-wide ``BertModel`` with a WordPiece ``BertTokenizerFast`` over a small
+  uncased vocabulary (letters and ``##`` letters included, so no word of the tests becomes ``[UNK]``);
+* ``tiny_roberta_dir``: a 2-layer, 32-wide ``RobertaModel`` with a byte-level BPE tokenizer trained here on a
+  small corpus, saved so that ``AutoTokenizer`` returns a RoBERTa tokenizer whose ``<mask>`` has
+  ``lstrip=True`` (as ``roberta-base``).
+
+Both folders load with :func:`cselab.encoders.backbone.load_backbone`.
+"""
+
+from __future__ import annotations
+
+import copy
+import string
+from pathlib import Path
+
+import pytest
+import torch
+
+# The models here are tiny: intra-op threading only adds overhead (up to ~100x per forward on small CPU boxes).
+torch.set_num_threads(1)
+
+# ------------------------------------------------------------------------------------------ test text
+
+#: sentences used across the tests (every word is in the BERT vocabulary and the RoBERTa corpus)
+SENTENCES = [
+    "a man is playing a guitar",
+    "the cat sat on the mat",
+    "two dogs are running in the park",
+    "a woman is slicing an onion",
+    "it is raining today",
+    "cat and the cat",
+    "the dog ran",
+    "a cat sat",
+    "birds fly",
+]
+
+_TEMPLATE_WORDS = (
+    "this sentence of means the : so it can be summarized as does not cannot mean , . \" ' ? !"
+).split()
+
+_WORDS = sorted(
+    {w for s in SENTENCES for w in s.split()}
+    | set(_TEMPLATE_WORDS)
+    | set(
+        """
+        a an and are as at be because but by can could day did do does dog dogs down each even for from good
+        had has have he her here him his how if in into is it its just know like little long look made make
+        many may me more most much my new no not now of off old on one only or other our out over people
+        said same see she should so some such take than that the their them then there these they thing
+        think this those three through time to too two up us very was water way we well were what when where
+        which while who why will with woman women work would year you your man men boy girl child children
+        guitar piano playing plays play sings singing dance dancing running runs run ran walking walks
+        eating eats food onion slicing slices cutting cuts cat cats sat sitting mat park street car cars
+        bike riding rides horse raining rain today tomorrow sun sunny bird birds fly flying flies sky blue
+        red green big small happy sad house tree trees river sea beach ball game team player match
+        sentence sentences word words means mean meaning summarized summary cannot different similar
+        """.split()
+    )
+)
+_SUBWORDS = ["##s", "##ing", "##ed", "##er", "##ly", "##es", "##est", "##y"]
+
+#: the BERT vocabulary: specials at the BERT ids (pad 0, unk 1, cls 2, sep 3, mask 4), punctuation, words,
+#: subwords, then single letters / digits and their ``##`` forms so every lowercase word can be tokenized
+BERT_VOCAB = list(
+    dict.fromkeys(
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        + list(".,:\"'?!;-()")
+        + _WORDS
+        + _SUBWORDS
+        + list(string.ascii_lowercase + string.digits)
+        + [f"##{c}" for c in string.ascii_lowercase + string.digits]
+    )
+)
+
+#: PromptBERT's prompt config as ``conf/prompt/promptbert.yaml`` (official mini-language)
+PROMPTBERT_PROMPT = {
+    "name": "promptbert",
+    "templates": {
+        "bert": {
+            "view1": '*cls*_This_sentence_of_"*sent_0*"_means*mask*.*sep+*',
+            "view2": '*cls*_This_sentence_:_"*sent_0*"_means*mask*.*sep+*',
+        },
+        "roberta": {
+            "view1": "*cls*_This_sentence_:_'*sent_0*'_means*mask*.*sep+*",
+            "view2": "*cls*_The_sentence_:_'*sent_0*'_means*mask*.*sep+*",
+        },
+    },
+    "train_views": ["view1", "view2"],
+    "sup_view": "view1",
+    "eval_view": "view1",
+    "mask_index": -1,
+    "add_period_at_eval": True,
+}
+
+_ROBERTA_CORPUS = [
+    *SENTENCES,
+    *(s.capitalize() for s in SENTENCES),
+    "This sentence : 'a cat sat' means <mask>.",
+    "The sentence : 'the dog ran' means <mask>.",
+    "This sentence of \"a man is playing a guitar\" means <mask>.",
+    "so it can be summarized as <mask> .",
+    "it does not mean that, so it cannot be summarized as this",
+    "cat sat on the mat and the cat ran to the park",
+    "In This sentence the cat is This cat, The cat and The dog.",
+    "Is it raining? Yes! It is.",
+    "man woman dogs birds fly guitar onion slicing playing running today",
+]
+
+
+# ------------------------------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A saved tiny random BERT (model + WordPiece tokenizer)."""
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    d = tmp_path_factory.mktemp("tiny_bert")
+    assert len(set(BERT_VOCAB)) == len(BERT_VOCAB), "duplicate vocabulary entries"
+    (d / "vocab.txt").write_text("\n".join(BERT_VOCAB) + "\n", encoding="utf-8")
+    tokenizer = BertTokenizerFast(vocab=str(d / "vocab.txt"), do_lower_case=True)
+    tokenizer.save_pretrained(d)
+    torch.manual_seed(1234)
+    config = BertConfig(
+        vocab_size=len(BERT_VOCAB),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
+    BertModel(config).save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="session")
+def tiny_roberta_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A saved tiny random RoBERTa (model + byte-level BPE tokenizer trained on a small corpus)."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import AddedToken, RobertaConfig, RobertaModel, RobertaTokenizer
+
+    d = tmp_path_factory.mktemp("tiny_roberta")
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(
+        _ROBERTA_CORPUS * 4,
+        vocab_size=600,
+        min_frequency=1,
+        special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+        show_progress=False,
+    )
+    raw = d / "bpe"
+    raw.mkdir()
+    bpe.save_model(str(raw))
+    mask = AddedToken("<mask>", lstrip=True, rstrip=False, normalized=False, special=True)
+    tokenizer = RobertaTokenizer(vocab=str(raw / "vocab.json"), merges=str(raw / "merges.txt"), mask_token=mask)
+    tokenizer.save_pretrained(d)
+    torch.manual_seed(4321)
+    config = RobertaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=130,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+    )
+    RobertaModel(config).save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="session")
+def backbone_dirs(tiny_bert_dir: Path, tiny_roberta_dir: Path) -> dict[str, Path]:
+    """``{"bert": tiny_bert_dir, "roberta": tiny_roberta_dir}``."""
+    return {"bert": tiny_bert_dir, "roberta": tiny_roberta_dir}
+
+
+@pytest.fixture(scope="session")
+def bert_tokenizer(tiny_bert_dir: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_bert_dir))
+
+
+@pytest.fixture(scope="session")
+def roberta_tokenizer(tiny_roberta_dir: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_roberta_dir))
+
+
+@pytest.fixture
+def make_method(backbone_dirs: dict[str, Path]):
+    """Factory: ``make_method("promptbert", "bert", pooler="mask", ...)`` -> a method on a tiny backbone.
+
+    ``prompt="promptbert"`` (or a dict) gives :data:`PROMPTBERT_PROMPT`; other kwargs go to the method.
+    """
+    from cselab.methods import method_class
+
+    def build(name: str, family: str, **kwargs):
+        prompt = kwargs.pop("prompt", None)
+        if prompt == "promptbert":
+            prompt = copy.deepcopy(PROMPTBERT_PROMPT)
+        backbone = {"name_or_path": str(backbone_dirs[family]), "family": family}
+        torch.manual_seed(0)
+        return method_class(name)(backbone=backbone, prompt=prompt, **kwargs)
+
+    return build
+
+
+@pytest.fixture
+def promptbert_method(make_method):
+    """``PromptBERT(pooler="mask", prompt=promptbert, denoise="position")`` on the tiny BERT."""
+    return make_method("promptbert", "bert", pooler="mask", denoise="position", prompt="promptbert")

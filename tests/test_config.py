@@ -1,0 +1,88 @@
+"""Every method x setting x backbone composes, resolves its paper hyper-parameters, and validates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+import cselab.config  # noqa: F401  (resolvers)
+from cselab.pipeline import ConfigError, resolve_precision, validate
+
+CONF = str(Path(__file__).resolve().parents[1] / "conf")
+BACKBONES = ["minilm_l6", "bert_base", "bert_large", "roberta_base", "roberta_large"]
+
+
+def _compose(*overrides: str):
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+@pytest.mark.parametrize("method", ["simcse", "promptbert"])
+@pytest.mark.parametrize("setting", ["unsup", "sup"])
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_every_paper_row_composes(method, setting, backbone):
+    cfg = _compose(f"method={method}", f"setting={setting}", f"backbone={backbone}")
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert resolved["data"]["module"] == setting
+    assert resolved["data"]["batch_size"] == resolved["hp"]["batch_size"]
+    assert resolved["optim"]["lr"] == resolved["hp"]["lr"]
+    assert resolved["trainer"]["max_epochs"] == resolved["hp"]["epochs"]
+    validate(cfg)
+
+
+def test_paper_hyper_parameters_are_selected():
+    cfg = _compose("method=simcse", "backbone=roberta_base")
+    assert (cfg.data.batch_size, cfg.optim.lr) == (512, 1e-5)  # SimCSE unsup RoBERTa-base
+    cfg = _compose("method=simcse", "backbone=bert_base")
+    assert (cfg.data.batch_size, cfg.optim.lr) == (64, 3e-5)
+    cfg = _compose("method=promptbert", "backbone=bert_base")
+    assert (cfg.data.batch_size, cfg.optim.lr, cfg.pooler, cfg.denoise) == (256, 1e-5, "mask", "position")
+    cfg = _compose("method=simcse", "setting=sup", "backbone=bert_base")
+    assert (cfg.data.batch_size, cfg.optim.lr, cfg.trainer.max_epochs) == (512, 5e-5, 3)
+    assert cfg.data.path == "nli_for_simcse.csv"
+
+
+def test_simcse_mlp_only_train_follows_setting():
+    assert _compose("method=simcse").method.mlp_only_train is True
+    assert _compose("method=simcse", "setting=sup").method.mlp_only_train is False
+
+
+def test_prompt_follows_method_and_can_be_overridden():
+    assert _compose("method=promptbert").prompt.name == "promptbert"
+    assert not _compose("method=simcse").prompt
+    assert _compose("method=baseline", "prompt=promptbert_manual", "pooler=mask").prompt.name == "promptbert_manual"
+
+
+def test_command_line_overrides_win():
+    cfg = _compose("method=promptbert", "optim.lr=2e-5", "data.batch_size=32", "pooler=avg", "denoise=none")
+    assert (cfg.optim.lr, cfg.data.batch_size, cfg.pooler, cfg.denoise) == (2e-5, 32, "avg", "none")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["loss.temperature=0"], "loss.temperature"),
+        (["data.batch_size=1"], "data.batch_size"),
+        (["method=simcse", "denoise=position"], "denoise=position needs a template"),
+        (["method=simcse", "pooler=mask"], "pooler=mask"),
+        (["data=sup"], "does not match setting=unsup"),
+        (["denoise=shift"], "denoise='shift'"),
+    ],
+)
+def test_invalid_configs_are_refused_with_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(_compose(*overrides))
+
+
+def test_precision_auto_is_bf16_on_gpu_and_32_on_cpu(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_precision("auto") == "32-true"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    assert resolve_precision("auto") == "bf16-mixed"
+    assert resolve_precision("16-mixed") == "16-mixed"

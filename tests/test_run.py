@@ -1,0 +1,81 @@
+"""Integration: run.py end to end on the real data (subprocesses, as a user runs it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = ["sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr"]
+
+
+def _data_dir() -> Path:
+    for cand in (os.environ.get("CSELAB_DATA_DIR"), ROOT / "data", ROOT.parent / "shared" / "data"):
+        if cand and (Path(cand) / "senteval" / "downstream").is_dir():
+            return Path(cand).resolve()
+    pytest.skip("no SentEval data (run `make data`)")
+
+
+def _run(*overrides: str, timeout: int = 900, threads: int | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CSELAB_DATA_DIR": str(_data_dir()), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    if threads:  # tiny models run faster on one thread than on two
+        env["OMP_NUM_THREADS"] = str(threads)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *overrides],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
+
+
+@pytest.mark.integration
+def test_sweep_over_two_methods_writes_two_results(tmp_path, tiny_bert_dir):
+    """`-m method=simcse,promptbert`: both train, validate on STS-B dev, reload the best, score 7 tasks."""
+    _run(
+        "-m", "method=simcse,promptbert",
+        f"backbone.name_or_path={tiny_bert_dir}",
+        "trainer.max_steps=4", "trainer.val_check_interval=2", "data.batch_size=8",
+        f"hydra.sweep.dir={tmp_path}",
+        threads=1,
+    )
+    results = sorted(tmp_path.glob("*/results.json"))
+    assert len(results) == 2
+    methods = set()
+    for path in results:
+        res = json.loads(path.read_text())
+        methods.add(res["config"]["method"]["name"])
+        assert set(res["test"]) == {*TASKS, "avg"}
+        assert res["test"]["avg"] == pytest.approx(sum(res["test"][t] for t in TASKS) / 7)
+        assert all(-100 <= v <= 100 for v in res["test"].values())
+        assert [p["step"] for p in res["val_curve"]] == [2, 4]
+        assert res["best_checkpoint"] and Path(res["best_checkpoint"]).exists()
+        assert res["best_dev"] == pytest.approx(max(p["stsb_dev"] for p in res["val_curve"]), abs=1e-4)
+        # the reloaded best checkpoint scores the dev set as it did during training
+        assert res["dev"]["stsb"] == pytest.approx(res["best_dev"], abs=1e-3)
+    assert methods == {"simcse", "promptbert"}
+
+
+@pytest.mark.integration
+def test_fast_dev_run_on_the_embedded_model(tmp_path):
+    proc = _run("trainer.fast_dev_run=true", "eval.test_tasks=[stsb]", f"hydra.run.dir={tmp_path}")
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["global_step"] == 1
+    assert set(res["test"]) == {"stsb"}  # no avg for a partial table
+    assert res["config"]["backbone"]["name"] == "minilm_l6"
+    assert "STS-B" in proc.stdout
+
+
+@pytest.mark.integration
+def test_baseline_avg_matches_simcse_evaluator_reference(tmp_path):
+    """SimCSE's own evaluator (--pooler avg) on all-MiniLM-L6-v2 and this data gives these numbers."""
+    proc = _run("method=baseline", "pooler=avg", "backbone=minilm_l6", "train=false", f"hydra.run.dir={tmp_path}")
+    res = json.loads((tmp_path / "results.json").read_text())
+    reference = {"sts12": 72.37, "sts13": 80.60, "sts14": 75.59, "sts15": 85.39, "sts16": 78.99, "stsb": 82.03}
+    for task, value in reference.items():
+        assert res["test"][task] == pytest.approx(value, abs=0.01), task
+    assert "72.37  80.60  75.59  85.39  78.99  82.03" in proc.stdout
