@@ -74,6 +74,8 @@ def build_method(cfg: DictConfig):
         pooler=cfg.pooler,
         head=cfg.method.head,
         mlp_only_train=cfg.method.mlp_only_train,
+        head_on=cfg.method.get("head_on", "difference"),
+        denoise_at_eval=cfg.method.get("denoise_at_eval", False),
         loss=OmegaConf.to_container(cfg.loss, resolve=True),
         prompt=OmegaConf.to_container(cfg.prompt, resolve=True) if cfg.prompt else None,
         denoise=cfg.denoise,

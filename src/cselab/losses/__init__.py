@@ -5,9 +5,14 @@ from __future__ import annotations
 from torch import nn
 
 from cselab.losses.cot_infonce import CoTInfoNCE
+from cselab.losses.energy_hinge import InfoNCEWithEnergyHinge
 from cselab.losses.infonce import InfoNCE
 
-LOSSES: dict[str, type[nn.Module]] = {"infonce": InfoNCE, "cot_infonce": CoTInfoNCE}
+LOSSES: dict[str, type[nn.Module]] = {
+    "infonce": InfoNCE,
+    "cot_infonce": CoTInfoNCE,
+    "infonce_eh": InfoNCEWithEnergyHinge,
+}
 
 
 def build_loss(cfg: dict) -> nn.Module:

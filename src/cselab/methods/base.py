@@ -29,8 +29,11 @@ class ContrastiveMethod(L.LightningModule):
         setting: ``unsup`` (one sentence, dropout views) or ``sup`` (NLI triplets sent0, sent1, hard_neg).
         pooler: representation: a name of :data:`cselab.encoders.poolers.POOLERS`; with ``head=mlp``,
             ``cls`` means SimCSE's [CLS] + MLP.
-        head: ``mlp`` | ``none``.
+        head: ``mlp`` (Linear + Tanh) | ``mlm_transform`` (dense + GELU + LayerNorm) | ``none``.
         mlp_only_train: apply the head in training only (SimCSE unsup; PromptBERT unsup).
+        head_on: with a template bias, ``difference`` = head(h - h_hat) (PromptBERT unsup, RoBERTa sup) or
+            ``each`` = head(h) - head(h_hat) (PromptBERT sup BERT, official code).
+        denoise_at_eval: subtract the template bias at test too (PromptBERT sup, whose head sees it).
         loss: loss config (``name`` + its arguments, see :func:`cselab.losses.build_loss`).
         prompt: template config or None (``templates`` per family, ``mask_index``, ``add_period_at_eval``).
         denoise: ``none`` | ``position`` | ``pad`` (training only).
@@ -51,6 +54,8 @@ class ContrastiveMethod(L.LightningModule):
         pooler: str = "cls",
         head: str = "mlp",
         mlp_only_train: bool = True,
+        head_on: str = "difference",
+        denoise_at_eval: bool = False,
         loss: dict | None = None,
         prompt: dict | None = None,
         denoise: str = "none",
@@ -80,6 +85,12 @@ class ContrastiveMethod(L.LightningModule):
         self.setting = setting
         self.pooler = pooler
         self.mlp_only_train = mlp_only_train
+        if head_on not in ("difference", "each"):
+            raise ValueError(f"method.head_on={head_on!r}: expected 'difference' or 'each'")
+        if denoise_at_eval and denoise == "none":
+            raise ValueError("method.denoise_at_eval=true needs denoise=position or pad")
+        self.head_on = head_on
+        self.denoise_at_eval = denoise_at_eval
         self.prompt = dict(prompt) if prompt else None
         self.denoise = denoise
         self.max_seq_len = max_seq_len
@@ -131,7 +142,7 @@ class ContrastiveMethod(L.LightningModule):
             self.tokenizer,
             views,
             max_seq_len=self.max_seq_len if training else self.eval_max_seq_len,
-            denoise=self.denoise if training else "none",
+            denoise=self.denoise if training or self.denoise_at_eval else "none",
             mask_index=int(prompt.get("mask_index", -1)),
             add_period=bool(prompt.get("add_period_at_eval", False)) and not training,
             position_offset=self.encoder.position_offset,
@@ -153,28 +164,40 @@ class ContrastiveMethod(L.LightningModule):
         return self._eval_collate
 
     # ----------------------------------------------------------------- forward
-    def represent(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Sentence representations before the head: (B, V, D), template bias already subtracted."""
+    def _forward_views(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Representations (B, V, D) and, with denoising, the matching template biases (B, V, D)."""
         ids, mask = batch["input_ids"], batch["attention_mask"]
         b, v, t = ids.shape
         pooler = self.representation_pooler
         out = self.encoder(ids.view(b * v, t), mask.view(b * v, t), output_hidden_states=needs_hidden_states(pooler))
         h = pool(pooler, out, mask.view(b * v, t), batch["rep_index"].view(-1)).view(b, v, -1)
-        if "bias_input_ids" in batch:
-            bias_out = self.encoder(
-                batch["bias_input_ids"], batch["bias_attention_mask"], position_ids=batch.get("bias_position_ids")
-            )
-            last = bias_out.last_hidden_state
-            bias = last[torch.arange(last.shape[0], device=last.device), batch["bias_rep_index"]]  # (R, D)
-            h = h - bias[batch["bias_row"]]
-        return h
+        if "bias_input_ids" not in batch:
+            return h, None
+        bias_out = self.encoder(
+            batch["bias_input_ids"], batch["bias_attention_mask"], position_ids=batch.get("bias_position_ids")
+        )
+        last = bias_out.last_hidden_state
+        bias = last[torch.arange(last.shape[0], device=last.device), batch["bias_rep_index"]]  # (R, D)
+        return h, bias[batch["bias_row"]]
+
+    def represent(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Sentence representations before the head: (B, V, D), template bias already subtracted."""
+        h, bias = self._forward_views(batch)
+        return h if bias is None else h - bias
 
     def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Representations after the head as the current mode wants them: (B, V, D)."""
-        h = self.represent(batch)
-        if self.head is not None and (self.training or not self.mlp_only_train):
-            h = self.head(h)
-        return h
+        """Representations after the head as the current mode wants them: (B, V, D).
+
+        PromptBERT Eq. 4 with its heads: ``head(h - h_hat)`` (``head_on=difference``) or
+        ``head(h) - head(h_hat)`` (``head_on=each``, official sup BERT).
+        """
+        h, bias = self._forward_views(batch)
+        use_head = self.head is not None and (self.training or not self.mlp_only_train)
+        if bias is not None and use_head and self.head_on == "each":
+            return self.head(h) - self.head(bias)
+        if bias is not None:
+            h = h - bias
+        return self.head(h) if use_head else h
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         z = self.embed(batch)
