@@ -86,3 +86,39 @@ def test_precision_auto_is_bf16_on_gpu_and_32_on_cpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
     assert resolve_precision("auto") == "bf16-mixed"
     assert resolve_precision("16-mixed") == "16-mixed"
+
+
+def _sweep_values(name: str) -> dict[str, list]:
+    """The sweeper params of conf/sweep/<name>.yaml, parsed as Hydra's basic sweeper parses them."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = OmegaConf.load(f"{CONF}/sweep/{name}.yaml").hydra.sweeper.params
+    parser = OverridesParser.create()
+    out = {}
+    for key, value in params.items():
+        override = parser.parse_override(f"{key}={value}")
+        # each element is launched as the override `key=<element>`; parse it back as the job sees it
+        out[key] = [parser.parse_override(f"{key}={v}").value() for v in override.sweep_string_iterator()]
+    return out
+
+
+def test_table4_prompt_search_sweeps_eight_valid_templates():
+    from cselab.prompts.template import Template
+
+    templates = _sweep_values("promptbert_table4")["prompt.template"]
+    assert len(templates) == 8
+    assert templates[0] == "[X] [MASK] ." and templates[-1] == 'This sentence : "[X]" means [MASK] .'
+    for t in templates:
+        Template.parse(t)
+    cfg = _compose("sweep=promptbert_table4", f"prompt.template='{templates[3]}'")
+    assert (cfg.method.name, cfg.pooler, cfg.train) == ("baseline", "mask", False)
+    assert cfg.prompt.templates.bert.view1 == "[X] means [MASK] ."
+
+
+def test_table8_objective_switch():
+    assert _sweep_values("promptbert_table8")["+objective"] == [
+        "same_template", "different_templates", "different_templates_denoise"]
+    cfg = _compose("method=promptbert", "+objective=same_template")
+    assert list(cfg.prompt.train_views) == ["view1", "view1"] and cfg.denoise == "none"
+    cfg = _compose("method=promptbert", "+objective=different_templates")
+    assert list(cfg.prompt.train_views) == ["view1", "view2"] and cfg.denoise == "none"
