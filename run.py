@@ -3,20 +3,38 @@
     python run.py                                         # PromptBERT unsup on the embedded MiniLM + wiki sample
     python run.py method=baseline pooler=avg train=false  # evaluate a raw backbone
     python run.py -m method=simcse,promptbert backbone=roberta_base
+
+In a -m sweep a failing job writes ``failed.json`` in its directory and the sweep goes on with the next job;
+a single run re-raises (non-zero exit).
 """
+
+import logging
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 import cselab.config  # noqa: F401  (registers the config resolvers)
 
+log = logging.getLogger("cselab")
+
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
-    from cselab.pipeline import run
+    from cselab.pipeline import record_failure, run
 
-    results = run(cfg, HydraConfig.get().runtime.output_dir)
+    hydra_cfg = HydraConfig.get()
+    output_dir = hydra_cfg.runtime.output_dir
+    try:
+        results = run(cfg, output_dir)
+    except Exception as err:
+        path = record_failure(output_dir, err)
+        if hydra_cfg.mode == RunMode.MULTIRUN:
+            log.error("job %s failed (%s: %s); details in %s; the sweep continues",
+                      hydra_cfg.job.num, type(err).__name__, err, path)
+            return None
+        raise
     return results["test"].get("avg")
 
 

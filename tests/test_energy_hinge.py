@@ -47,12 +47,19 @@ def reference_loss(z: torch.Tensor, tau: float, w: float, margin: float, lam: fl
 
 @pytest.mark.parametrize(
     ("batch", "tau", "weight", "margin", "lam"),
-    [(2, 0.05, 0.0, 0.2, 10.0), (6, 0.05, 0.0, 0.2, 10.0), (5, 0.1, 1.0, 0.3, 2.0), (8, 0.5, -1.0, 0.0, 10.0)],
+    [
+        (2, 0.05, 0.0, 0.2, 10.0),
+        (6, 0.05, 0.0, 0.2, 10.0),
+        (5, 0.1, 1.0, 0.3, 2.0),
+        (8, 0.5, -1.0, 0.0, 10.0),
+    ],
 )
 def test_matches_the_formula(batch: int, tau: float, weight: float, margin: float, lam: float) -> None:
     torch.manual_seed(batch * 7 + int(margin * 10))
     z = torch.randn(batch, 3, 16)
-    loss_fn = InfoNCEWithEnergyHinge(temperature=tau, hard_negative_weight=weight, margin=margin, eh_weight=lam)
+    loss_fn = InfoNCEWithEnergyHinge(
+        temperature=tau, hard_negative_weight=weight, margin=margin, eh_weight=lam
+    )
     loss = loss_fn(z)
     assert loss.dim() == 0
     assert float(loss) == pytest.approx(reference_loss(z, tau, weight, margin, lam), abs=1e-5)

@@ -62,9 +62,9 @@ SNLI_ROWS = [
     _row("Two dogs run.", "Animals run.", "entailment"),  # no contradiction: unused
     _row("Two dogs run.", "Dogs run fast.", "neutral"),
     _row("A woman cooks.", "A woman sleeps.", "contradiction"),  # no entailment: unused
-    _row("Kids, \"happy\", play.", "Children play.", "Entailment"),  # quotes/commas, label case
-    _row("Kids, \"happy\", play.", "Kids cry.", "CONTRADICTION"),
-    _row("Kids, \"happy\", play.", "Children play.", "entailment"),  # exact duplicate: kept once
+    _row('Kids, "happy", play.', "Children play.", "Entailment"),  # quotes/commas, label case
+    _row('Kids, "happy", play.', "Kids cry.", "CONTRADICTION"),
+    _row('Kids, "happy", play.', "Children play.", "entailment"),  # exact duplicate: kept once
 ]
 
 
@@ -142,7 +142,10 @@ def test_reverse_contradictions() -> None:
     [
         ("{not json", r"line 2: not valid JSON"),
         ("[1, 2]", r"line 2: expected a JSON object"),
-        (json.dumps({"sentence1": "a", "gold_label": "entailment"}), r"line 2: missing field\(s\) \['sentence2'\]"),
+        (
+            json.dumps({"sentence1": "a", "gold_label": "entailment"}),
+            r"line 2: missing field\(s\) \['sentence2'\]",
+        ),
         (json.dumps(_row("a", "b", "maybe")), r"line 2: unknown NLI label 'maybe'"),
         (json.dumps({"sentence1": "a", "sentence2": None, "gold_label": "neutral"}), r"line 2: field\(s\)"),
     ],
@@ -210,7 +213,9 @@ def test_sick_csv_round_trip_through_datasets(tmp_path: Path) -> None:
     datasets = pytest.importorskip("datasets")
     out = tmp_path / "sick.csv"
     stats = convert("sick", [_sick_train()], out)
-    ds = datasets.load_dataset("csv", data_files={"train": str(out)}, split="train", cache_dir=str(tmp_path / "c"))
+    ds = datasets.load_dataset(
+        "csv", data_files={"train": str(out)}, split="train", cache_dir=str(tmp_path / "c")
+    )
     assert ds.column_names == ["sent0", "sent1", "hard_neg"]
     assert ds.num_rows == stats.triplets == 141
     assert [list(r.values()) for r in ds] == _read_csv(out)[1:]

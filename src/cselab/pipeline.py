@@ -21,6 +21,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from cselab.checkpoint_io import AtomicCheckpointIO
 from cselab.data.nli import NLIDataModule
 from cselab.data.unsup import UnsupDataModule
 from cselab.evaluation.callback import DEV_METRIC, STSCallback
@@ -86,6 +87,7 @@ def build_method(cfg: DictConfig):
         weight_decay=cfg.optim.weight_decay,
         warmup_ratio=cfg.optim.warmup_ratio,
         train=cfg.train,
+        on_nonfinite=cfg.method.get("on_nonfinite", "stop"),
     )
 
 
@@ -111,6 +113,11 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     start = time.perf_counter()
     output_dir = Path(output_dir)
     validate(cfg)
+    if (output_dir / "results.json").exists() and not cfg.get("overwrite", False):
+        raise FileExistsError(
+            f"{output_dir / 'results.json'} exists: this run already finished. Pass overwrite=true to run it "
+            "again in the same directory, or choose another hydra.run.dir"
+        )
     L.seed_everything(cfg.seed, workers=True)
     method = build_method(cfg)
     sts = STSCallback(
@@ -150,11 +157,12 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         check_val_every_n_epoch=None,
         num_sanity_val_steps=0,
         enable_checkpointing=bool(cfg.train),
+        plugins=[AtomicCheckpointIO()],
     )
     best = None
     if cfg.train:
         datamodule = build_datamodule(cfg, method)
-        trainer.fit(method, datamodule=datamodule)
+        trainer.fit(method, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=False)
         best = checkpoint.best_model_path or None if checkpoint is not None else None
         trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)
     else:
@@ -189,3 +197,18 @@ def _log_table(loggers, test: dict[str, float]) -> None:
                 logger.log_table(key="test/sts_table", columns=cols, data=[[round(v, 2) for v in test.values()]])
             except Exception as err:  # never lose a finished run to a logger
                 log.warning("could not log the STS table to %s: %s", type(logger).__name__, err)
+
+
+def record_failure(output_dir: str | Path, err: BaseException) -> Path:
+    """Write ``failed.json`` (error type, message, traceback) in a run's directory; the report lists it."""
+    import json
+    import traceback
+
+    from cselab.report.results import atomic_write_text
+
+    info = {
+        "error": type(err).__name__,
+        "message": str(err),
+        "traceback": "".join(traceback.format_exception(type(err), err, err.__traceback__)),
+    }
+    return atomic_write_text(Path(output_dir) / "failed.json", json.dumps(info, indent=2) + "\n")

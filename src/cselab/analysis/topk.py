@@ -33,7 +33,7 @@ truncation beyond the backbone's maximum length.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
@@ -115,6 +115,63 @@ def _collate(encoder, tokenizer, template: str, denoise: bool, add_period: bool)
     )
 
 
+def _mask_batches(
+    encoder,
+    tokenizer,
+    template: str,
+    sentences: Sequence[str],
+    denoise: bool,
+    batch_size: int,
+    add_period: bool,
+) -> Iterator[tuple[list[int], torch.Tensor]]:
+    """Yield ``(row indices, (b, D) [MASK] states [- bias])`` over length-sorted batches (model in eval mode)."""
+    collate = _collate(encoder, tokenizer, template, denoise, add_period)
+    model = encoder.model
+    device = next(model.parameters()).device
+    tokens = collate.tokenize(list(sentences))
+    order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            batch = collate.build({"text": [tokens[i] for i in idx]})
+            batch = {k: v.to(device) for k, v in batch.items()}
+            ids, att = batch["input_ids"][:, 0], batch["attention_mask"][:, 0]
+            last = encoder(ids, att).last_hidden_state
+            h = last[torch.arange(last.shape[0], device=device), batch["rep_index"][:, 0]]
+            if denoise:
+                bias_last = encoder(
+                    batch["bias_input_ids"], batch["bias_attention_mask"], position_ids=batch["bias_position_ids"]
+                ).last_hidden_state
+                rows = torch.arange(bias_last.shape[0], device=device)
+                h_hat = bias_last[rows, batch["bias_rep_index"]]
+                h = h - h_hat[batch["bias_row"][:, 0]]
+            yield idx, h
+    finally:
+        model.train(was_training)
+
+
+def _scatter(parts: list[tuple[list[int], torch.Tensor]], empty: torch.Tensor) -> torch.Tensor:
+    """Rows of length-sorted batches back in input order."""
+    if not parts:
+        return empty
+    out = torch.cat([p for _, p in parts])
+    order = torch.tensor([i for idx, _ in parts for i in idx], dtype=torch.long, device=out.device)
+    result = torch.empty_like(out)
+    result[order] = out
+    return result
+
+
+def _apply_head(head: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:
+    was_training = head.training
+    head.eval()
+    try:
+        return head(h.to(next(head.parameters()).dtype)).float()
+    finally:
+        head.train(was_training)
+
+
 @torch.no_grad()
 def mask_states(
     encoder,
@@ -131,38 +188,10 @@ def mask_states(
     ``h_[MASK] - h_hat_L``.  Sentences are encoded in length-sorted batches; rows come back in input order.
     The model is run in eval mode (dropout off); its train/eval mode is restored afterwards.
     """
-    collate = _collate(encoder, tokenizer, template, denoise, add_period)
-    model = encoder.model
-    device = next(model.parameters()).device
-    tokens = collate.tokenize(list(sentences))
-    order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
-    was_training = model.training
-    model.eval()
-    chunks: list[torch.Tensor] = []
-    try:
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            batch = collate.build({"text": [tokens[i] for i in idx]})
-            batch = {k: v.to(device) for k, v in batch.items()}
-            ids, att = batch["input_ids"][:, 0], batch["attention_mask"][:, 0]
-            last = encoder(ids, att).last_hidden_state
-            h = last[torch.arange(last.shape[0], device=device), batch["rep_index"][:, 0]]
-            if denoise:
-                bias_last = encoder(
-                    batch["bias_input_ids"], batch["bias_attention_mask"], position_ids=batch["bias_position_ids"]
-                ).last_hidden_state
-                rows = torch.arange(bias_last.shape[0], device=device)
-                h_hat = bias_last[rows, batch["bias_rep_index"]]
-                h = h - h_hat[batch["bias_row"][:, 0]]
-            chunks.append(h.float())
-    finally:
-        model.train(was_training)
-    if not chunks:
-        return torch.zeros(0, encoder.hidden_size, device=device)
-    out = torch.cat(chunks)
-    result = torch.empty_like(out)
-    result[torch.tensor(order, dtype=torch.long, device=device)] = out
-    return result
+    parts = [(idx, h.float()) for idx, h in
+             _mask_batches(encoder, tokenizer, template, sentences, denoise, batch_size, add_period)]
+    device = next(encoder.model.parameters()).device
+    return _scatter(parts, torch.zeros(0, encoder.hidden_size, device=device))
 
 
 @torch.no_grad()
@@ -177,18 +206,17 @@ def mask_logits(
 ) -> torch.Tensor:
     """MLM-head logits at the template's [MASK]: (N, V) float32, ``MLMHead(h_[MASK] [- h_hat_L])``.
 
+    Memory is N x V floats: for large N use :func:`topk_token_encoder` / :func:`topk_mask_tokens`, which reduce
+    each batch to its top k.
+
     Raises:
         ValueError: the backbone has no MLM head (see :func:`mlm_head`).
     """
     head = mlm_head(encoder)  # fail before any forward pass
-    h = mask_states(encoder, tokenizer, template, sentences, denoise, batch_size, add_period)
-    was_training = head.training
-    head.eval()
-    try:
-        logits = head(h.to(next(head.parameters()).dtype))
-    finally:
-        head.train(was_training)
-    return logits.float()
+    parts = [(idx, _apply_head(head, h)) for idx, h in
+             _mask_batches(encoder, tokenizer, template, sentences, denoise, batch_size, add_period)]
+    vocab = encoder.model.embeddings.word_embeddings.weight.shape[0]
+    return _scatter(parts, torch.zeros(0, vocab))
 
 
 def topk_weights(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -248,12 +276,13 @@ def topk_token_encoder(
 
     @torch.no_grad()
     def encode(sentences: list[str]) -> torch.Tensor:
-        if len(sentences) == 0:
-            return torch.zeros(0, weight.shape[1])
-        logits = mask_logits(encoder, tokenizer, tpl, sentences, denoise, batch_size, add_period)
-        w, idx = topk_weights(logits, k)
-        static = weight.detach().float()[idx]  # (N, k, D)
-        return (w.unsqueeze(-1) * static).sum(1).cpu()
+        head = mlm_head(encoder)
+        static = weight.detach().float()
+        parts = []
+        for idx, h in _mask_batches(encoder, tokenizer, tpl, sentences, denoise, batch_size, add_period):
+            w, top = topk_weights(_apply_head(head, h), k)  # (b, k), renormalised over the top k
+            parts.append((idx, (w.unsqueeze(-1) * static[top]).sum(1).cpu()))  # sum_v w_v W_v
+        return _scatter(parts, torch.zeros(0, static.shape[1]))
 
     return encode
 
@@ -285,11 +314,14 @@ def topk_mask_tokens(
         ValueError: no MLM head, or bad ``k``.
     """
     tpl = template or manual_template(encoder.family)
-    logits = mask_logits(encoder, tokenizer, tpl, sentences, denoise, batch_size, add_period)
-    if not 1 <= k <= logits.shape[-1]:
-        raise ValueError(f"k={k}: expected 1 <= k <= vocabulary size {logits.shape[-1]}")
-    top = torch.softmax(logits, dim=-1).topk(k, dim=-1)
-    out = []
-    for values, indices in zip(top.values.tolist(), top.indices.tolist(), strict=True):
-        out.append(list(zip(tokenizer.convert_ids_to_tokens(indices), values, strict=True)))
+    head = mlm_head(encoder)
+    vocab = encoder.model.embeddings.word_embeddings.weight.shape[0]
+    if not 1 <= k <= vocab:
+        raise ValueError(f"k={k}: expected 1 <= k <= vocabulary size {vocab}")
+    out: list[list[tuple[str, float]]] = [[] for _ in sentences]
+    with torch.no_grad():
+        for idx, h in _mask_batches(encoder, tokenizer, tpl, sentences, denoise, batch_size, add_period):
+            top = torch.softmax(_apply_head(head, h), dim=-1).topk(k, dim=-1)
+            for i, values, indices in zip(idx, top.values.tolist(), top.indices.tolist(), strict=True):
+                out[i] = list(zip(tokenizer.convert_ids_to_tokens(indices), values, strict=True))
     return out

@@ -83,7 +83,13 @@ DEFAULT_OUT = "outputs/generated/nli_triplets.csv"
 #: column names of SimCSE's ``nli_for_simcse.csv``
 CSV_COLUMNS: tuple[str, str, str] = ("sent0", "sent1", "hard_neg")
 
-SICK_HEADER: tuple[str, ...] = ("pair_ID", "sentence_A", "sentence_B", "relatedness_score", "entailment_judgment")
+SICK_HEADER: tuple[str, ...] = (
+    "pair_ID",
+    "sentence_A",
+    "sentence_B",
+    "relatedness_score",
+    "entailment_judgment",
+)
 
 # pandas' default na_values (pandas._libs.parsers.STR_NA_VALUES): such a cell reads back as NaN, not a string
 _PANDAS_NA = frozenset(

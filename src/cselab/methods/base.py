@@ -8,7 +8,9 @@ implementations) and the evaluation ``encode`` live here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -19,6 +21,11 @@ from cselab.encoders.backbone import load_backbone
 from cselab.encoders.heads import build_head
 from cselab.encoders.poolers import POOLERS, needs_hidden_states, pool
 from cselab.losses import build_loss
+from cselab.report.results import atomic_write_text
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The training loss became NaN or inf (the batch's sentences are saved beside the checkpoints)."""
 
 
 class ContrastiveMethod(L.LightningModule):
@@ -42,6 +49,9 @@ class ContrastiveMethod(L.LightningModule):
         eval_batch_size: sentences per forward pass in :meth:`encode`.
         lr, weight_decay, warmup_ratio: AdamW and linear schedule.
         train: False for methods evaluated without fine-tuning.
+        on_nonfinite: ``stop`` (raise :class:`NonFiniteLossError`) or ``skip`` (no optimizer step) when the
+            loss is NaN / inf; either way the step and the batch's sentences are written to
+            ``<run dir>/nonfinite_step<N>.json``.
 
     Raises:
         ValueError: unknown pooler / setting, or a config combination that cannot work (named keys).
@@ -66,6 +76,7 @@ class ContrastiveMethod(L.LightningModule):
         weight_decay: float = 0.0,
         warmup_ratio: float = 0.0,
         train: bool = True,
+        on_nonfinite: str = "stop",
         **extra: Any,
     ) -> None:
         super().__init__()
@@ -97,6 +108,10 @@ class ContrastiveMethod(L.LightningModule):
         self.eval_max_seq_len = eval_max_seq_len
         self.eval_batch_size = eval_batch_size
         self.do_train = train
+        if on_nonfinite not in ("stop", "skip"):
+            raise ValueError(f"method.on_nonfinite={on_nonfinite!r}: expected 'stop' or 'skip'")
+        self.on_nonfinite = on_nonfinite
+        self.skipped_nonfinite = 0
         self._train_collate: ViewCollate | None = None
         self._eval_collate: ViewCollate | None = None
 
@@ -199,11 +214,31 @@ class ContrastiveMethod(L.LightningModule):
             h = h - bias
         return self.head(h) if use_head else h
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
         z = self.embed(batch)
         loss = self.loss_fn(z)
+        if not torch.isfinite(loss):
+            path = self._save_nonfinite_batch(batch, loss)
+            if self.on_nonfinite == "skip":
+                self.skipped_nonfinite += 1
+                self.log("train/skipped_nonfinite", float(self.skipped_nonfinite))
+                return None  # Lightning skips the optimizer step
+            raise NonFiniteLossError(
+                f"training loss is {loss.item()} at step {self.global_step}; the batch's sentences are in {path} "
+                "(set method.on_nonfinite=skip to skip such batches)"
+            )
         self.log("train/loss", loss, prog_bar=True, batch_size=z.shape[0])
         return loss
+
+    def _save_nonfinite_batch(self, batch: dict[str, torch.Tensor], loss: torch.Tensor) -> Path:
+        """Write the step, the loss and the batch (first view, decoded as the model saw it) to a JSON file."""
+        root = Path(self.trainer.default_root_dir) if self._trainer is not None else Path(".")
+        path = root / f"nonfinite_step{self.global_step}.json"
+        ids, mask = batch["input_ids"][:, 0], batch["attention_mask"][:, 0]
+        texts = [self.tokenizer.decode(i[m.bool()].tolist(), skip_special_tokens=True) for i, m in zip(ids, mask, strict=True)]
+        atomic_write_text(path, json.dumps({"step": int(self.global_step), "loss": str(loss.item()),
+                                            "sentences": texts}, indent=1))
+        return path
 
     # The STS callback does the evaluation; Lightning's loops only provide the schedule (val_check_interval).
     def validation_step(self, batch: Any, batch_idx: int) -> None:

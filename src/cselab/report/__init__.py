@@ -1,0 +1,26 @@
+"""Results and the papers' table.
+
+* :mod:`cselab.report.results` -- a run's ``results.json`` (written by the pipeline);
+* :mod:`cselab.report.published` -- the papers' published numbers (``published.yaml``) and config -> row matching;
+* :mod:`cselab.report.collect` -- find runs, pool seeds, aggregate (mean ± sample std, Spearman x 100);
+* :mod:`cselab.report.render` -- Markdown / LaTeX / CSV tables;
+* ``python -m cselab.report DIR... [--format markdown|latex|csv] [--out FILE] [--group-by KEYS] [--wandb]``.
+
+Submodules are imported lazily (``results`` pulls in torch through the STS evaluator; the report does not).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["load_published", "lookup", "variant_of"]
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy exports ``load_published``, ``lookup``, ``variant_of`` (``from cselab.report.collect import collect``
+    and ``from cselab.report.render import render`` for the rest: those names are also submodules)."""
+    if name in __all__:
+        from cselab.report import published
+
+        return getattr(published, name)
+    raise AttributeError(f"module 'cselab.report' has no attribute {name!r}")

@@ -1,0 +1,54 @@
+"""Analyses of non-fine-tuned (or trained) backbones from PromptBERT (Jiang et al. 2022) and SimCSE.
+
+* :mod:`cselab.analysis.static` -- static token-embedding averages (Table 5 "static avg." and "static remove
+  biases avg."; the Table 11 frequent-token lists as data).
+* :mod:`cselab.analysis.topk` -- the MLM head at the template's [MASK]: Eq. 3 top-k token representation
+  (Table 9) and the top-k predicted tokens (Table 7), with or without template denoising.
+* :mod:`cselab.analysis.geometry` -- anisotropy (Eq. 1), alignment and uniformity (Wang & Isola 2020) and the
+  STS-B alignment / uniformity protocol.
+* ``python -m cselab.analysis {anisotropy,topk-tokens,align-uniform}`` -- the command line.
+
+Every ``*_encoder`` returns ``encode(list[str]) -> Tensor[N, D]`` (float32, CPU), the interface of
+:class:`cselab.evaluation.sts.STSEvaluator`.
+"""
+
+from cselab.analysis.geometry import align_uniform_stsb, alignment, anisotropy, uniformity
+from cselab.analysis.static import (
+    BERT_PUNCTUATION,
+    BIASED_TOKENS,
+    biased_tokens_for,
+    static_avg,
+    static_avg_encoder,
+    static_token_ids,
+)
+from cselab.analysis.topk import (
+    MANUAL_TEMPLATES,
+    TABLE7_SENTENCES,
+    mask_logits,
+    mask_states,
+    mlm_head,
+    topk_mask_tokens,
+    topk_token_encoder,
+    topk_weights,
+)
+
+__all__ = [
+    "BERT_PUNCTUATION",
+    "BIASED_TOKENS",
+    "MANUAL_TEMPLATES",
+    "TABLE7_SENTENCES",
+    "align_uniform_stsb",
+    "alignment",
+    "anisotropy",
+    "biased_tokens_for",
+    "mask_logits",
+    "mask_states",
+    "mlm_head",
+    "static_avg",
+    "static_avg_encoder",
+    "static_token_ids",
+    "topk_mask_tokens",
+    "topk_token_encoder",
+    "topk_weights",
+    "uniformity",
+]

@@ -1,0 +1,256 @@
+"""Render a :class:`cselab.report.collect.Report` as Markdown, LaTeX or CSV, in the papers' column layout.
+
+Columns: STS12 STS13 STS14 STS15 STS16 STS-B SICK-R Avg (Spearman x 100), optionally STS-B dev.  A cell is
+``mean ± std`` over the group's seeds (std only when n > 1, sample std with ddof=1, as the papers' "±"),
+followed by ``(paper; ours - paper)`` when the matched paper row reports that column.  Rows without a
+published number show ours only.  Failed runs are listed after the table with the last lines of their logs.
+
+CSV is the machine-readable form: one row per group (``status=ok``) with ``<col>_mean``, ``<col>_std``,
+``<col>_n``, ``<col>_paper``, ``<col>_paper_std``, ``<col>_diff`` for every column, then one row per failed
+run (``status=failed``) with its log tail.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from typing import Any
+
+from cselab.report.collect import Group, Report, Run
+from cselab.report.published import COLUMN_NAMES, SCORE_KEYS
+
+FORMATS: tuple[str, ...] = ("markdown", "latex", "csv")
+#: the report's columns: the 8 test columns, plus ``dev`` (STS-B dev) on request
+DEV_COLUMN = "dev"
+COLUMN_TITLES: dict[str, str] = {**COLUMN_NAMES, DEV_COLUMN: "STS-B dev"}
+
+
+def _columns(dev: bool) -> list[str]:
+    return [*SCORE_KEYS, DEV_COLUMN] if dev else list(SCORE_KEYS)
+
+
+def _fmt(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return ""
+    return f"{value:+.2f}" if signed else f"{value:.2f}"
+
+
+def cell_parts(group: Group, col: str) -> dict[str, str]:
+    """The pieces of one cell as text: ``ours`` ("75.27", "75.27 ± 0.40" or ""), ``paper``
+    ("76.25", "78.54 ± 0.15" or ""), ``diff`` ("-0.98" or "").  Spearman x 100, 2 decimals."""
+    stat = group.stat(col)
+    ours = _fmt(stat.mean)
+    if ours and stat.std is not None:
+        ours += f" ± {stat.std:.2f}"
+    paper = _fmt(group.paper(col))
+    if paper and group.paper_std(col) is not None:
+        paper += f" ± {group.paper_std(col):.2f}"
+    return {"ours": ours, "paper": paper, "diff": _fmt(group.diff(col), signed=True)}
+
+
+def _name(group: Group) -> dict[str, str]:
+    return {
+        "method": group.method or "*", "backbone": group.backbone or "*", "setting": group.setting or "*",
+        "variant": group.variant or "", "label": group.label,
+    }
+
+
+def _seeds(group: Group) -> str:
+    return " ".join(str(s) for s in group.seeds)
+
+
+def _source(group: Group) -> str:
+    return group.published.source if group.published is not None else ""
+
+
+def _notes(groups: Sequence[Group]) -> list[str]:
+    notes, seen = [], set()
+    for g in groups:
+        p = g.published
+        if p is not None and (p.erratum or p.derived) and p.index not in seen:
+            seen.add(p.index)
+            if p.erratum:
+                notes.append(f"{p.source} ({p.method}, {p.backbone}, {p.setting}): erratum: {p.erratum}")
+            if p.derived:
+                notes.append(f"{p.source} ({p.method}, {p.backbone}, {p.setting}): derived: {p.derived}")
+    return notes
+
+
+def _failed_title(run: Run) -> str:
+    c = run.config
+    names = [str((c.get(k) or {}).get("name", "?")) if isinstance(c.get(k), dict) else "?"
+             for k in ("method", "backbone", "setting")]
+    extra = ", ".join(o for o in (run.overrides or []) if not o.lstrip("+~").startswith("hydra"))
+    return "/".join(names) + (f" [{extra}]" if extra else "")
+
+
+# ------------------------------------------------------------------------------------------ markdown
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_markdown(report: Report, dev: bool = False) -> str:
+    """The report as a GitHub Markdown table plus a legend, paper notes and the failed-run list."""
+    cols = _columns(dev)
+    header = ["Method", "Backbone", "Setting", "Variant / overrides", "n",
+              *[COLUMN_TITLES[c] for c in cols], "Paper"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 5 + ["--:"] * len(cols) + ["---"]) + "|"]
+    for g in report.groups:
+        name = _name(g)
+        what = " ; ".join(x for x in (f"**{name['variant']}**" if name["variant"] else "", name["label"]) if x)
+        n = f"{g.n}" + (f" (+{len(g.failed)} failed)" if g.failed else "")
+        cells = []
+        for c in cols:
+            part = cell_parts(g, c)
+            text = part["ours"]
+            if part["paper"] and text:
+                text += f" ({part['paper']}; {part['diff']})"
+            elif part["paper"]:
+                text = f"– ({part['paper']})"
+            cells.append(text or "–")
+        row = [name["method"], name["backbone"], name["setting"], _md_escape(what), n, *cells, _source(g)]
+        lines.append("| " + " | ".join(row) + " |")
+    out = ["## STS results (Spearman × 100)", ""]
+    out += lines if report.groups else ["_no finished runs found_"]
+    out += ["", "Cell: ours, mean ± sample std (ddof=1) over the n seeds (std only when n > 1), then "
+                "(paper; ours − paper) when the paper reports the column. Paper: the published row matched on "
+                "(method, backbone, setting, variant)."]
+    notes = _notes(report.groups)
+    if notes:
+        out += ["", "Paper notes:", ""] + [f"- {n}" for n in notes]
+    if report.failed:
+        out += ["", f"### Failed runs ({len(report.failed)})", ""]
+        for run in report.failed:
+            out.append(f"- `{run.path}` — {_md_escape(_failed_title(run))}: {run.error}")
+            for log_name, tail in run.log_tail.items():
+                out += [f"  - last lines of `{log_name}`:", "", "    ```"]
+                out += [f"    {line}" for line in tail]
+                out += ["    ```", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+# ------------------------------------------------------------------------------------------ latex
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def latex_escape(text: str) -> str:
+    """Escape LaTeX's special characters in plain text."""
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def _latex_cell(g: Group, col: str) -> str:
+    stat = g.stat(col)
+    if stat.mean is None:
+        text = "--"
+    else:
+        text = f"{stat.mean:.2f}" + (f"$\\pm${stat.std:.2f}" if stat.std is not None else "")
+    paper = g.paper(col)
+    if paper is not None:
+        diff = g.diff(col)
+        ref = f"{paper:.2f}" + (f"; ${diff:+.2f}$" if diff is not None else "")
+        text += f" {{\\scriptsize({ref})}}"
+    return text
+
+
+def render_latex(report: Report, dev: bool = False) -> str:
+    """The report as a booktabs ``tabular`` (needs ``\\usepackage{booktabs}``); failed runs as ``%`` comments."""
+    cols = _columns(dev)
+    spec = "lllll" + "c" * len(cols) + "l"
+    head = ["Method", "Backbone", "Setting", "Variant", "$n$", *[latex_escape(COLUMN_TITLES[c]) for c in cols],
+            "Paper"]
+    out = [
+        "% STS results, Spearman x 100: ours = mean $\\pm$ sample std (ddof=1) over n seeds;",
+        "% (paper; ours - paper) in small type when the paper reports the column.",
+        "\\begin{tabular}{" + spec + "}",
+        "\\toprule",
+        " & ".join(head) + " \\\\",
+        "\\midrule",
+    ]
+    for g in report.groups:
+        name = _name(g)
+        what = "; ".join(x for x in (name["variant"], name["label"]) if x)
+        row = [latex_escape(name["method"]), latex_escape(name["backbone"]), latex_escape(name["setting"]),
+               latex_escape(what), str(g.n), *[_latex_cell(g, c) for c in cols], latex_escape(_source(g))]
+        out.append(" & ".join(row) + " \\\\")
+    out += ["\\bottomrule", "\\end{tabular}"]
+    for note in _notes(report.groups):
+        out.append(f"% paper note: {note}")
+    for run in report.failed:
+        out.append(f"% FAILED: {run.path} ({_failed_title(run)}): {run.error}")
+        for log_name, tail in run.log_tail.items():
+            out += [f"%   {log_name}: {line}" for line in tail]
+    return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ csv
+
+def table_records(report: Report) -> tuple[list[str], list[list[Any]]]:
+    """The report as ``(columns, rows)`` of plain values (numbers unrounded; ``None`` when missing).
+
+    Group rows have ``status="ok"``; each failed run adds a row with ``status="failed"``, its ``run_dirs``,
+    ``error`` and ``log_tail`` (the last log lines, newline-joined).  Used for CSV and the W&B table.
+    """
+    cols = _columns(True)
+    columns = ["status", "method", "backbone", "setting", "variant", "label", "n", "n_failed", "seeds"]
+    for c in cols:
+        columns += [f"{c}_mean", f"{c}_std", f"{c}_n", f"{c}_paper", f"{c}_paper_std", f"{c}_diff"]
+    columns += ["paper_source", "paper_note", "run_dirs", "error", "log_tail"]
+    rows: list[list[Any]] = []
+    for g in report.groups:
+        name = _name(g)
+        row: list[Any] = ["ok", name["method"], name["backbone"], name["setting"], name["variant"], name["label"],
+                          g.n, len(g.failed), _seeds(g)]
+        for c in cols:
+            stat = g.stat(c)
+            row += [stat.mean, stat.std, stat.n, g.paper(c), g.paper_std(c), g.diff(c)]
+        p = g.published
+        note = "" if p is None else "; ".join(x for x in (p.erratum and f"erratum: {p.erratum}",
+                                                          p.derived and f"derived: {p.derived}") if x)
+        row += [_source(g), note, " ".join(str(r.path) for r in g.runs), "", ""]
+        rows.append(row)
+    for run in report.failed:
+        c = run.config
+        names = [(c.get(k) or {}).get("name") if isinstance(c.get(k), dict) else None
+                 for k in ("method", "backbone", "setting")]
+        tail = "\n".join(f"[{name}] {line}" for name, lines in run.log_tail.items() for line in lines)
+        row = ["failed", *names, None, ", ".join(run.overrides or []), 0, 1,
+               "" if run.seed is None else str(run.seed)]
+        row += [None] * (6 * len(cols))
+        row += ["", "", str(run.path), run.error, tail]
+        rows.append(row)
+    return columns, rows
+
+
+def render_csv(report: Report, dev: bool = True) -> str:
+    """The report as CSV (``csv`` module, header row first; empty field = missing).  ``dev`` is ignored:
+    the CSV always carries the STS-B dev columns."""
+    columns, rows = table_records(report)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow(["" if v is None else v for v in row])
+    return buf.getvalue()
+
+
+def render(report: Report, fmt: str = "markdown", dev: bool = False) -> str:
+    """Render ``report`` as ``fmt`` (one of :data:`FORMATS`); ``dev`` adds the STS-B dev column.
+
+    Raises:
+        ValueError: unknown format.
+    """
+    if fmt == "markdown":
+        return render_markdown(report, dev=dev)
+    if fmt == "latex":
+        return render_latex(report, dev=dev)
+    if fmt == "csv":
+        return render_csv(report)
+    raise ValueError(f"unknown format {fmt!r}; expected one of {list(FORMATS)}")
+
+
+__all__ = ["FORMATS", "cell_parts", "latex_escape", "render", "render_csv", "render_latex",
+           "render_markdown", "table_records"]
