@@ -318,6 +318,13 @@ def read_run(run_dir: str | os.PathLike, log_lines: int = 10) -> Run:
             error = f"unreadable {RESULTS_FILE}: {err}"
     else:
         error = f"no {RESULTS_FILE} (the job failed or is still running)"
+        failed = run_dir / "failed.json"  # written by run.py when a job raises (cselab.pipeline.record_failure)
+        if failed.is_file():
+            try:
+                info = json.loads(failed.read_text(encoding="utf-8"))
+                error = f"failed: {info.get('error')}: {info.get('message')}"
+            except (OSError, json.JSONDecodeError) as err:
+                error = f"failed (unreadable failed.json: {err})"
     config = results.get("config") if results is not None else None
     if not isinstance(config, dict):
         config = _hydra_config(run_dir)
