@@ -20,7 +20,7 @@ def _compose(*overrides: str):
         return compose(config_name="config", overrides=list(overrides))
 
 
-@pytest.mark.parametrize("method", ["simcse", "promptbert"])
+@pytest.mark.parametrize("method", ["simcse", "promptbert", "dcpcse", "promcse"])
 @pytest.mark.parametrize("setting", ["unsup", "sup"])
 @pytest.mark.parametrize("backbone", BACKBONES)
 def test_every_paper_row_composes(method, setting, backbone):
@@ -31,6 +31,22 @@ def test_every_paper_row_composes(method, setting, backbone):
     assert resolved["optim"]["lr"] == resolved["hp"]["lr"]
     assert resolved["trainer"]["max_epochs"] == resolved["hp"]["epochs"]
     validate(cfg)
+
+
+@pytest.mark.parametrize("method", ["cot_bert", "scpcse", "optiprompt", "baseline"])
+def test_unsup_only_methods_compose(method):
+    validate(_compose(f"method={method}"))
+
+
+def test_prompt_tuning_rows():
+    cfg = _compose("method=dcpcse", "backbone=roberta_base")
+    assert (cfg.tuning.name, cfg.tuning.pre_seq_len, cfg.optim.lr, cfg.data.batch_size) == ("prefix", 14, 3e-2, 64)
+    assert cfg.method.mlm.weight == 0.1 and cfg.method.mlm.probability == 0.15
+    assert _compose("method=dcpcse", "backbone=bert_base").method.mlm is None
+    cfg = _compose("method=promcse", "setting=sup", "backbone=roberta_large")
+    assert (cfg.loss.name, cfg.loss.margin, cfg.loss.eh_weight, cfg.tuning.pre_seq_len) == ("infonce_eh", 0.2, 10.0, 10)
+    assert _compose("method=promcse").loss.name == "infonce"
+    assert _compose("method=optiprompt").tuning.name == "soft_prompt"
 
 
 def test_paper_hyper_parameters_are_selected():
@@ -70,6 +86,10 @@ def test_command_line_overrides_win():
         (["method=simcse", "pooler=mask"], "pooler=mask"),
         (["data=sup"], "does not match setting=unsup"),
         (["denoise=shift"], "denoise='shift'"),
+        (["method=simcse", "tuning=prefix"], "tuning=prefix conflicts with method=simcse"),
+        (["method=dcpcse", "tuning=full"], "tuning=full conflicts with method=dcpcse"),
+        (["method=dcpcse", "tuning.pre_seq_len=0"], "tuning.pre_seq_len"),
+        (["method=optiprompt", "denoise=position"], "soft_prompt with denoise"),
     ],
 )
 def test_invalid_configs_are_refused_with_the_key(overrides, message):

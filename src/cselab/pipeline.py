@@ -62,6 +62,16 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"denoise={cfg.denoise!r}: expected none, position or pad")
     if cfg.denoise != "none" and not cfg.prompt:
         raise ConfigError(f"denoise={cfg.denoise} needs a template but prompt=none (choose a prompt)")
+    allowed = cfg.method.get("tunings")
+    if cfg.train and allowed is not None and cfg.tuning.name not in allowed:
+        raise ConfigError(
+            f"tuning={cfg.tuning.name} conflicts with method={cfg.method.name}, which trains {list(allowed)} "
+            f"(method.tunings); choose tuning={allowed[0]} or another method"
+        )
+    if cfg.tuning.name == "soft_prompt" and cfg.denoise != "none":
+        raise ConfigError("tuning=soft_prompt with denoise is not supported: set denoise=none")
+    if cfg.tuning.name == "prefix" and cfg.tuning.pre_seq_len < 1:
+        raise ConfigError(f"tuning.pre_seq_len must be >= 1, got {cfg.tuning.pre_seq_len}")
     if cfg.pooler == "mask" and not cfg.prompt:
         raise ConfigError("pooler=mask (the [MASK] representation) needs a template but prompt=none")
 
@@ -88,6 +98,9 @@ def build_method(cfg: DictConfig):
         warmup_ratio=cfg.optim.warmup_ratio,
         train=cfg.train,
         on_nonfinite=cfg.method.get("on_nonfinite", "stop"),
+        tuning=OmegaConf.to_container(cfg.tuning, resolve=True),
+        mlm=OmegaConf.to_container(cfg.method.mlm, resolve=True) if cfg.method.get("mlm") else None,
+        negatives=cfg.get("negatives", "global"),
     )
 
 

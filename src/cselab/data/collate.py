@@ -48,6 +48,12 @@ class ViewCollate:
             denoising.
         max_positions: the backbone's ``max_position_embeddings`` minus its offset; the sentence is cut further
             so that the wrapped input always fits, never cutting the template.
+        soft_templates: for continuous templates (``tuning=soft_prompt``): the ordered list of every template
+            string that shares the trainable table (train and eval collates get the same list, so slots agree).
+            Each template token except [CLS], [SEP] and [MASK] gets a slot; ``template_index`` is emitted.
+        mlm_probability: > 0 adds ``mlm_input_ids`` / ``mlm_labels`` (B, V, T) for the MLM auxiliary loss:
+            that fraction of the SENTENCE tokens is selected, 80 % replaced by [MASK], 10 % by a random token,
+            10 % kept (BERT / SimCSE ``mask_tokens``); labels are -100 elsewhere.
 
     Call it on ``list[Mapping[str, str]]`` or ``list[str]`` (the latter fills the field ``"text"``).  Returns:
         ``input_ids`` (B, V, T), ``attention_mask`` (B, V, T), ``rep_index`` (B, V) index of the
@@ -71,6 +77,8 @@ class ViewCollate:
         add_period: bool = False,
         position_offset: int = 0,
         max_positions: int = 512,
+        soft_templates: Sequence[str] | None = None,
+        mlm_probability: float = 0.0,
     ) -> None:
         if denoise not in DENOISE_MODES:
             raise ValueError(f"denoise={denoise!r}: expected one of {DENOISE_MODES}")
@@ -94,6 +102,24 @@ class ViewCollate:
                 )
             self.templates.append(tokenize_template(tpl, tokenizer))
         self.fields = list(dict.fromkeys(v.field for v in self.views))
+        self.mlm_probability = float(mlm_probability)
+        self.soft_slots: dict[str, tuple[int, list[int], list[int]]] = {}
+        self.soft_init_ids: list[int] = []
+        if soft_templates:
+            self._build_soft_slots(list(soft_templates), mask_index)
+
+    def _build_soft_slots(self, templates: list[str], mask_index: int) -> None:
+        """Slot table of the continuous template: (offset, prefix positions, suffix positions) per template."""
+        mask_id = self.tokenizer.mask_token_id
+        for source in dict.fromkeys(templates):
+            tt = tokenize_template(Template.parse(source, mask_index), self.tokenizer)
+            pre = [i for i in range(1, len(tt.prefix_ids)) if tt.prefix_ids[i] != mask_id]
+            suf = [j for j in range(len(tt.suffix_ids) - 1) if tt.suffix_ids[j] != mask_id]
+            self.soft_slots[source] = (len(self.soft_init_ids), pre, suf)
+            self.soft_init_ids += [tt.prefix_ids[i] for i in pre] + [tt.suffix_ids[j] for j in suf]
+        for view in self.views:
+            if view.template is None or view.template not in self.soft_slots:
+                raise ValueError(f"view {view} has no slots in the continuous template table {templates}")
 
     def _budget(self, view: int) -> int:
         tt = self.templates[view]
@@ -146,9 +172,49 @@ class ViewCollate:
                 input_ids[b, v, : len(seq)] = torch.tensor(seq, dtype=torch.long)
                 attention[b, v, : len(seq)] = 1
         out = {"input_ids": input_ids, "attention_mask": attention, "rep_index": rep_index, "sent_len": sent_len}
+        if self.soft_slots:
+            out["template_index"] = self._template_index(input_ids.shape, sent_len)
+        if self.mlm_probability > 0:
+            out.update(self._mlm(input_ids, sent_len))
         if self.denoise != "none":
             out.update(self._bias(sent_len))
         return out
+
+    def _template_index(self, shape: torch.Size, sent_len: torch.Tensor) -> torch.Tensor:
+        """(B, V, T): the continuous-template slot of each template token, -1 on sentence / special tokens."""
+        index = torch.full(shape, -1, dtype=torch.long)
+        for v, view in enumerate(self.views):
+            offset, pre, suf = self.soft_slots[view.template]
+            p = len(self.templates[v].prefix_ids)
+            for b in range(shape[0]):
+                base = p + int(sent_len[b, v])
+                for k, i in enumerate(pre):
+                    index[b, v, i] = offset + k
+                for k, j in enumerate(suf):
+                    index[b, v, base + j] = offset + len(pre) + k
+        return index
+
+    def _sentence_mask(self, shape: torch.Size, sent_len: torch.Tensor) -> torch.Tensor:
+        """(B, V, T) bool: True on the sentence's own tokens (never on template or special tokens)."""
+        mask = torch.zeros(shape, dtype=torch.bool)
+        for v in range(shape[1]):
+            p = len(self.templates[v].prefix_ids)
+            for b in range(shape[0]):
+                mask[b, v, p : p + int(sent_len[b, v])] = True
+        return mask
+
+    def _mlm(self, input_ids: torch.Tensor, sent_len: torch.Tensor) -> dict[str, torch.Tensor]:
+        """BERT masking on sentence tokens: ``mlm_probability`` selected; 80 % [MASK], 10 % random, 10 % kept."""
+        eligible = self._sentence_mask(input_ids.shape, sent_len)
+        prob = torch.full(input_ids.shape, self.mlm_probability) * eligible
+        selected = torch.bernoulli(prob).bool()
+        labels = torch.where(selected, input_ids, torch.full_like(input_ids, -100))
+        masked = input_ids.clone()
+        replace = torch.bernoulli(torch.full(input_ids.shape, 0.8)).bool() & selected
+        masked[replace] = self.tokenizer.mask_token_id
+        random = torch.bernoulli(torch.full(input_ids.shape, 0.5)).bool() & selected & ~replace
+        masked[random] = torch.randint(len(self.tokenizer), input_ids.shape, dtype=torch.long)[random]
+        return {"mlm_input_ids": masked, "mlm_labels": labels}
 
     def _bias(self, sent_len: torch.Tensor) -> dict[str, torch.Tensor]:
         """One template-only row per (distinct template, distinct length) in the batch."""

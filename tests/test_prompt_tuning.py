@@ -1,0 +1,198 @@
+"""Continuous prompts on a frozen backbone: prefixes (PEFT + official additions), soft templates, MLM, checkpoints."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+
+import lightning as L
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
+
+from cselab.encoders.backbone import BackboneUnavailableError, Encoder, load_backbone
+from tests.conftest import PROMPTBERT_PROMPT
+
+SENTS = ["a man is playing a guitar", "the dog ran to the park", "a woman is slicing an onion", "a cat sat"]
+MANUAL = {**copy.deepcopy(PROMPTBERT_PROMPT), "train_views": ["view1", "view1"],
+          "templates": {"bert": {"view1": '*cls*_This_sentence_:_"*sent_0*"_means*mask*.*sep+*'}}}
+
+
+def _prefix(**kw):
+    return {"name": "prefix", "pre_seq_len": 4, "variant": "deep", "dropout": 0.1, **kw}
+
+
+def _positions_seen(encoder: Encoder, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    base = encoder.model.get_base_model() if hasattr(encoder.model, "get_base_model") else encoder.model
+    seen = {}
+    handle = base.embeddings.position_embeddings.register_forward_hook(
+        lambda mod, args, out: seen.update(pos=args[0].clone()))
+    try:
+        encoder(ids, mask)
+    finally:
+        handle.remove()
+    return seen["pos"]
+
+
+@pytest.mark.parametrize("family, first", [("bert", 0), ("roberta", 2)])
+@pytest.mark.parametrize("positions", ["shifted", "unshifted"])
+def test_prefix_position_ids_of_the_real_tokens(make_method, family, first, positions):
+    m = make_method("dcpcse", family, pooler="cls", tuning=_prefix(prefix_positions=positions))
+    batch = m.eval_collate(["a man is playing a guitar"])
+    pos = _positions_seen(m.encoder, batch["input_ids"][:, 0], batch["attention_mask"][:, 0])
+    start = first + (4 if positions == "shifted" else 0)  # official code: P (BERT), P + 2 (RoBERTa)
+    assert pos[0, 0].item() == start
+    assert pos[0, : batch["attention_mask"][0, 0].sum()].tolist() == list(range(start, start + int(
+        batch["attention_mask"][0, 0].sum())))
+
+
+@pytest.mark.parametrize("variant, per_layer", [("deep", True), ("layer_shared", False), ("input_layer", None)])
+def test_trainable_parameters_are_the_prompt_and_the_head(make_method, variant, per_layer):
+    m = make_method("dcpcse", "bert", pooler="cls", tuning=_prefix(variant=variant))
+    cfg = m.encoder.model.get_base_model().config
+    h, layers, p = cfg.hidden_size, cfg.num_hidden_layers, 4
+    prompt = {True: p * layers * 2 * h, False: p * 2 * h, None: p * h}[per_layer]
+    assert m.num_trainable_parameters() == prompt + h * h + h  # + SimCSE's MLP
+    trainable = [n for n, q in m.named_parameters() if q.requires_grad]
+    assert all("prompt_encoder" in n or n.startswith("head.") for n in trainable), trainable
+    out = m.encoder(*[t[:, 0] for t in (lambda b: (b["input_ids"], b["attention_mask"]))(m.eval_collate(SENTS))])
+    assert out.last_hidden_state.shape[1] == m.eval_collate(SENTS)["input_ids"].shape[2]  # virtual tokens removed
+
+
+def test_bert_base_prefix_is_a_small_fraction_of_the_backbone():
+    """DCPCSE / PromCSE on bert-base: 16 x 12 x 2 x 768 prefix values = 0.27 % of the 109.5M backbone."""
+    model = BertModel(BertConfig())  # bert-base sizes, random weights (no download)
+    backbone = sum(p.numel() for p in model.parameters())
+    enc = Encoder(model, "bert")
+    enc.add_prefix(16)
+    trainable = sum(p.numel() for p in enc.parameters() if p.requires_grad)
+    assert trainable == 16 * 12 * 2 * 768
+    assert trainable / backbone == pytest.approx(0.00269, abs=1e-4)
+
+
+def test_frozen_backbone_is_bit_for_bit_unchanged_and_keeps_dropout(make_method):
+    m = make_method("dcpcse", "bert", pooler="cls", tuning=_prefix())
+    base = m.encoder.model.get_base_model()
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    prompt_before = m.encoder.model.prompt_encoder["default"].embedding.weight.clone()
+    opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-1)
+    m.train()
+    batch = m.train_collate(SENTS)
+    z1, z2 = m.embed(batch)[:, 0], m.embed(batch)[:, 0]
+    assert not torch.allclose(z1, z2)  # dropout still on in the frozen backbone (unsup views)
+    for _ in range(3):
+        loss = m.loss_fn(m.embed(batch))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    for k, v in base.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert not torch.equal(m.encoder.model.prompt_encoder["default"].embedding.weight, prompt_before)
+
+
+def test_prefix_dropout_and_init():
+    model = BertModel(BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                 intermediate_size=64))
+    enc = Encoder(model, "bert")
+    enc.add_prefix(64, dropout=0.5)
+    weight = enc.model.prompt_encoder["default"].embedding.weight
+    assert weight.std().item() == pytest.approx(0.02, rel=0.1)  # N(0, 0.02), not PEFT's N(0, 1)
+    pe = enc.model.prompt_encoder["default"]
+    tokens = torch.arange(64).unsqueeze(0)
+    pe.train()
+    dropped = pe(tokens)
+    assert (dropped == 0).float().mean().item() == pytest.approx(0.5, abs=0.05)
+    pe.eval()
+    torch.testing.assert_close(pe(tokens)[0], weight)
+
+
+def test_checkpoint_holds_only_trained_tensors_and_reloads(make_method, tmp_path):
+    m = make_method("promcse", "bert", pooler="cls", tuning=_prefix(), mlp_only_train=True)
+    loader = torch.utils.data.DataLoader(SENTS * 2, batch_size=4, collate_fn=m.train_collate)
+    trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        default_root_dir=tmp_path, enable_model_summary=False)
+    trainer.fit(m, loader)
+    path = tmp_path / "m.ckpt"
+    trainer.save_checkpoint(path)
+    ckpt = torch.load(path, weights_only=False)
+    assert ckpt["backbone"]["name_or_path"] == m.hparams.backbone["name_or_path"]
+    names = set(ckpt["state_dict"])
+    assert names == {n for n, p in m.named_parameters() if p.requires_grad}
+    assert not any(n.startswith("encoder.model.base_model.") and "prompt" not in n for n in names)
+    reloaded = type(m).load_from_checkpoint(path, weights_only=False)
+    torch.testing.assert_close(reloaded.encode(SENTS), m.encode(SENTS))
+
+
+def test_soft_template_slots_init_and_training(make_method):
+    m = make_method("optiprompt", "bert", pooler="mask", prompt=copy.deepcopy(MANUAL), tuning={"name": "soft_prompt"})
+    collate = m.train_collate
+    tokenizer = m.tokenizer
+    table = m.encoder.soft_template.weight
+    ids = collate.soft_init_ids
+    # every template token except [CLS]/[SEP]/[MASK]: "this sentence : \" \" means ."
+    assert tokenizer.convert_ids_to_tokens(ids) == ["this", "sentence", ":", '"', '"', "means", "."]
+    torch.testing.assert_close(table.detach(), m.encoder.model.get_input_embeddings().weight[torch.tensor(ids)])
+    batch = collate(SENTS)
+    tpl = batch["template_index"]
+    for b in range(len(SENTS)):
+        sel = tpl[b, 0] >= 0
+        assert batch["input_ids"][b, 0][sel].tolist() == [ids[i] for i in tpl[b, 0][sel].tolist()]
+    assert m.num_trainable_parameters() == table.numel() + 2 * (table.shape[1] ** 2 + table.shape[1]) // 2
+    before = m.encode(SENTS)
+    # with the table equal to the embeddings, the soft template encodes like the discrete one
+    discrete = make_method("baseline", "bert", pooler="mask", prompt=copy.deepcopy(MANUAL), head="none")
+    torch.testing.assert_close(before, discrete.encode(SENTS), atol=1e-5, rtol=1e-5)
+    opt = torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=1.0)
+    m.train()
+    m.loss_fn(m.embed(batch)).backward()
+    opt.step()
+    assert not torch.allclose(m.encode(SENTS), before)
+
+
+@pytest.fixture(scope="module")
+def tiny_mlm_dir(tiny_bert_dir, tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny_mlm")
+    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128)
+    BertForMaskedLM(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_dcpcse_mlm_auxiliary_loss(tiny_mlm_dir):
+    from cselab.methods import method_class
+
+    mlm = {"weight": 0.1, "decay": 0.95, "decay_steps": 100, "probability": 0.5}
+    m = method_class("dcpcse")(backbone={"name_or_path": str(tiny_mlm_dir), "family": "bert"}, pooler="cls",
+                               tuning=_prefix(), mlm=mlm)
+    batch = m.train_collate(SENTS)
+    labels, masked = batch["mlm_labels"], batch["mlm_input_ids"]
+    sel = labels != -100
+    assert sel.any()
+    assert torch.equal(labels[sel], batch["input_ids"][sel])
+    cls_sep = torch.tensor([m.tokenizer.cls_token_id, m.tokenizer.sep_token_id, m.tokenizer.pad_token_id])
+    assert not torch.isin(batch["input_ids"][sel], cls_sep).any()  # only sentence tokens are masked
+    assert torch.equal(masked[~sel], batch["input_ids"][~sel])
+    assert m.mlm_weight() == pytest.approx(0.1)
+    assert torch.isfinite(m.mlm_loss(batch)) and m.mlm_loss(batch) > 0
+    # the MLM head's own layers train; the decoder tied to the word embeddings stays frozen
+    head = m.encoder.mlm.cls
+    assert head.predictions.transform.dense.weight.requires_grad
+    assert not head.predictions.decoder.weight.requires_grad
+    base = m.encoder.model.get_base_model()
+    assert not any(p.requires_grad for p in base.parameters())
+
+
+def test_mlm_needs_an_mlm_head(tiny_bert_dir, tmp_path):
+    with pytest.raises(BackboneUnavailableError, match="no masked-LM head"):
+        load_backbone(str(tiny_bert_dir), mlm_head=True)
+    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_prompt_tuning_methods_require_their_tuning(make_method):
+    with pytest.raises(ValueError, match="tuning=prefix"):
+        make_method("dcpcse", "bert", pooler="cls")
+    with pytest.raises(ValueError, match="tuning.pre_seq_len"):
+        make_method("dcpcse", "bert", pooler="cls", tuning=_prefix(pre_seq_len=0))
