@@ -217,3 +217,18 @@ def make_method(backbone_dirs: dict[str, Path]):
 def promptbert_method(make_method):
     """``PromptBERT(pooler="mask", prompt=promptbert, denoise="position")`` on the tiny BERT."""
     return make_method("promptbert", "bert", pooler="mask", denoise="position", prompt="promptbert")
+
+
+@pytest.fixture(scope="session")
+def tiny_mlm_dir(tiny_bert_dir, tmp_path_factory):
+    """A tiny random BertForMaskedLM (MLM head included) with the tiny BERT tokenizer."""
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    path = tmp_path_factory.mktemp("tiny_mlm")
+    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128)
+    BertForMaskedLM(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

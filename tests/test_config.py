@@ -142,3 +142,22 @@ def test_table8_objective_switch():
     assert list(cfg.prompt.train_views) == ["view1", "view1"] and cfg.denoise == "none"
     cfg = _compose("method=promptbert", "+objective=different_templates")
     assert list(cfg.prompt.train_views) == ["view1", "view2"] and cfg.denoise == "none"
+
+
+@pytest.mark.parametrize("variant", ["only_prefix", "only_suffix", "irrelevant_prefix", "static_prefix",
+                                     "suffix_prefix"])
+def test_cot_bert_table3_prompts_parse_for_both_families(variant):
+    from cselab.prompts.template import Template
+
+    cfg = _compose("method=cot_bert", f"prompt=cot_bert_{variant}")
+    for family in ("bert", "roberta"):
+        for view in ("anchor", "positive", "negative"):
+            tpl = Template.parse(cfg.prompt.templates[family][view])
+            assert tpl.n_masks == (2 if variant == "suffix_prefix" else 1)
+    assert "'[X]'" in cfg.prompt.templates.roberta.anchor
+
+
+def test_cot_bert_sweeps():
+    assert len(_sweep_values("cot_bert_table3")["prompt"]) == 6
+    assert _sweep_values("cot_bert_table4")["loss.positive_negative_term"] == [True, False]
+    assert _sweep_values("cot_bert_table6")["denoise"] == ["none", "position", "pad"]

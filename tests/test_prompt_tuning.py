@@ -8,7 +8,7 @@ import shutil
 import lightning as L
 import pytest
 import torch
-from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
+from transformers import BertConfig, BertModel
 
 from cselab.encoders.backbone import BackboneUnavailableError, Encoder, load_backbone
 from tests.conftest import PROMPTBERT_PROMPT
@@ -147,18 +147,6 @@ def test_soft_template_slots_init_and_training(make_method):
     m.loss_fn(m.embed(batch)).backward()
     opt.step()
     assert not torch.allclose(m.encode(SENTS), before)
-
-
-@pytest.fixture(scope="module")
-def tiny_mlm_dir(tiny_bert_dir, tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny_mlm")
-    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
-    torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128)
-    BertForMaskedLM(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
 
 
 def test_dcpcse_mlm_auxiliary_loss(tiny_mlm_dir):

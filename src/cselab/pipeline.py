@@ -72,14 +72,18 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("tuning=soft_prompt with denoise is not supported: set denoise=none")
     if cfg.tuning.name == "prefix" and cfg.tuning.pre_seq_len < 1:
         raise ConfigError(f"tuning.pre_seq_len must be >= 1, got {cfg.tuning.pre_seq_len}")
-    if cfg.pooler == "mask" and not cfg.prompt:
-        raise ConfigError("pooler=mask (the [MASK] representation) needs a template but prompt=none")
+    if cfg.pooler in ("mask", "topk") and not cfg.prompt:
+        raise ConfigError(f"pooler={cfg.pooler} (a [MASK] representation) needs a template but prompt=none")
 
 
 def build_method(cfg: DictConfig):
     """The method's LightningModule from the composed config."""
     cls = method_class(cfg.method.name)
+    extra = {}
+    if cfg.method.name == "baseline":
+        extra = {"topk": cfg.method.get("topk", 200), "topk_denoise": cfg.method.get("topk_denoise", False)}
     return cls(
+        **extra,
         backbone={"name_or_path": cfg.backbone.name_or_path, "family": cfg.backbone.family},
         setting=cfg.setting.name,
         pooler=cfg.pooler,
