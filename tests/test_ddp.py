@@ -1,8 +1,8 @@
 """DDP on CPU (2 processes, gloo): gathered negatives give the one-process loss and gradients; STS on rank 0.
 
-The 2-process runs use a real Lightning ``Trainer(strategy="ddp_fork", accelerator="cpu", devices=2)``: the
-same ``DDPStrategy`` as ``trainer=ddp_sim`` (``strategy: ddp``), launched by forking this process instead of
-re-running the command line (which, under pytest, would re-run pytest).  Each rank trains one step on its
+The 2-process runs use a real Lightning ``Trainer`` with ``trainer=ddp_sim``'s accelerator (cpu), devices (2),
+precision and ``DDPStrategy`` (its ``ddp...`` strategy name launched as ``ddp_fork...``: forking this process
+instead of re-running the command line, which under pytest would re-run pytest).  Each rank trains one step on its
 own part of a global batch; a callback saves the loss and the parameter gradients after DDP's all-reduce
 (``on_before_optimizer_step``).  The reference is ONE process running ``training_step`` on the global batch.
 Dropout is off (a copy of the tiny BERT with dropout 0), so both see the same function.
@@ -139,6 +139,18 @@ class _History(L.Callback):
         (self.out / f"history_rank{trainer.global_rank}.json").write_text(json.dumps(self.sts.history))
 
 
+def _ddp_sim_config():
+    """``conf/trainer/ddp_sim.yaml`` as composed (the test launches its strategy by fork instead of re-running)."""
+    from hydra import compose, initialize_config_dir
+
+    import cselab.config  # noqa: F401  (resolvers)
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["trainer=ddp_sim"])
+    assert cfg.trainer.strategy.startswith("ddp") and cfg.trainer.accelerator == "cpu" and cfg.trainer.devices == 2
+    return cfg.trainer
+
+
 def _run_ddp(method, rows, out: Path, splits, steps: int = 1, sts: bool = False) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     callbacks: list[L.Callback] = [_Dump(out)]
@@ -146,8 +158,10 @@ def _run_ddp(method, rows, out: Path, splits, steps: int = 1, sts: bool = False)
         cb = STSCallback(data_dir=str(out), dev_task="stsb")
         cb.evaluator = _FakeEvaluator(out)
         callbacks += [cb, _History(cb, out)]
+    sim = _ddp_sim_config()
     trainer = L.Trainer(
-        strategy="ddp_fork", accelerator="cpu", devices=2, precision="32-true",
+        strategy=sim.strategy.replace("ddp", "ddp_fork", 1), accelerator=sim.accelerator, devices=sim.devices,
+        precision=sim.precision,
         max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, num_sanity_val_steps=0, use_distributed_sampler=False,
         gradient_clip_val=None, callbacks=callbacks,

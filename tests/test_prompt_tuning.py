@@ -121,6 +121,11 @@ def test_checkpoint_holds_only_trained_tensors_and_reloads(make_method, tmp_path
     assert not any(n.startswith("encoder.model.base_model.") and "prompt" not in n for n in names)
     reloaded = type(m).load_from_checkpoint(path, weights_only=False)
     torch.testing.assert_close(reloaded.encode(SENTS), m.encode(SENTS))
+    import cselab
+
+    loaded = cselab.load(path)  # the public entry point finds the method class itself
+    assert type(loaded).__name__ == "PromCSE" and not loaded.training
+    torch.testing.assert_close(loaded.encode(SENTS), m.encode(SENTS))
 
 
 def test_soft_template_slots_init_and_training(make_method):

@@ -179,7 +179,9 @@ class ContrastiveMethod(L.LightningModule):
         self.strict_loading = name == "full"
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """With a frozen backbone keep only the trained tensors (prompts, heads) and the backbone's identity."""
+        """Record the method class (for :func:`cselab.load`); with a frozen backbone keep only the trained
+        tensors (prompts, heads) and the backbone's identity."""
+        checkpoint["cselab_method_class"] = f"{type(self).__module__}.{type(self).__qualname__}"
         if self.encoder.tuning == "full" and self.tuning.get("name", "full") == "full":
             return
         trained = {n for n, p in self.named_parameters() if p.requires_grad}
