@@ -161,3 +161,44 @@ def test_cot_bert_sweeps():
     assert len(_sweep_values("cot_bert_table3")["prompt"]) == 6
     assert _sweep_values("cot_bert_table4")["loss.positive_negative_term"] == [True, False]
     assert _sweep_values("cot_bert_table6")["denoise"] == ["none", "position", "pad"]
+
+
+EXPERIMENTS = sorted(str(p.relative_to(Path(CONF) / "experiment").with_suffix(""))
+                     for p in (Path(CONF) / "experiment").rglob("*.yaml"))
+SWEEPS = sorted(p.stem for p in (Path(CONF) / "sweep").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_composes_and_validates(experiment):
+    cfg = _compose(f"experiment={experiment}")
+    OmegaConf.to_container(cfg, resolve=True)
+    validate(cfg)
+    if experiment != "demo":
+        method, row = experiment.split("/")
+        assert cfg.method.name == method and row.endswith(cfg.backbone.name) and row.startswith(cfg.setting.name)
+        assert cfg.data.path == ("wiki1m_for_simcse.txt" if cfg.setting.name == "unsup" else "nli_for_simcse.csv")
+        assert ("_eh_" in row) == (cfg.loss.name == "infonce_eh")
+
+
+def test_experiment_rows_carry_the_paper_hyper_parameters():
+    cfg = _compose("experiment=dcpcse/unsup_roberta_base")
+    assert (cfg.data.batch_size, cfg.optim.lr, cfg.tuning.pre_seq_len, cfg.method.mlm.weight) == (64, 3e-2, 14, 0.1)
+    assert _sweep_values_of_experiment("promptbert/unsup_bert_base") == list(range(10))
+
+
+def _sweep_values_of_experiment(name: str) -> list:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = OmegaConf.load(f"{CONF}/experiment/{name}.yaml").hydra.sweeper.params
+    override = OverridesParser.create().parse_override(f"seed={params.seed}")
+    return [int(v) for v in override.sweep_string_iterator()]
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_every_sweep_composes_for_each_of_its_values(sweep):
+    for key, values in _sweep_values(sweep).items():
+        for value in values:
+            override = f"{key}='{value}'" if isinstance(value, str) and " " in value else f"{key}={value}"
+            cfg = _compose(f"sweep={sweep}", override)
+            OmegaConf.to_container(cfg, resolve=True)
+            validate(cfg)
