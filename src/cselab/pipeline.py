@@ -147,6 +147,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     callbacks: list[L.Callback] = [sts]
     checkpoint = None
     if cfg.train:
+        callbacks.append(L.pytorch.callbacks.ThroughputMonitor(batch_size_fn=_batch_size))
         checkpoint = L.pytorch.callbacks.ModelCheckpoint(
             dirpath=output_dir / "checkpoints",
             filename="best-step{step}",
@@ -157,12 +158,16 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
             save_last=cfg.trainer.get("save_last", False),
         )
         callbacks.append(checkpoint)
-    tags = [cfg.method.name, cfg.backbone.get("name", str(cfg.backbone.name_or_path)), cfg.setting.name]
+    tags = [cfg.method.name, cfg.backbone.get("name", str(cfg.backbone.name_or_path)), cfg.setting.name,
+            f"loss={cfg.loss.name}", f"tuning={cfg.tuning.name}"]
+    if cfg.prompt:
+        tags.append(f"prompt={cfg.prompt.name}")
     loggers = build_loggers(OmegaConf.to_container(cfg.logger, resolve=True), str(output_dir), tags,
                             group=cfg.get("group"))
     config = OmegaConf.to_container(cfg, resolve=True)
     for logger in loggers:
         logger.log_hyperparams(config)
+        logger.log_metrics({"model/trainable_parameters": float(method.num_trainable_parameters())}, step=0)
 
     tcfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     tcfg.pop("save_last", None)
@@ -203,6 +208,11 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     _log_table(loggers, results["test"])
     close_loggers(loggers)
     return results
+
+
+def _batch_size(batch) -> int:
+    """Examples in a batch (sentences or triplets) for Lightning's ThroughputMonitor."""
+    return int(batch["input_ids"].shape[0]) if isinstance(batch, dict) else len(batch)
 
 
 def _log_table(loggers, test: dict[str, float]) -> None:

@@ -53,15 +53,19 @@ class STSCallback(L.Callback):
         self.history: list[dict] = []
         self.test_scores: dict[str, float] = {}
         self.dev_scores: dict[str, float] = {}
+        self.test_pairs: dict[str, tuple[list[float], list[float]]] = {}  # task -> (cosines, gold)
 
     def _encode(self, pl_module):
         return lambda sentences: pl_module.encode(sentences, batch_size=self.batch_size)
 
-    def _score(self, trainer, pl_module, tasks, split) -> dict[str, float]:
+    def _score(self, trainer, pl_module, tasks, split, keep_pairs: bool = False) -> dict[str, float]:
         scores = None
         if trainer.is_global_zero:
-            scores = self.evaluator.evaluate(self._encode(pl_module), tasks=tasks, split=split,
-                                             aggregation=self.aggregation)
+            report = self.evaluator.evaluate_detailed(self._encode(pl_module), tasks=tasks, split=split,
+                                                      aggregation=self.aggregation)
+            scores = dict(report.scores)
+            if keep_pairs:
+                self.test_pairs = {t: (r.system, r.gold) for t, r in report.tasks.items()}
         return trainer.strategy.broadcast(scores, src=0)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -75,7 +79,7 @@ class STSCallback(L.Callback):
         log.info("step %d: STS-B dev Spearman %.2f (%.1f s)", trainer.global_step, score, seconds)
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.test_scores = self._score(trainer, pl_module, self.test_tasks, "test")
+        self.test_scores = self._score(trainer, pl_module, self.test_tasks, "test", keep_pairs=True)
         self.dev_scores = {self.dev_task: self._score(trainer, pl_module, (self.dev_task,), "dev")[self.dev_task]}
         for task, value in self.test_scores.items():
             pl_module.log(f"test/{task}", float(value), sync_dist=False)

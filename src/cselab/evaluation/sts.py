@@ -146,6 +146,8 @@ class TaskScore:
         mean: plain mean of the subsets' Spearman.
         wmean: mean of the subsets' Spearman weighted by their number of pairs.
         n: number of pairs.
+        system: the cosine of every pair, subsets concatenated in SentEval order (for plots, e.g. PromCSE Fig. 3).
+        gold: the gold score of every pair, same order.
     """
 
     task: str
@@ -155,6 +157,8 @@ class TaskScore:
     mean: float
     wmean: float
     n: int
+    system: list[float] = field(default_factory=list, repr=False)
+    gold: list[float] = field(default_factory=list, repr=False)
 
     def score(self, aggregation: str = "all") -> float:
         """The task score under ``aggregation`` (``"all"``, ``"mean"``, ``"wmean"``), Spearman x 100."""
@@ -316,6 +320,8 @@ class STSEvaluator:
                 mean=float(np.average(sp)),
                 wmean=float(np.average(sp, weights=w)),
                 n=int(w.sum()),
+                system=torch.cat(all_sys).tolist(),
+                gold=[float(g) for g in all_gold],
             )
         return STSReport(tasks=results, aggregation=aggregation, n_sentences=len(sentences))
 

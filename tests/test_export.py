@@ -1,0 +1,228 @@
+"""Export to sentence-transformers: the exported folder embeds exactly as ``cselab.load(ckpt).encode``."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import lightning as L
+import pytest
+import torch
+
+pytest.importorskip("sentence_transformers")
+
+from sentence_transformers import SentenceTransformer  # noqa: E402
+
+import cselab  # noqa: E402
+from cselab.export import ExportError, describe, export, main, standalone_source  # noqa: E402
+from tests.conftest import PROMPTBERT_PROMPT  # noqa: E402
+
+TRAIN = [
+    "a man is playing a guitar", "the cat sat on the mat", "two dogs are running in the park",
+    "a woman is slicing an onion", "it is raining today", "the dog ran", "a cat sat", "birds fly",
+]
+#: what is compared: other sentences, punctuation (the period rule), a quote, one long enough to pad the others
+PROBES = [
+    "a man is playing a guitar", "The cat sat on the mat.", "two dogs are running in the park?",
+    'he said "it is raining"', "birds fly", "a cat sat and the dog ran to the park while the man is playing",
+    "cat", "a woman is slicing an onion.",
+]
+TOL = 1e-5
+
+COT_PROMPT = {
+    "name": "cot_bert",
+    "templates": {
+        "bert": {
+            "anchor": 'The sentence of "[X]" means [MASK] , so it can be summarized as [MASK] .',
+            "positive": 'The sentence : "[X]" means [MASK] , so it can be summarized as [MASK] .',
+            "negative": 'The sentence : "[X]" does not mean [MASK] , so it cannot be summarized as [MASK] .',
+        },
+    },
+    "train_views": ["anchor", "positive", "negative"],
+    "eval_view": "anchor",
+    "mask_index": -1,
+    "add_period_at_eval": True,
+}
+MANUAL = {**copy.deepcopy(PROMPTBERT_PROMPT), "train_views": ["view1", "view1"],
+          "templates": {"bert": {"view1": '*cls*_This_sentence_:_"*sent_0*"_means*mask*.*sep+*'}}}
+
+
+def _prefix(**kw):
+    return {"name": "prefix", "pre_seq_len": 4, "variant": "deep", "dropout": 0.1, **kw}
+
+
+def _perturb(m, scale: float = 0.05) -> None:
+    """Make every trained tensor (prompts, heads) clearly non-trivial after the short fit."""
+    torch.manual_seed(7)
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * scale)
+
+
+def _checkpoint(m, tmp_path) -> str:
+    """Train 2 steps, perturb the trained tensors, save a checkpoint as the pipeline does."""
+    loader = torch.utils.data.DataLoader(TRAIN, batch_size=4, collate_fn=m.train_collate)
+    trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(m, loader)
+    _perturb(m)
+    path = tmp_path / "m.ckpt"
+    trainer.save_checkpoint(path)
+    return str(path)
+
+
+def _roundtrip(ckpt: str, out) -> tuple[float, dict]:
+    info = export(ckpt, out, verify=PROBES)
+    model = SentenceTransformer(str(out), device="cpu", trust_remote_code=info["trust_remote_code"])
+    theirs = model.encode(PROBES, convert_to_tensor=True, batch_size=3).float().cpu()
+    ours = cselab.load(ckpt).encode(PROBES)
+    assert theirs.shape == ours.shape
+    diff = float((theirs - ours).abs().max())
+    print(f"max abs diff {diff:.3g}  {info['modules']}")
+    return diff, info
+
+
+# ------------------------------------------------------------------------------------------------ the five methods
+
+
+def test_simcse_unsup_exports_to_stock_modules(make_method, tmp_path):
+    m = make_method("simcse", "bert", pooler="cls", head="mlp", mlp_only_train=True)
+    diff, info = _roundtrip(_checkpoint(m, tmp_path), tmp_path / "st")
+    assert diff < TOL
+    assert info["input"] == "transformer" and info["output"] == "pooling" and not info["trust_remote_code"]
+    assert not (tmp_path / "st" / "cselab_st.py").exists()  # only sentence-transformers' own modules
+
+
+def test_promptbert_unsup_template_and_period_rule(make_method, tmp_path):
+    m = make_method("promptbert", "bert", pooler="mask", denoise="position", prompt="promptbert")
+    diff, info = _roundtrip(_checkpoint(m, tmp_path), tmp_path / "st")
+    assert diff < TOL
+    assert info["input"] == "cselab" and info["add_period"] and info["denoise"] == "none"
+    assert not info["use_head"]  # unsup PromptBERT: MLP in training only
+
+
+def test_cot_bert_last_mask(make_method, tmp_path):
+    m = make_method("cot_bert", "bert", pooler="mask", denoise="pad", prompt=copy.deepcopy(COT_PROMPT),
+                    loss={"name": "cot_infonce"})
+    diff, _ = _roundtrip(_checkpoint(m, tmp_path), tmp_path / "st")
+    assert diff < TOL
+
+
+def test_dcpcse_prefix_is_included(make_method, tmp_path):
+    m = make_method("dcpcse", "bert", pooler="cls", tuning=_prefix(), mlp_only_train=False)  # head applied at test
+    ckpt = _checkpoint(m, tmp_path)
+    diff, info = _roundtrip(ckpt, tmp_path / "st")
+    assert diff < TOL
+    assert info["prompt_kind"] == "prefix" and info["use_head"]
+    # the prompt matters: the same backbone without it (what the official PromCSE export gives) differs
+    plain = make_method("simcse", "bert", pooler="cls", mlp_only_train=False)
+    plain.head.load_state_dict(cselab.load(ckpt).head.state_dict())
+    assert float((plain.eval().encode(PROBES) - cselab.load(ckpt).encode(PROBES)).abs().max()) > 1e-3
+
+
+def test_optiprompt_soft_template(make_method, tmp_path):
+    m = make_method("optiprompt", "bert", pooler="mask", prompt=copy.deepcopy(MANUAL), tuning={"name": "soft_prompt"})
+    diff, info = _roundtrip(_checkpoint(m, tmp_path), tmp_path / "st")
+    assert diff < TOL
+    assert info["prompt_kind"] == "soft"
+
+
+# ------------------------------------------------------------------------------------------------ more variants
+
+
+@pytest.mark.parametrize("tuning", [
+    _prefix(variant="layer_shared", prefix_positions="unshifted"),
+    _prefix(variant="input_layer"),
+    _prefix(prefix_projection=True, prefix_hidden_size=16),
+], ids=["layer_shared-unshifted", "input_layer", "projection"])
+def test_promcse_prefix_variants_on_roberta(make_method, tmp_path, tuning):
+    m = make_method("promcse", "roberta", pooler="cls", tuning=tuning, mlp_only_train=False)
+    diff, _ = _roundtrip(_checkpoint(m, tmp_path), tmp_path / "st")
+    assert diff < TOL
+
+
+def test_promptbert_sup_template_bias_and_mlm_transform_head(make_method, tmp_path):
+    m = make_method("promptbert", "bert", setting="sup", pooler="mask", denoise="position", prompt="promptbert",
+                    head="mlm_transform", head_on="each", mlp_only_train=False, denoise_at_eval=True)
+    loader_rows = [{"sent0": a, "sent1": b, "hard_neg": c} for a, b, c in zip(TRAIN, TRAIN[1:], TRAIN[2:], strict=False)]
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(m, torch.utils.data.DataLoader(loader_rows, batch_size=4, collate_fn=m.train_collate))
+    _perturb(m)
+    trainer.save_checkpoint(tmp_path / "m.ckpt")
+    diff, info = _roundtrip(str(tmp_path / "m.ckpt"), tmp_path / "st")
+    assert diff < TOL
+    assert info["denoise"] == "position" and info["head_on"] == "each"
+
+
+def test_promptbert_roberta_sup_difference_head(make_method, tmp_path):
+    m = make_method("promptbert", "roberta", pooler="mask", denoise="position", prompt="promptbert",
+                    head="mlp", head_on="difference", mlp_only_train=False, denoise_at_eval=True)
+    diff, _ = _roundtrip(_checkpoint(m, tmp_path), tmp_path / "st")
+    assert diff < TOL
+
+
+@pytest.mark.parametrize("pooler", ["avg", "avg_first_last", "avg_top2", "cls"])
+def test_baseline_poolers(make_method, tmp_path, pooler):
+    m = make_method("baseline", "roberta", pooler=pooler, head="none", train=False)
+    path = _checkpoint(m, tmp_path)
+    diff, info = _roundtrip(path, tmp_path / "st")
+    assert diff < TOL
+    assert (info["output"] == "pooling") == (pooler == "avg")
+
+
+def test_simcse_sup_uses_stock_dense(make_method, tmp_path):
+    m = make_method("simcse", "roberta", pooler="cls", head="mlp", mlp_only_train=False)
+    diff, info = _roundtrip(_checkpoint(m, tmp_path), tmp_path / "st")
+    assert diff < TOL
+    assert info["output"] == "pooling+dense" and not info["trust_remote_code"]
+
+
+# ------------------------------------------------------------------------------------------------ refusals, CLI
+
+
+def test_analysis_representations_are_refused(make_method, tmp_path):
+    m = make_method("baseline", "bert", pooler="static_avg", train=False)
+    with pytest.raises(ExportError, match="static_avg"):
+        describe(m)
+    with pytest.raises(ExportError, match="cannot be exported"):
+        export(m, tmp_path / "st", verify=False)
+    assert not (tmp_path / "st").exists()
+
+
+def test_non_empty_output_is_refused(make_method, tmp_path):
+    (tmp_path / "st").mkdir()
+    (tmp_path / "st" / "x").write_text("keep")
+    m = make_method("simcse", "bert", pooler="cls")
+    with pytest.raises(ExportError, match="not empty"):
+        export(m, tmp_path / "st", verify=False)
+    assert (tmp_path / "st" / "x").read_text() == "keep"
+
+
+def test_cli_and_folder_loads_without_cselab(make_method, tmp_path, capsys):
+    m = make_method("dcpcse", "bert", pooler="cls", tuning=_prefix(), mlp_only_train=False)
+    ckpt = _checkpoint(m, tmp_path)
+    out = tmp_path / "st"
+    assert main([ckpt, str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["max_abs_diff"] < TOL
+    assert (out / "cselab_st.py").read_text() == standalone_source()
+    assert "cselab" not in "".join(line for line in standalone_source().splitlines() if "import" in line)
+    expected = cselab.load(ckpt).encode(PROBES)
+    code = (
+        "import sys, json; sys.modules['cselab'] = None\n"  # any `import cselab` now fails
+        "from sentence_transformers import SentenceTransformer\n"
+        f"m = SentenceTransformer({str(out)!r}, device='cpu', trust_remote_code=True)\n"
+        f"print(json.dumps(m.encode({PROBES!r}).tolist()))\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = torch.tensor(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert float((got - expected).abs().max()) < TOL
+    assert main([ckpt, str(out)]) == 2  # exists: refused without --overwrite
