@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated dotted config keys to group by, e.g. method.name,backbone.name,"
                         "setting.name,loss.margin (default: method/backbone/setting + the Hydra overrides "
                         "except seed)")
+    p.add_argument("--paper-backbone", default=None, metavar="NAME",
+                   help="compare every row with the paper's row for this backbone (e.g. bert_base for minilm_l6 runs)")
     p.add_argument("--dev", action="store_true", help="add an STS-B dev column (markdown / latex)")
     p.add_argument("--log-lines", type=int, default=10, metavar="N",
                    help="last N lines of each *.log shown for a failed run (default: 10)")
@@ -87,7 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, PublishedDataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    report = collect(args.dirs, group_by=group_by, published=published, log_lines=args.log_lines)
+    report = collect(args.dirs, group_by=group_by, published=published, log_lines=args.log_lines,
+                     paper_backbone=args.paper_backbone)
     if not report.groups and not report.failed:
         print(f"error: no results.json or Hydra run directory under {', '.join(args.dirs)}", file=sys.stderr)
         return 1

@@ -414,6 +414,7 @@ def _sort_key(group: Group) -> tuple:
 
 def group_runs(
     runs: Iterable[Run], group_by: Sequence[str] | None = None, published: Sequence[PublishedRow] | None = None,
+    paper_backbone: str | None = None,
 ) -> tuple[list[Group], list[Run]]:
     """Group finished runs by :func:`group_key`, attach failed runs to their group, match the papers.
 
@@ -422,6 +423,8 @@ def group_runs(
         group_by: see :func:`group_key`.
         published: rows from :func:`cselab.report.published.load_published` (default: the packaged file);
             pass ``[]`` to match nothing.
+        paper_backbone: compare every group with the paper's row for THIS backbone (e.g. ``bert_base`` for
+            runs on a small stand-in such as ``minilm_l6``); the label says so.
 
     Returns:
         ``(groups, failed)``: groups sorted by method, backbone, setting, variant, label; every failed run
@@ -451,13 +454,15 @@ def group_runs(
     for g in groups.values():
         g.label = _label(g.key, varying)
         if g.method and g.backbone and g.setting:
-            g.published = lookup(rows, g.method, g.backbone, g.setting, g.variant)
+            g.published = lookup(rows, g.method, paper_backbone or g.backbone, g.setting, g.variant)
+            if paper_backbone and paper_backbone != g.backbone:
+                g.label = f"{g.label} [paper row: {paper_backbone}]".strip()
     return sorted(groups.values(), key=_sort_key), failed
 
 
 def collect(
     paths: Iterable[str | os.PathLike], group_by: Sequence[str] | None = None,
-    published: Sequence[PublishedRow] | None = None, log_lines: int = 10,
+    published: Sequence[PublishedRow] | None = None, log_lines: int = 10, paper_backbone: str | None = None,
 ) -> Report:
     """Find, group and aggregate every run under ``paths`` (see :func:`find_runs` and :func:`group_runs`).
 
@@ -466,7 +471,8 @@ def collect(
         cselab.report.published.PublishedDataError: the published data file is invalid.
     """
     paths = [Path(p) for p in paths]
-    groups, failed = group_runs(find_runs(paths, log_lines=log_lines), group_by=group_by, published=published)
+    groups, failed = group_runs(find_runs(paths, log_lines=log_lines), group_by=group_by, published=published,
+                                paper_backbone=paper_backbone)
     return Report(groups=groups, failed=failed, roots=paths)
 
 
