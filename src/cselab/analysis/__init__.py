@@ -6,6 +6,8 @@
   (Table 9) and the top-k predicted tokens (Table 7), with or without template denoising.
 * :mod:`cselab.analysis.geometry` -- anisotropy (Eq. 1), alignment and uniformity (Wang & Isola 2020) and the
   STS-B alignment / uniformity protocol.
+* :mod:`cselab.analysis.plots_data` -- the numbers behind ``notebooks/*.ipynb`` (token-embedding PCA by
+  frequency, cosine by gold bin, similarity vs gold, geometry summaries, top-k with / without denoising).
 * ``python -m cselab.analysis {anisotropy,topk-tokens,align-uniform}`` -- the command line.
 
 Every ``*_encoder`` returns ``encode(list[str]) -> Tensor[N, D]`` (float32, CPU), the interface of
@@ -13,6 +15,23 @@ Every ``*_encoder`` returns ``encode(list[str]) -> Tensor[N, D]`` (float32, CPU)
 """
 
 from cselab.analysis.geometry import align_uniform_stsb, alignment, anisotropy, uniformity
+from cselab.analysis.plots_data import (
+    DEFAULT_GOLD_EDGES,
+    WIKI_SAMPLE,
+    cosine_by_gold_bin,
+    cosine_density_by_gold_bin,
+    geometry_summary,
+    gold_bin_labels,
+    pair_cosines,
+    representation_encoders,
+    similarity_vs_gold,
+    subsample_pairs,
+    token_bias_pca,
+    token_embedding_pca,
+    token_frequencies,
+    topk_comparison,
+    wiki_sample_sentences,
+)
 from cselab.analysis.static import (
     BERT_PUNCTUATION,
     BIASED_TOKENS,
@@ -37,22 +56,37 @@ from cselab.analysis.topk import (
 __all__ = [
     "BERT_PUNCTUATION",
     "BIASED_TOKENS",
+    "DEFAULT_GOLD_EDGES",
     "MANUAL_TEMPLATES",
     "TABLE7_SENTENCES",
+    "WIKI_SAMPLE",
     "align_uniform_stsb",
     "alignment",
     "anisotropy",
     "biased_tokens_for",
+    "cosine_by_gold_bin",
+    "cosine_density_by_gold_bin",
+    "geometry_summary",
+    "gold_bin_labels",
     "is_punctuation",
     "is_subword",
     "mask_logits",
     "mask_states",
     "mlm_head",
+    "pair_cosines",
+    "representation_encoders",
+    "similarity_vs_gold",
     "static_avg",
     "static_avg_encoder",
     "static_token_ids",
+    "subsample_pairs",
+    "token_bias_pca",
+    "token_embedding_pca",
+    "token_frequencies",
+    "topk_comparison",
     "topk_mask_tokens",
     "topk_token_encoder",
     "topk_weights",
     "uniformity",
+    "wiki_sample_sentences",
 ]
