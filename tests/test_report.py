@@ -460,3 +460,20 @@ def test_tasks_match_the_evaluator():
     from cselab.evaluation.sts import TEST_TASKS
 
     assert TASKS == TEST_TASKS
+
+
+def test_paper_backbone_compares_stand_in_runs(tmp_path):
+    rng = np.random.default_rng(0)
+    for seed in (1, 2):
+        make_run(tmp_path, f"{seed}_simcse", scores=_scores(75.0, rng), overrides=[f"seed={seed}"],
+                 config=_config(backbone="minilm_l6", seed=seed))
+    assert collect([tmp_path]).groups[0].published is None  # no paper row for the stand-in
+    group = collect([tmp_path], paper_backbone="bert_base").groups[0]
+    assert group.paper("avg") == 76.25 and "[paper row: bert_base]" in group.label
+
+
+def test_failed_json_message_is_reported(tmp_path):
+    run = make_run(tmp_path, "0_cot_bert", scores=None, overrides=["method=cot_bert"], config=_config("cot_bert"))
+    (run / "failed.json").write_text(json.dumps({"error": "ValueError", "message": "unsupervised only"}))
+    failed = collect([tmp_path]).failed
+    assert len(failed) == 1 and failed[0].error == "failed: ValueError: unsupervised only"
