@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from torch.utils.data import DataLoader
@@ -10,6 +11,7 @@ from cselab.data.datamodule import SentenceDataModule
 from cselab.data.paths import data_root, require
 
 NLI_COLUMNS = ("sent0", "sent1", "hard_neg")
+log = logging.getLogger(__name__)
 
 
 class NLIDataModule(SentenceDataModule):
@@ -22,12 +24,14 @@ class NLIDataModule(SentenceDataModule):
 
     Raises:
         FileNotFoundError: missing file (path, config key, command to get it).
-        ValueError: the header lacks one of ``sent0,sent1,hard_neg`` (names the file and the header found).
+        ValueError: the header lacks one of ``sent0,sent1,hard_neg`` (names the file and the header found), or
+            no row is complete.  Rows with an empty or missing cell are skipped and counted (``skipped_rows``).
     """
 
     def __init__(self, collate: Callable, path: str = "nli_for_simcse.csv", data_dir: str | None = None, **kwargs):
         super().__init__(collate, **kwargs)
         self.path = path if path.startswith("/") else str(data_root(data_dir) / path)
+        self.skipped_rows = 0
 
     def setup(self, stage: str | None = None) -> None:
         if stage not in (None, "fit") or self.train_set is not None:
@@ -42,7 +46,16 @@ class NLIDataModule(SentenceDataModule):
                 f"{self.path}: expected the header sent0,sent1,hard_neg (SimCSE's nli_for_simcse.csv), "
                 f"found {ds.column_names}; missing {missing}"
             )
-        self.train_set = ds.select_columns(list(NLI_COLUMNS))
+        ds = ds.select_columns(list(NLI_COLUMNS))
+        n = len(ds)
+        ds = ds.filter(lambda row: all(isinstance(row[c], str) and row[c].strip() for c in NLI_COLUMNS))
+        self.skipped_rows = n - len(ds)
+        if self.skipped_rows:
+            log.warning("%s: skipped %d of %d rows with an empty or missing sent0 / sent1 / hard_neg",
+                        self.path, self.skipped_rows, n)
+        if len(ds) == 0:
+            raise ValueError(f"{self.path}: no complete sent0,sent1,hard_neg row")
+        self.train_set = ds
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, shuffle=True)
