@@ -204,7 +204,8 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     path = write_results(output_dir / "results.json", results)
     table = format_table(results["test"])
     print(f"\n{cfg.method.name} | {cfg.backbone.name_or_path} | {cfg.setting.name} | STS (Spearman x 100)\n{table}")
-    print(f"STS-B dev: {results['dev'].get('stsb', float('nan')):.2f}   results: {path}")
+    print(f"STS-B dev: {results['dev'].get('stsb', float('nan')):.2f}   trainable parameters: "
+          f"{results['trainable_parameters']:,}   results: {path}")
     _log_table(loggers, results["test"])
     close_loggers(loggers)
     return results
