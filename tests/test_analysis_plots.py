@@ -125,6 +125,10 @@ def test_density_integrates_to_one_and_handles_degenerate_bins():
         assert np.trapezoid(dens, out["grid"]) == pytest.approx(1.0, abs=1e-3)
     means = list(out["mean"].values())
     assert means == sorted(means)  # higher gold, higher cosine
+    narrow = cosine_density_by_gold_bin(0.9 + 0.05 * (cos - cos.min()) / np.ptp(cos), gold, grid="data")
+    assert narrow["grid"][0] == pytest.approx(0.9 - 0.005) and narrow["grid"][-1] == pytest.approx(0.95 + 0.005)
+    with pytest.raises(ValueError, match="grid"):
+        cosine_density_by_gold_bin(cos, gold, grid="auto")
     single = cosine_density_by_gold_bin([0.5, 0.5], [4.5, 4.6])
     assert not single["density"]["4-5"].any() and single["count"]["0-1"] == 0 and math.isnan(single["mean"]["0-1"])
 

@@ -24,11 +24,11 @@ TRAIN = [
     "a man is playing a guitar", "the cat sat on the mat", "two dogs are running in the park",
     "a woman is slicing an onion", "it is raining today", "the dog ran", "a cat sat", "birds fly",
 ]
-#: what is compared: other sentences, punctuation (the period rule), a quote, one long enough to pad the others
+#: what is compared: punctuation (the period rule), a quote, a long one (padding), spaces, the empty sentence
 PROBES = [
     "a man is playing a guitar", "The cat sat on the mat.", "two dogs are running in the park?",
     'he said "it is raining"', "birds fly", "a cat sat and the dog ran to the park while the man is playing",
-    "cat", "a woman is slicing an onion.",
+    "cat", "a woman is slicing an onion.", "  two  spaces ", "",
 ]
 TOL = 1e-5
 
@@ -226,3 +226,6 @@ def test_cli_and_folder_loads_without_cselab(make_method, tmp_path, capsys):
     got = torch.tensor(json.loads(done.stdout.strip().splitlines()[-1]))
     assert float((got - expected).abs().max()) < TOL
     assert main([ckpt, str(out)]) == 2  # exists: refused without --overwrite
+    assert main([ckpt, str(out), "--overwrite", "--no-verify"]) == 0
+    assert main([ckpt, str(tmp_path / "new" / "nested"), "--no-verify"]) == 0  # parents created
+    assert sorted(p.name for p in tmp_path.iterdir() if "export" in p.name) == []  # no staging folder left

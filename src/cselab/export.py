@@ -157,7 +157,7 @@ class CselabPromptEncoder(InputModule):
         "prefix_ids", "suffix_ids", "rep_offset", "rep_in_prefix", "add_period", "max_sentence_tokens",
         "pad_token_id", "position_offset", "padding_idx", "prompt_kind", "prefix_len", "prefix_positions",
         "num_layers", "num_heads", "prefix_slots", "suffix_slots", "denoise", "output_hidden_states",
-        "output_pooler",
+        "output_pooler", "has_pooler_layer",
     ]  # fmt: skip
 
     def __init__(
@@ -183,6 +183,7 @@ class CselabPromptEncoder(InputModule):
         denoise: str = "none",
         output_hidden_states: bool = False,
         output_pooler: bool = False,
+        has_pooler_layer: bool = True,
         prompt_table: torch.Tensor | None = None,
     ) -> None:
         super().__init__()
@@ -208,6 +209,7 @@ class CselabPromptEncoder(InputModule):
         self.suffix_slots = [int(s) for s in suffix_slots] if suffix_slots is not None else None
         self.denoise = denoise
         self.output_hidden_states, self.output_pooler = bool(output_hidden_states), bool(output_pooler)
+        self.has_pooler_layer = bool(has_pooler_layer)  # False: a masked-LM's base model (no pooler weights)
         self.prompt_table = nn.Parameter(prompt_table.detach().clone(), requires_grad=False) \
             if prompt_table is not None else None
         self.max_seq_length = len(self.prefix_ids) + self.max_sentence_tokens + len(self.suffix_ids)
@@ -371,7 +373,11 @@ class CselabPromptEncoder(InputModule):
                                  revision=revision, local_files_only=local_files_only)
         with open(os.path.join(path, cls.config_file_name), encoding="utf-8") as f:
             config = json.load(f)
-        model = AutoModel.from_pretrained(path, local_files_only=True)
+        try:  # BERT / RoBERTa-like: do not create (and warn about) a pooler layer the weights lack
+            model = AutoModel.from_pretrained(path, local_files_only=True,
+                                              add_pooling_layer=bool(config.get("has_pooler_layer", True)))
+        except TypeError:
+            model = AutoModel.from_pretrained(path, local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         table_path = os.path.join(path, cls.prompt_file_name)
         table = _load_safetensors(table_path)["prompt_table"] if os.path.exists(table_path) else None
@@ -657,6 +663,7 @@ def _input_module(method, plan: dict[str, Any], workdir: Path, needs_hidden: boo
         num_layers=int(cfg.num_hidden_layers), num_heads=int(cfg.num_attention_heads),
         prefix_slots=prefix_slots, suffix_slots=suffix_slots, denoise=plan["denoise"],
         output_hidden_states=needs_hidden, output_pooler=plan["pooler"] == "cls",
+        has_pooler_layer=getattr(base, "pooler", None) is not None,
         prompt_table=_prompt_table(encoder, plan["prompt_kind"]),
     )
 
@@ -738,18 +745,16 @@ def export(
             needs_hidden = plan["pooler"] in ("avg_first_last", "avg_first_last_legacy", "avg_top2")
             modules = [_input_module(method, plan, Path(tmp), needs_hidden), *_output_modules(method, plan)]
             st = SentenceTransformer(modules=modules, device="cpu")
-            if out.exists() and overwrite:
-                shutil.rmtree(out)
-            staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out.parent if out.parent.exists() else None))
+            out.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-export-", dir=out.parent))  # same filesystem
             try:
                 st.save(str(staging), create_model_card=False)
                 custom = _fix_module_refs(staging)
                 if custom:
                     (staging / MODULE_FILE).write_text(standalone_source(), encoding="utf-8")
                 _write_provenance(staging, method, plan, origin, custom)
-                out.parent.mkdir(parents=True, exist_ok=True)
-                if out.exists():
-                    out.rmdir()  # empty (checked above)
+                if out.exists():  # empty, or overwrite (checked above): replaced only once the new one is complete
+                    shutil.rmtree(out)
                 os.replace(staging, out)
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)

@@ -263,7 +263,7 @@ def cosine_density_by_gold_bin(
     cosine: Sequence[float] | np.ndarray,
     gold: Sequence[float] | np.ndarray,
     edges: Sequence[float] = DEFAULT_GOLD_EDGES,
-    grid: Sequence[float] | np.ndarray | None = None,
+    grid: Sequence[float] | np.ndarray | str | None = None,
     bandwidth: float | str | None = None,
 ) -> dict[str, object]:
     """Gaussian kernel density of the cosine similarity per gold-score bin (PromCSE Fig. 3).
@@ -271,7 +271,9 @@ def cosine_density_by_gold_bin(
     Args:
         cosine, gold: (N,) per pair.
         edges: gold bin edges (:data:`DEFAULT_GOLD_EDGES`).
-        grid: where to evaluate the densities (default 201 points over [-1, 1]).
+        grid: where to evaluate the densities: points, None (201 points over [-1, 1]) or ``"data"`` (201
+            points over the range of ``cosine`` widened by 10 % each side: for anisotropic representations whose
+            cosines all sit near 1).
         bandwidth: ``scipy.stats.gaussian_kde``'s ``bw_method`` (default Scott's rule).
 
     Returns:
@@ -280,7 +282,15 @@ def cosine_density_by_gold_bin(
     """
     from scipy.stats import gaussian_kde
 
-    xs = np.linspace(-1.0, 1.0, 201) if grid is None else np.asarray(grid, dtype=np.float64)
+    if isinstance(grid, str):
+        if grid != "data":
+            raise ValueError(f"grid={grid!r}: expected points, None or 'data'")
+        c = np.asarray(cosine, dtype=np.float64)
+        lo, hi = (float(c.min()), float(c.max())) if c.size else (-1.0, 1.0)
+        pad = 0.1 * (hi - lo) if hi > lo else 0.05
+        xs = np.linspace(lo - pad, hi + pad, 201)
+    else:
+        xs = np.linspace(-1.0, 1.0, 201) if grid is None else np.asarray(grid, dtype=np.float64)
     groups = cosine_by_gold_bin(cosine, gold, edges)
     density, count, mean = {}, {}, {}
     for label, values in groups.items():
