@@ -55,7 +55,7 @@ class Baseline(ContrastiveMethod):
 
         if self.analysis == "topk":
             return topk_token_encoder(self.encoder, self.tokenizer, template=self.eval_view().template, k=self.topk,
-                                      denoise=self.topk_denoise, batch_size=self.eval_batch_size or 32,
+                                      denoise=self.topk_denoise, batch_size=self.eval_batch_size or 128,
                                       add_period=bool((self.prompt or {}).get("add_period_at_eval", True)))
         debiased = self.analysis == "static_avg_debiased"
         return static_avg_encoder(self.encoder, self.tokenizer, remove_biased=debiased, lowercase=debiased)
