@@ -35,6 +35,7 @@ from cselab.report.published import (
     SETTINGS,
     TASKS,
     PublishedRow,
+    _select,
     load_published,
     lookup,
     variant_of,
@@ -213,13 +214,6 @@ def _finite(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _select(cfg: Mapping | None, dotted: str, default: Any = None) -> Any:
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return default
-        node = node[part]
-    return node
 
 
 def _split_override(item: str) -> tuple[str, str, str]:

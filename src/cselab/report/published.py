@@ -253,7 +253,8 @@ def avg_mismatch(row: PublishedRow) -> float | None:
 
 # ------------------------------------------------------------------------------------ config -> variant
 
-def _select(cfg: Mapping, dotted: str, default: Any = None) -> Any:
+def _select(cfg: Mapping | None, dotted: str, default: Any = None) -> Any:
+    """``cfg["a"]["b"]`` for ``"a.b"``, or ``default`` when a level is missing or not a mapping."""
     node: Any = cfg
     for part in dotted.split("."):
         if not isinstance(node, Mapping) or part not in node:
