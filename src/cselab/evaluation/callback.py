@@ -60,12 +60,14 @@ class STSCallback(L.Callback):
 
     def _score(self, trainer, pl_module, tasks, split, keep_pairs: bool = False) -> dict[str, float]:
         scores = None
-        if trainer.is_global_zero:
+        if trainer.is_global_zero and keep_pairs:
             report = self.evaluator.evaluate_detailed(self._encode(pl_module), tasks=tasks, split=split,
                                                       aggregation=self.aggregation)
             scores = dict(report.scores)
-            if keep_pairs:
-                self.test_pairs = {t: (r.system, r.gold) for t, r in report.tasks.items()}
+            self.test_pairs = {t: (r.system, r.gold) for t, r in report.tasks.items()}
+        elif trainer.is_global_zero:
+            scores = self.evaluator.evaluate(self._encode(pl_module), tasks=tasks, split=split,
+                                             aggregation=self.aggregation)
         return trainer.strategy.broadcast(scores, src=0)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
