@@ -316,6 +316,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cases", nargs="*", default=None, help=f"subset of {TRAIN_CASES}")
     p.add_argument("--no-peer", action="store_true", help="skip sentence-transformers")
     p.add_argument("--no-eval", action="store_true", help="skip the evaluation timing")
+    p.add_argument("--no-train", action="store_true", help="skip the training-step timing")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--data-dir", type=Path, default=Path(os.environ.get("CSELAB_DATA_DIR", ROOT / "data")))
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
@@ -331,6 +332,8 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     cases = args.cases or [c for c in TRAIN_CASES if not (args.no_peer and c.startswith("peer"))]
+    if args.no_train:
+        cases = []
     with tempfile.TemporaryDirectory(prefix="bench_bert_base_") as tmp:
         if args.small:
             args.model, label = "minilm", "all-MiniLM-L6-v2 (real, 6 x 384)"
@@ -344,9 +347,9 @@ def main(argv: list[str] | None = None) -> None:
         results = [run_child(args, c) for c in cases]
         ev = None if args.no_eval else run_child(args, "eval")
 
-    mem_kind = results[0]["mem_kind"] if results else ""
-    print(f"\nTraining step (forward + loss + backward + AdamW); memory: {mem_kind}")
-    print(f"{'case':<22}{'step s':>9}{'ex/s':>9}{'peak MB':>10}{'collate ms':>12}{'loss':>9}")
+    if results:
+        print(f"\nTraining step (forward + loss + backward + AdamW); memory: {results[0]['mem_kind']}")
+        print(f"{'case':<22}{'step s':>9}{'ex/s':>9}{'peak MB':>10}{'collate ms':>12}{'loss':>9}")
     for r in results:
         print(f"{r['case']:<22}{r['step_s']:>9.3f}{r['ex_per_s']:>9.1f}{r['peak_mem_MB']:>10.0f}"
               f"{r['collate_ms']:>12.1f}{r['loss']:>9.3f}")

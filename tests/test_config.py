@@ -90,6 +90,7 @@ def test_command_line_overrides_win():
         (["method=dcpcse", "tuning=full"], "tuning=full conflicts with method=dcpcse"),
         (["method=dcpcse", "tuning.pre_seq_len=0"], "tuning.pre_seq_len"),
         (["method=optiprompt", "denoise=position"], "soft_prompt with denoise"),
+        (["data.streaming=true"], "set trainer.max_steps"),
     ],
 )
 def test_invalid_configs_are_refused_with_the_key(overrides, message):

@@ -58,6 +58,8 @@ def validate(cfg: DictConfig) -> None:
                 f"data={cfg.data.module} does not match setting={cfg.setting.name} "
                 f"(choose data=unsup/wiki1m for setting=unsup, data=sup for setting=sup)"
             )
+    if cfg.train and cfg.setting.name == "unsup" and cfg.data.get("streaming") and cfg.trainer.max_steps <= 0:
+        raise ConfigError("data.streaming=true has no epoch length: set trainer.max_steps (e.g. 1M / batch_size)")
     if cfg.denoise not in ("none", "position", "pad"):
         raise ConfigError(f"denoise={cfg.denoise!r}: expected none, position or pad")
     if cfg.denoise != "none" and not cfg.prompt:
@@ -201,6 +203,9 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         global_step=int(trainer.global_step),
         wall_time_s=round(time.perf_counter() - start, 1),
     )
+    if not trainer.is_global_zero:  # under DDP only rank 0 writes and prints
+        close_loggers(loggers)
+        return results
     path = write_results(output_dir / "results.json", results)
     table = format_table(results["test"])
     print(f"\n{cfg.method.name} | {cfg.backbone.name_or_path} | {cfg.setting.name} | STS (Spearman x 100)\n{table}")

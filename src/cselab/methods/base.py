@@ -429,7 +429,10 @@ class ContrastiveMethod(L.LightningModule):
 
         params = [p for p in self.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay, eps=1e-8)
-        total = max(1, int(self.trainer.estimated_stepping_batches))
+        steps = self.trainer.estimated_stepping_batches
+        if steps == float("inf"):
+            raise ValueError("the number of training steps is unknown (a streamed corpus): set trainer.max_steps")
+        total = max(1, int(steps))
         scheduler = get_linear_schedule_with_warmup(optimizer, int(self.hparams.warmup_ratio * total), total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
