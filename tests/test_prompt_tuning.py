@@ -189,3 +189,36 @@ def test_prompt_tuning_methods_require_their_tuning(make_method):
         make_method("dcpcse", "bert", pooler="cls")
     with pytest.raises(ValueError, match="tuning.pre_seq_len"):
         make_method("dcpcse", "bert", pooler="cls", tuning=_prefix(pre_seq_len=0))
+
+
+def test_mlm_weight_schedule_matches_its_equation(tiny_mlm_dir):
+    """DCPCSE: lambda = 0.1 * 0.95 ** (global_step / 100)."""
+    from types import SimpleNamespace
+
+    from cselab.methods import method_class
+
+    m = method_class("dcpcse")(backbone={"name_or_path": str(tiny_mlm_dir), "family": "bert"}, pooler="cls",
+                               tuning=_prefix(), mlm={"weight": 0.1, "decay": 0.95, "decay_steps": 100})
+    for step in (0, 1, 100, 250, 1000):
+        m._trainer = SimpleNamespace(global_step=step)
+        assert m.mlm_weight() == pytest.approx(0.1 * 0.95 ** (step / 100))
+
+
+def test_prompt_tuned_training_resumes_from_its_checkpoint(make_method, tmp_path):
+    m = make_method("promcse", "bert", pooler="cls", tuning=_prefix())
+    loader = torch.utils.data.DataLoader(SENTS * 4, batch_size=4, collate_fn=m.train_collate)
+    kwargs = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                  default_root_dir=tmp_path)
+    trainer = L.Trainer(max_steps=2, **kwargs)
+    trainer.fit(m, loader)
+    path = tmp_path / "step2.ckpt"
+    trainer.save_checkpoint(path)
+    base_before = {k: v.clone() for k, v in m.encoder.model.get_base_model().state_dict().items()}
+    resumed = make_method("promcse", "bert", pooler="cls", tuning=_prefix())
+    trainer = L.Trainer(max_steps=4, **kwargs)
+    trainer.fit(resumed, loader, ckpt_path=path, weights_only=False)
+    assert trainer.global_step == 4
+    for k, v in resumed.encoder.model.get_base_model().state_dict().items():
+        assert torch.equal(v, base_before[k]), k  # the frozen backbone is the same and stays unchanged
+    prompt = resumed.encoder.model.prompt_encoder["default"].embedding.weight
+    assert not torch.equal(prompt, m.encoder.model.prompt_encoder["default"].embedding.weight)  # trained on
