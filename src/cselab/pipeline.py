@@ -149,7 +149,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     callbacks: list[L.Callback] = [sts]
     checkpoint = None
     if cfg.train:
-        callbacks.append(L.pytorch.callbacks.ThroughputMonitor(batch_size_fn=_batch_size))
+        callbacks.append(L.pytorch.callbacks.ThroughputMonitor(batch_size_fn=_batch_size, window_size=5))
         checkpoint = L.pytorch.callbacks.ModelCheckpoint(
             dirpath=output_dir / "checkpoints",
             filename="best-step{step}",
