@@ -191,6 +191,13 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)
     else:
         trainer.test(method, dataloaders=torch.utils.data.DataLoader([0], collate_fn=lambda rows: rows))
+    bins, by_bin = None, None
+    if sts.test_pairs.get("stsb"):
+        from cselab.analysis.plots_data import cosine_by_gold_bin
+
+        by_bin = cosine_by_gold_bin(*sts.test_pairs["stsb"])
+        bins = {b: {"n": int(len(c)), "mean": float(c.mean()) if len(c) else None,
+                    "std": float(c.std()) if len(c) else None} for b, c in by_bin.items()}
     results = build_results(
         sts.test_scores,
         sts.dev_scores,
@@ -202,6 +209,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         trainable_parameters=method.num_trainable_parameters(),
         global_step=int(trainer.global_step),
         wall_time_s=round(time.perf_counter() - start, 1),
+        stsb_test_cosine_by_gold_bin=bins,
     )
     if not trainer.is_global_zero:  # under DDP only rank 0 writes and prints
         close_loggers(loggers)
@@ -212,8 +220,22 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     print(f"STS-B dev: {results['dev'].get('stsb', float('nan')):.2f}   trainable parameters: "
           f"{results['trainable_parameters']:,}   results: {path}")
     _log_table(loggers, results["test"])
+    _log_cosine_by_gold_bin(loggers, by_bin)
     close_loggers(loggers)
     return results
+
+
+def _log_cosine_by_gold_bin(loggers, by_bin) -> None:
+    """STS-B test cosine of every pair, labelled with its gold-score bin (PromCSE Fig. 3), as a W&B table."""
+    if not by_bin:
+        return
+    rows = [[label, float(c)] for label, cosines in by_bin.items() for c in cosines]
+    for logger in loggers:
+        if hasattr(logger, "log_table"):
+            try:
+                logger.log_table(key="test/stsb_cosine_by_gold_bin", columns=["gold_bin", "cosine"], data=rows)
+            except Exception as err:  # never lose a finished run to a logger
+                log.warning("could not log the cosine table to %s: %s", type(logger).__name__, err)
 
 
 def _batch_size(batch) -> int:
