@@ -42,8 +42,8 @@ class Baseline(ContrastiveMethod):
         if pooler == "topk" and not kwargs.get("prompt"):
             raise ValueError("pooler=topk reads the MLM head at a template's [MASK]: choose a prompt "
                              "(prompt=promptbert_manual)")
-        if pooler == "topk":
-            kwargs.setdefault("mlm", {"probability": 0.0})  # load the MLM head; no auxiliary loss (no training)
+        if pooler == "topk" and not kwargs.get("mlm"):
+            kwargs["mlm"] = {"probability": 0.0}  # load the MLM head; no auxiliary loss (no training)
         super().__init__(*args, pooler="mask" if pooler == "topk" else ("avg" if self.analysis else pooler),
                          **kwargs)
         self.hparams["pooler"] = pooler
