@@ -276,7 +276,7 @@ PROMPT_VARIANTS: dict[tuple[str, str], str] = {
 BASELINE_POOLER_VARIANTS: dict[str, str] = {
     "avg": "last avg.",
     "static_avg": "static avg.",
-    "static_avg_remove_biases": "static remove biases avg.",
+    "static_avg_debiased": "static remove biases avg.",
     "avg_first_last_legacy": "first-last avg.",   # the 56.70 row averaged the embedding layer and the last
     "avg_first_last": "first-last avg. (layer 1)",  # SimCSE's post-Jan-2022 definition: no published row
     "avg_top2": "top-2 avg.",
@@ -285,7 +285,7 @@ BASELINE_POOLER_VARIANTS: dict[str, str] = {
 }
 #: the official DCPCSE / PromCSE default of the auxiliary MLM loss: on for RoBERTa unsup only
 _MLM_DEFAULT = {("unsup", "roberta_base"): True, ("unsup", "roberta_large"): True}
-#: PromCSE Table 3 prompt types (``method.prompt_type``); "deep" (every layer) is the default
+#: PromCSE Table 3 prompt types (``tuning.variant``); "deep" (every layer) is the default
 PROMPT_TYPE_VARIANTS: dict[str, str] = {
     "layer_shared": "layer-shared soft prompt",
     "input_layer": "input-layer soft prompt",
@@ -338,6 +338,8 @@ def variant_of(config: Mapping[str, Any]) -> str | None:
         if pooler == "mask" and prompt:
             if prompt == "promptbert_manual":
                 return "prompt (manual)" + (" + denoising" if denoise not in (None, "none") else "")
+            if prompt == "custom":  # prompt search: the template string itself (Table 4 rows)
+                return f"template: {_select(config, 'prompt.template')}"
             return f"template: {prompt}"
         return BASELINE_POOLER_VARIANTS.get(pooler)
 
@@ -362,12 +364,13 @@ def variant_of(config: Mapping[str, Any]) -> str | None:
         return None
 
     if method in ("dcpcse", "promcse"):
-        prompt_type = _select(config, "method.prompt_type")
+        prompt_type = _select(config, "tuning.variant")
         if prompt_type in PROMPT_TYPE_VARIANTS:
             return PROMPT_TYPE_VARIANTS[prompt_type]
         mlm = _select(config, "method.mlm")
+        mlm = bool(mlm) if mlm is None or isinstance(mlm, Mapping | bool) else mlm
         if isinstance(mlm, bool) and mlm != _MLM_DEFAULT.get((setting, backbone), False):
             return "w/ MLM" if mlm else "w/o MLM"
-        if _select(config, "method.pre_seq_len") == 1:
+        if _select(config, "tuning.pre_seq_len") == 1:
             return "prompt length 1"
     return None
