@@ -341,6 +341,9 @@ def variant_of(config: Mapping[str, Any]) -> str | None:
             if prompt == "custom":  # prompt search: the template string itself (Table 4 rows)
                 return f"template: {_select(config, 'prompt.template')}"
             return f"template: {prompt}"
+        if pooler == "topk":  # Table 9 reports k = 200
+            k = _select(config, "method.topk", 200)
+            return f"top-{k} tokens" + (" + denoising" if _select(config, "method.topk_denoise") else "")
         return BASELINE_POOLER_VARIANTS.get(pooler)
 
     if (method, prompt) in PROMPT_VARIANTS:
