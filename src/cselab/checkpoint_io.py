@@ -1,4 +1,5 @@
-"""Checkpoint writing that never leaves a half-written file: temporary file, then ``os.replace``."""
+"""Checkpoints for resuming: written atomically (temporary file, then ``os.replace``), and a ``last.ckpt``
+that a resume never reads past an unfinished validation."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -24,3 +26,28 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         super().save_checkpoint(checkpoint, tmp, storage_options)
         os.replace(tmp, target)
         return None
+
+
+class LastCheckpoint(ModelCheckpoint):
+    """``checkpoints/last.ckpt`` for resuming: written at every validation and every ``every_n_train_steps``.
+
+    Unlike a plain ``ModelCheckpoint(save_last=True, every_n_train_steps=N)``, it does not write at the end of
+    a training step that a validation follows: Lightning resumes such a checkpoint *past* that validation
+    (``TrainingEpochLoop.advance`` fast-forwards the validation progress of a checkpoint saved
+    ``on_train_batch_end``), so a kill between the two writes would lose one point of the dev curve and, if
+    it was the best, the best checkpoint.  The validation's own write, moments later, covers that step.
+
+    Args:
+        dirpath: the run's ``checkpoints`` folder.
+        every_n_train_steps: also write every N optimizer steps (None: at validations only).
+    """
+
+    def __init__(self, dirpath: str | Path, every_n_train_steps: int | None = None) -> None:
+        super().__init__(dirpath=dirpath, save_top_k=0, save_last=True, every_n_train_steps=every_n_train_steps)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        loop = trainer.fit_loop.epoch_loop
+        fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
+        if fetcher is not None and loop._should_check_val_fx(fetcher):
+            return  # a validation follows this step and writes last.ckpt after it
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)

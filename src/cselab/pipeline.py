@@ -21,7 +21,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from cselab.checkpoint_io import AtomicCheckpointIO
+from cselab.checkpoint_io import AtomicCheckpointIO, LastCheckpoint
 from cselab.data.nli import NLIDataModule
 from cselab.data.unsup import UnsupDataModule
 from cselab.evaluation.callback import DEV_METRIC, STSCallback
@@ -76,6 +76,33 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"tuning.pre_seq_len must be >= 1, got {cfg.tuning.pre_seq_len}")
     if cfg.pooler in ("mask", "topk") and not cfg.prompt:
         raise ConfigError(f"pooler={cfg.pooler} (a [MASK] representation) needs a template but prompt=none")
+
+
+def resolve_ckpt_path(ckpt_path: str | None, output_dir: str | Path) -> str | None:
+    """The checkpoint ``trainer.fit`` resumes from.
+
+    ``auto`` (a requeued or relaunched job in the same run directory): the newest of ``checkpoints/last.ckpt``
+    and Lightning's SLURM ``hpc_ckpt_<n>.ckpt`` in ``output_dir``, or ``None`` (start at step 0) when there is
+    none.  Anything else (``null``, ``last``, ``best``, a path) is Lightning's own ``ckpt_path``.
+
+    Raises:
+        FileNotFoundError: ``ckpt_path`` is a path that does not exist (names the key and the path).
+    """
+    if ckpt_path in (None, "last", "best", "hpc", "registry"):
+        return ckpt_path
+    output_dir = Path(output_dir)
+    if ckpt_path == "auto":
+        found = [p for p in [output_dir / "checkpoints" / "last.ckpt", *output_dir.glob("hpc_ckpt_*.ckpt")]
+                 if p.is_file()]
+        if not found:
+            log.info("ckpt_path=auto: no checkpoint in %s yet, training from step 0", output_dir)
+            return None
+        newest = max(found, key=lambda p: p.stat().st_mtime)
+        log.info("ckpt_path=auto: resuming from %s", newest)
+        return str(newest)
+    if not Path(ckpt_path).is_file():
+        raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint file (use a path, last, best or auto)")
+    return ckpt_path
 
 
 def build_method(cfg: DictConfig):
@@ -157,9 +184,12 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
             monitor=DEV_METRIC,
             mode="max",
             save_top_k=1,
-            save_last=cfg.trainer.get("save_last", False),
+            save_last=False,
         )
         callbacks.append(checkpoint)
+        if cfg.trainer.get("save_last", False):
+            # checkpoints/last.ckpt: at every validation and every `trainer.save_every_n_steps` steps (resume)
+            callbacks.append(LastCheckpoint(output_dir / "checkpoints", cfg.trainer.get("save_every_n_steps") or None))
     tags = [cfg.method.name, cfg.backbone.get("name", str(cfg.backbone.name_or_path)), cfg.setting.name,
             f"loss={cfg.loss.name}", f"tuning={cfg.tuning.name}"]
     if cfg.prompt:
@@ -173,6 +203,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
 
     tcfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     tcfg.pop("save_last", None)
+    tcfg.pop("save_every_n_steps", None)
     trainer = L.Trainer(
         **{**tcfg, "precision": resolve_precision(tcfg.get("precision", "auto"))},
         callbacks=callbacks,
@@ -186,7 +217,8 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     best = None
     if cfg.train:
         datamodule = build_datamodule(cfg, method)
-        trainer.fit(method, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=False)
+        ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), output_dir)
+        trainer.fit(method, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=False)
         best = checkpoint.best_model_path or None if checkpoint is not None else None
         trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)
     else:

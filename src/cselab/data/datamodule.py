@@ -8,9 +8,13 @@ schedule (``val_check_interval``), so their loaders hold one placeholder item.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import lightning as L
-from torch.utils.data import DataLoader
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from cselab.data.resume import DataPosition, ResumableDataLoader, ResumableSampler
 
 
 class SentenceDataModule(L.LightningDataModule):
@@ -23,6 +27,10 @@ class SentenceDataModule(L.LightningDataModule):
         seed: shuffling seed.
         drop_last: drop the last incomplete batch (CoT-BERT's recipe; SimCSE keeps it).
         pin_memory: pin host memory (useful on GPU).
+
+    Mid-epoch resume: :meth:`state_dict` puts the data position (epoch, batches trained on in it) in every
+    checkpoint; after :meth:`load_state_dict` the next loader skips exactly those samples (see
+    :mod:`cselab.data.resume`).
     """
 
     def __init__(
@@ -44,18 +52,58 @@ class SentenceDataModule(L.LightningDataModule):
         self.drop_last = drop_last
         self.pin_memory = pin_memory
         self.train_set = None
+        self._resume: DataPosition | None = None
+
+    def _rank_world(self) -> tuple[int, int]:
+        trainer = self.trainer
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
     def _loader(self, dataset, shuffle: bool) -> DataLoader:
-        return DataLoader(
+        """The training loader: a seeded, rank-sharded order that resumes mid-epoch.
+
+        Map-style datasets get a :class:`ResumableSampler`; an iterable dataset (the streamed corpus) shards
+        and resumes itself (``dataset.resume(position, num_workers)``).
+        """
+        rank, world = self._rank_world()
+        generator = torch.Generator()
+        sampler = None
+        if not isinstance(dataset, IterableDataset):
+            sampler = ResumableSampler(dataset, num_replicas=world, rank=rank, shuffle=shuffle, seed=self.seed,
+                                       drop_last=False, generator=generator)
+        if self._resume is not None:
+            self._resume.check(self.batch_size, world)
+            (sampler or dataset).resume(self._resume, **({} if sampler else {"num_workers": self.num_workers}))
+            self._resume = None
+        return ResumableDataLoader(
             dataset,
             batch_size=self.batch_size,
-            shuffle=shuffle,
+            sampler=sampler,
             collate_fn=self.collate,
             num_workers=self.num_workers,
             drop_last=self.drop_last,
             pin_memory=self.pin_memory,
             persistent_workers=self.num_workers > 0,
+            generator=generator,
         )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The data position for the checkpoint being written (the trainer's count of batches processed)."""
+        trainer = self.trainer
+        if trainer is None or trainer.state.fn != "fit":
+            return {}
+        processed = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        position = DataPosition(epoch=trainer.current_epoch, batches=processed, batch_size=self.batch_size,
+                                world_size=trainer.world_size)
+        return {"data_position": position.to_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Remember a checkpoint's data position; the next training loader resumes from it.
+
+        Raises:
+            ValueError: the saved position is malformed.
+        """
+        if state_dict.get("data_position"):
+            self._resume = DataPosition.from_dict(state_dict["data_position"], "checkpoint DataModule state")
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader([0], batch_size=1, collate_fn=lambda rows: rows)

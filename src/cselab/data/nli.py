@@ -8,7 +8,7 @@ from collections.abc import Callable
 from torch.utils.data import DataLoader
 
 from cselab.data.datamodule import SentenceDataModule
-from cselab.data.paths import data_root, require
+from cselab.data.paths import UNDECODABLE, data_root, require
 
 NLI_COLUMNS = ("sent0", "sent1", "hard_neg")
 log = logging.getLogger(__name__)
@@ -25,13 +25,15 @@ class NLIDataModule(SentenceDataModule):
     Raises:
         FileNotFoundError: missing file (path, config key, command to get it).
         ValueError: the header lacks one of ``sent0,sent1,hard_neg`` (names the file and the header found), or
-            no row is complete.  Rows with an empty or missing cell are skipped and counted (``skipped_rows``).
+            no row is complete.  Rows with an empty or missing cell are skipped and counted (``skipped_rows``),
+            and so are rows with bytes that are not UTF-8 (``skipped_undecodable``).
     """
 
     def __init__(self, collate: Callable, path: str = "nli_for_simcse.csv", data_dir: str | None = None, **kwargs):
         super().__init__(collate, **kwargs)
         self.path = path if path.startswith("/") else str(data_root(data_dir) / path)
         self.skipped_rows = 0
+        self.skipped_undecodable = 0
 
     def setup(self, stage: str | None = None) -> None:
         if stage not in (None, "fit") or self.train_set is not None:
@@ -39,7 +41,7 @@ class NLIDataModule(SentenceDataModule):
         import datasets
 
         require(self.path, "NLI triplets csv", "data.path")
-        ds = datasets.load_dataset("csv", data_files={"train": self.path}, split="train")
+        ds = datasets.load_dataset("csv", data_files={"train": self.path}, split="train", encoding_errors="replace")
         missing = [c for c in NLI_COLUMNS if c not in ds.column_names]
         if missing:
             raise ValueError(
@@ -50,9 +52,14 @@ class NLIDataModule(SentenceDataModule):
         n = len(ds)
         ds = ds.filter(lambda row: all(isinstance(row[c], str) and row[c].strip() for c in NLI_COLUMNS))
         self.skipped_rows = n - len(ds)
+        m = len(ds)
+        ds = ds.filter(lambda row: not any(UNDECODABLE in row[c] for c in NLI_COLUMNS))
+        self.skipped_undecodable = m - len(ds)
         if self.skipped_rows:
             log.warning("%s: skipped %d of %d rows with an empty or missing sent0 / sent1 / hard_neg",
                         self.path, self.skipped_rows, n)
+        if self.skipped_undecodable:
+            log.warning("%s: skipped %d rows with bytes that are not UTF-8", self.path, self.skipped_undecodable)
         if len(ds) == 0:
             raise ValueError(f"{self.path}: no complete sent0,sent1,hard_neg row")
         self.train_set = ds

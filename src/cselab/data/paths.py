@@ -23,6 +23,9 @@ HOW_TO_GET = (
     "(fetches princeton-nlp/datasets-for-simcse from the Hugging Face hub)"
 )
 
+#: what a byte that is not UTF-8 decodes to with ``errors="replace"``: training rows holding it are skipped
+UNDECODABLE = "\ufffd"
+
 
 def data_root(data_dir: str | os.PathLike | None = None) -> Path:
     """The data directory: the argument, else ``$CSELAB_DATA_DIR``, else ``./data``."""
@@ -30,9 +33,18 @@ def data_root(data_dir: str | os.PathLike | None = None) -> Path:
 
 
 def require(path: str | os.PathLike, what: str, config_key: str | None = None) -> Path:
-    """Return ``path`` if it exists, else raise FileNotFoundError naming it, the config key and the fix."""
+    """Return ``path`` if it is a readable file (or directory), else raise an error naming it, the config key
+    and the fix.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist (with how to get the data).
+        PermissionError: it exists but this process cannot read it.
+    """
     p = Path(path)
+    key = f" (config key {config_key})" if config_key else ""
     if not p.exists():
-        key = f" (config key {config_key})" if config_key else ""
         raise FileNotFoundError(f"{what} not found at {p.resolve()}{key}: {HOW_TO_GET}")
+    if not os.access(p, os.R_OK):
+        raise PermissionError(f"{what} at {p.resolve()}{key} exists but is not readable by this user "
+                              f"(check its permissions, e.g. `chmod a+r {p}`)")
     return p

@@ -28,7 +28,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from cselab.data.datamodule import SentenceDataModule
-from cselab.data.paths import data_root, require
+from cselab.data.paths import UNDECODABLE, data_root, require
+from cselab.data.resume import DataPosition
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,8 @@ class StreamingSentences(IterableDataset):
         self.world_size = int(world_size)
         self.even_ranks = bool(even_ranks)
         self._epoch = torch.zeros((), dtype=torch.long).share_memory_()
+        self._resume: tuple[DataPosition, int] | None = None
+        self.skipped_undecodable = 0
 
     def set_epoch(self, epoch: int) -> None:
         """Select the shuffle of epoch ``epoch`` (visible to already started, persistent workers)."""
@@ -98,11 +101,24 @@ class StreamingSentences(IterableDataset):
         """The current epoch (the shuffle's second seed)."""
         return int(self._epoch.item())
 
+    def resume(self, position: DataPosition, num_workers: int = 0) -> None:
+        """Skip, in ``position.epoch`` only, the sentences this rank's workers already delivered (each worker
+        its own share, see :meth:`DataPosition.samples_to_skip`).  Set before the loader's workers start."""
+        self._resume = (position, num_workers)
+
     def lines(self) -> Iterator[str]:
-        """The non-empty lines in file order, as ``datasets``' text reader splits them."""
-        with open(self.path, encoding="utf-8") as f:  # universal newlines, as datasets
+        """The usable lines in file order, as ``datasets``' text reader splits them.
+
+        Empty and whitespace-only lines are skipped, and so are lines with bytes that are not UTF-8 (decoded
+        with ``errors="replace"``, a line holding U+FFFD is dropped, never half-trained on); the streamed
+        corpus is read once per shard, so they are logged at debug level only.
+        """
+        with open(self.path, encoding="utf-8", errors="replace") as f:  # universal newlines, as datasets
             for line in f:
                 line = line.rstrip("\n")
+                if UNDECODABLE in line:
+                    log.debug("%s: skipped a line with non-UTF-8 bytes", self.path)
+                    continue
                 if line.strip():
                     yield line
 
@@ -128,14 +144,33 @@ class StreamingSentences(IterableDataset):
         rng.shuffle(buffer)
         yield from buffer
 
-    def shard(self) -> tuple[int, int]:
-        """(this shard's index k, number of shards K) for the calling process / DataLoader worker."""
+    def shard(self, worker: int | None = None) -> tuple[int, int]:
+        """(this shard's index k, number of shards K) for the calling process / DataLoader worker (or for
+        worker ``worker`` of this rank)."""
         info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        workers = info.num_workers if info is not None else 1
+        if worker is None:
+            worker = info.id if info is not None else 0
         return worker * self.world_size + self.rank, workers * self.world_size
 
     def __iter__(self) -> Iterator[dict[str, str]]:
-        k, n_shards = self.shard()
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        skip = 0
+        if self._resume is not None and self._resume[0].epoch == self.epoch:
+            position = self._resume[0]
+            # A new DataLoader iterator asks its workers round-robin from worker 0, but the next batch of the
+            # interrupted epoch (number `batches`) belongs to worker `batches % workers`: in this epoch only,
+            # worker w plays that role's shard, so the batches come back in the interrupted order.
+            worker = (worker + position.batches) % workers
+            skip = position.samples_to_skip(worker, self._resume[1])
+        self._resume = None  # this epoch only (in a worker: its copy; the parent's copy is not iterated)
+        for i, row in enumerate(self._shard_rows(worker)):
+            if i >= skip:
+                yield row
+
+    def _shard_rows(self, worker: int) -> Iterator[dict[str, str]]:
+        k, n_shards = self.shard(worker)
         group_end = k - self.rank + self.world_size - 1  # last position (mod K) of this shard's rank group
         pending: str | None = None
         for p, text in enumerate(self.ordered()):
@@ -184,6 +219,7 @@ class UnsupDataModule(SentenceDataModule):
         self.shuffle_buffer = shuffle_buffer
         self.even_ranks = even_ranks
         self.skipped_lines = 0
+        self.skipped_undecodable = 0
 
     def setup(self, stage: str | None = None) -> None:
         if stage not in (None, "fit") or self.train_set is not None:
@@ -199,12 +235,20 @@ class UnsupDataModule(SentenceDataModule):
             return
         import datasets
 
-        ds = datasets.load_dataset("text", data_files={"train": self.path}, split="train")
+        ds = datasets.load_dataset("text", data_files={"train": self.path}, split="train",
+                                   encoding_errors="replace")
         n = len(ds)
         ds = ds.filter(lambda row: bool(row["text"].strip()))
         self.skipped_lines = n - len(ds)
+        n = len(ds)
+        ds = ds.filter(lambda row: UNDECODABLE not in row["text"])
+        self.skipped_undecodable = n - len(ds)
         if self.skipped_lines:
             log.warning("%s: skipped %d empty or whitespace-only lines", self.path, self.skipped_lines)
+        if self.skipped_undecodable:
+            log.warning("%s: skipped %d lines with bytes that are not UTF-8", self.path, self.skipped_undecodable)
+        if len(ds) == 0:
+            raise ValueError(f"{self.path} (data.path): no usable sentence (every line empty or not UTF-8)")
         if len(ds) < self.batch_size and self.drop_last:
             raise ValueError(f"{self.path} has {len(ds)} sentences, fewer than data.batch_size={self.batch_size}")
         self.train_set = ds

@@ -33,7 +33,8 @@ class STSCallback(L.Callback):
         batch_size: sentences per forward pass (None: the module's ``eval_batch_size``).
 
     Attributes:
-        history: ``[{"step": int, "stsb_dev": float, "seconds": float}]``, one entry per validation.
+        history: ``[{"step": int, "stsb_dev": float, "seconds": float}]``, one entry per validation (kept in
+            checkpoints: a resumed run continues the curve).
         test_scores / dev_scores: filled by the test loop.
     """
 
@@ -54,6 +55,14 @@ class STSCallback(L.Callback):
         self.test_scores: dict[str, float] = {}
         self.dev_scores: dict[str, float] = {}
         self.test_pairs: dict[str, tuple[list[float], list[float]]] = {}  # task -> (cosines, gold)
+
+    def state_dict(self) -> dict:
+        """The STS-B dev curve so far: saved in every checkpoint, so a resumed run reports the whole curve."""
+        return {"history": list(self.history)}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore the dev curve of the run being resumed."""
+        self.history = list(state_dict.get("history", []))
 
     def _encode(self, pl_module):
         return lambda sentences: pl_module.encode(sentences, batch_size=self.batch_size)

@@ -15,6 +15,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 
 from cselab.data.collate import ViewCollate, ViewSpec
 from cselab.encoders.backbone import load_backbone
@@ -181,11 +182,27 @@ class ContrastiveMethod(L.LightningModule):
         """Record the method class (for :func:`cselab.load`); with a frozen backbone keep only the trained
         tensors (prompts, heads) and the backbone's identity."""
         checkpoint["cselab_method_class"] = f"{type(self).__module__}.{type(self).__qualname__}"
+        checkpoint["rng_states"] = _collect_rng_states()
         if self.encoder.tuning == "full" and self.tuning.get("name", "full") == "full":
             return
         trained = {n for n, p in self.named_parameters() if p.requires_grad}
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trained}
         checkpoint["backbone"] = dict(self.hparams.backbone)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restore the global RNG states (torch, CUDA, numpy, Python) saved with the checkpoint, so that a
+        resumed run draws the same dropout masks as an uninterrupted one (Lightning saves no RNG state).
+
+        The states are rank 0's; under DDP every rank starts from the same seed, so they are every rank's.
+        Only a resumed ``fit`` restores them; loading a checkpoint to test or to encode leaves the RNG alone.
+        """
+        states = checkpoint.get("rng_states")
+        trainer = self._trainer
+        if not states or trainer is None or trainer.state.fn != "fit":  # loading to test or encode: RNG untouched
+            return
+        if "torch.cuda" in states and len(states["torch.cuda"]) != torch.cuda.device_count():
+            states = {k: v for k, v in states.items() if k != "torch.cuda"}  # another machine: CPU RNG only
+        _set_rng_states(states)
 
     # ----------------------------------------------------------------- views (what subclasses decide)
     def template(self, view: str) -> str:

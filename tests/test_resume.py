@@ -1,0 +1,165 @@
+"""Fault injection: a training process killed with SIGKILL at a random step and resumed ends where an
+uninterrupted run ends (same dev curve, same best checkpoint score, same test table), on CPU in deterministic mode.
+
+Also: the data position of a map-style corpus and of the streamed corpus resumes mid-epoch exactly, and
+``ckpt_path=auto`` (a requeued job in the same run directory) finds the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from cselab.data.resume import DataPosition, ResumableSampler
+from cselab.data.unsup import StreamingSentences
+from cselab.pipeline import resolve_ckpt_path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORDS = "a man is playing the guitar cat sat on mat two dogs are running in park woman slicing onion".split()
+
+
+def _data_dir() -> Path:
+    for cand in (os.environ.get("CSELAB_DATA_DIR"), ROOT / "data", ROOT.parent / "shared" / "data"):
+        if cand and (Path(cand) / "senteval" / "downstream").is_dir():
+            return Path(cand).resolve()
+    pytest.skip("no SentEval data (run `make data`)")
+
+
+def _corpus(path: Path, n: int = 44) -> Path:
+    rng = random.Random(0)
+    path.write_text("\n".join(" ".join(rng.choices(WORDS, k=rng.randint(3, 9))) for _ in range(n)) + "\n")
+    return path
+
+
+def _command(run_dir: Path, tiny_bert_dir: Path, corpus: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, str(ROOT / "run.py"), "method=simcse", f"backbone.name_or_path={tiny_bert_dir}",
+        f"data.path={corpus}", "data.batch_size=8", "trainer.max_epochs=20", "trainer.max_steps=16",
+        "trainer.val_check_interval=4", "trainer.save_every_n_steps=1", "trainer.deterministic=true",
+        "trainer.enable_progress_bar=false", "eval.test_tasks=[stsb,sickr]", f"hydra.run.dir={run_dir}", *extra,
+    ]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "CSELAB_DATA_DIR": str(_data_dir()), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+
+def _step_of(ckpt: Path) -> int | None:
+    try:
+        return int(torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"])
+    except Exception:  # not written yet (the write itself is atomic, so never half a file)
+        return None
+
+
+@pytest.mark.integration
+def test_sigkill_at_a_random_step_then_resume_matches_an_uninterrupted_run(tmp_path, tiny_bert_dir):
+    corpus = _corpus(tmp_path / "corpus.txt")  # 44 sentences, batch 8: 6 batches an epoch, 16 steps = 3 epochs
+    kill_at = int(os.environ.get("CSELAB_KILL_STEP", random.Random().randrange(2, 13)))
+
+    straight = subprocess.run(_command(tmp_path / "straight", tiny_bert_dir, corpus), cwd=ROOT, env=_env(),
+                              capture_output=True, text=True, timeout=900)
+    assert straight.returncode == 0, straight.stderr[-4000:]
+
+    run_dir = tmp_path / "killed"
+    proc = subprocess.Popen(_command(run_dir, tiny_bert_dir, corpus), cwd=ROOT, env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    deadline = time.time() + 600
+    while proc.poll() is None and time.time() < deadline:
+        step = _step_of(last) if last.exists() else None
+        if step is not None and step >= kill_at:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, f"the run ended before the kill at step {kill_at}"
+    assert not (run_dir / "results.json").exists()
+    killed_step = _step_of(last)
+    assert killed_step is not None and 1 <= killed_step < 16
+    assert not list((run_dir / "checkpoints").glob("*.tmp*")) or True  # a torn temp file may remain; never read
+
+    resumed = subprocess.run(_command(run_dir, tiny_bert_dir, corpus, "ckpt_path=auto"), cwd=ROOT, env=_env(),
+                             capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert "not resumable" not in resumed.stderr  # Lightning's mid-epoch warning
+
+    a = json.loads((tmp_path / "straight" / "results.json").read_text())
+    b = json.loads((run_dir / "results.json").read_text())
+    print(f"killed at step {killed_step} (asked {kill_at}); uninterrupted test {a['test']}; resumed {b['test']}")
+    assert b["global_step"] == a["global_step"] == 16
+    assert [p["step"] for p in b["val_curve"]] == [p["step"] for p in a["val_curve"]] == [4, 8, 12, 16]
+    for pa, pb in zip(a["val_curve"], b["val_curve"], strict=True):
+        assert pb["stsb_dev"] == pytest.approx(pa["stsb_dev"], abs=1e-6), (killed_step, a["val_curve"], b["val_curve"])
+    assert b["best_dev"] == pytest.approx(a["best_dev"], abs=1e-6)
+    assert Path(b["best_checkpoint"]).name == Path(a["best_checkpoint"]).name
+    for task, value in a["test"].items():
+        assert b["test"][task] == pytest.approx(value, abs=1e-6), (killed_step, task)
+
+
+def test_sampler_resumes_mid_epoch_and_only_in_that_epoch():
+    data = list(range(23))
+    full = ResumableSampler(data, seed=7)
+    full.set_epoch(2)
+    order = list(full)
+    sampler = ResumableSampler(data, seed=7)
+    sampler.resume(DataPosition(epoch=2, batches=3, batch_size=4, world_size=1))
+    sampler.set_epoch(2)
+    assert list(sampler) == order[12:]
+    sampler.set_epoch(3)  # the next epoch is whole again
+    assert len(list(sampler)) == 23
+    other = ResumableSampler(data, seed=7)
+    other.resume(DataPosition(epoch=1, batches=3, batch_size=4, world_size=1))
+    other.set_epoch(2)  # Lightning already moved past the saved epoch: nothing skipped
+    assert list(other) == order
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_streamed_corpus_resumes_mid_epoch(tmp_path, num_workers):
+    from torch.utils.data import DataLoader
+
+    path = tmp_path / "c.txt"
+    path.write_text("".join(f"sentence {i}\n" for i in range(50)))
+
+    def batches(ds):
+        loader = DataLoader(ds, batch_size=4, num_workers=num_workers, collate_fn=lambda r: [x["text"] for x in r])
+        return list(loader)
+
+    ds = StreamingSentences(path, seed=3, shuffle_buffer=8)
+    ds.set_epoch(1)
+    whole = batches(ds)
+    resumed = StreamingSentences(path, seed=3, shuffle_buffer=8)
+    resumed.set_epoch(1)
+    resumed.resume(DataPosition(epoch=1, batches=5, batch_size=4, world_size=1), num_workers=num_workers)
+    assert batches(resumed) == whole[5:]
+
+
+def test_position_from_another_batch_size_is_refused():
+    with pytest.raises(ValueError, match="data.batch_size=8 on 1 rank"):
+        DataPosition(epoch=0, batches=2, batch_size=8, world_size=1).check(batch_size=16, world_size=1)
+    with pytest.raises(ValueError, match="malformed data position"):
+        DataPosition.from_dict({"epoch": 0})
+
+
+def test_ckpt_path_auto(tmp_path):
+    assert resolve_ckpt_path("auto", tmp_path) is None  # nothing yet: from scratch
+    (tmp_path / "checkpoints").mkdir()
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    last.write_bytes(b"x")
+    assert resolve_ckpt_path("auto", tmp_path) == str(last)
+    time.sleep(0.01)
+    hpc = tmp_path / "hpc_ckpt_3.ckpt"
+    hpc.write_bytes(b"x")
+    os.utime(hpc, (time.time() + 5, time.time() + 5))
+    assert resolve_ckpt_path("auto", tmp_path) == str(hpc)  # the newer one (a SLURM requeue's)
+    assert resolve_ckpt_path("last", tmp_path) == "last"
+    with pytest.raises(FileNotFoundError, match="ckpt_path=/nope.ckpt"):
+        resolve_ckpt_path("/nope.ckpt", tmp_path)
