@@ -217,7 +217,10 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     best = None
     if cfg.train:
         datamodule = build_datamodule(cfg, method)
-        ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), output_dir)
+        ckpt_path = cfg.get("ckpt_path")
+        if ckpt_path == "auto" and (output_dir / "results.json").exists():  # overwrite=true: a fresh run
+            ckpt_path = None
+        ckpt_path = resolve_ckpt_path(ckpt_path, output_dir)
         trainer.fit(method, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=False)
         best = checkpoint.best_model_path or None if checkpoint is not None else None
         trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)
