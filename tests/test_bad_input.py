@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cselab.data.nli import NLIDataModule
@@ -90,3 +92,16 @@ def test_nli_rows_with_non_utf8_bytes_are_skipped_and_counted(tmp_path):
     dm = NLIDataModule(_collate, path=str(path), batch_size=2)
     dm.setup("fit")
     assert dm.skipped_undecodable == 1 and len(dm.train_set) == 2
+
+
+def test_missing_training_file_is_refused_before_the_backbone_loads(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    import cselab.config  # noqa: F401
+    from cselab.pipeline import check_data_files
+
+    conf = str(Path(__file__).resolve().parents[1] / "conf")
+    with initialize_config_dir(config_dir=conf, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"data.path={tmp_path}/none.txt"])
+    with pytest.raises(FileNotFoundError, match=r"unsup corpus not found at .*none.txt \(config key data.path\)"):
+        check_data_files(cfg)

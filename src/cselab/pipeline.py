@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cselab.checkpoint_io import AtomicCheckpointIO, LastCheckpoint
 from cselab.data.nli import NLIDataModule
+from cselab.data.paths import data_root, require
 from cselab.data.unsup import UnsupDataModule
 from cselab.evaluation.callback import DEV_METRIC, STSCallback
 from cselab.evaluation.sts import PAPER_NAMES, format_table
@@ -47,7 +48,11 @@ def resolve_precision(precision: str) -> str:
 
 
 def validate(cfg: DictConfig) -> None:
-    """Refuse impossible configs early, naming the keys (ConfigError)."""
+    """Refuse impossible configs early, naming the keys.
+
+    Raises:
+        ConfigError: an out-of-range value or conflicting choices (the message names the keys).
+    """
     if cfg.loss.get("temperature", 1.0) <= 0:
         raise ConfigError(f"loss.temperature must be > 0, got {cfg.loss.temperature}")
     if cfg.train:
@@ -105,6 +110,20 @@ def resolve_ckpt_path(ckpt_path: str | None, output_dir: str | Path) -> str | No
     return ckpt_path
 
 
+def check_data_files(cfg: DictConfig) -> None:
+    """The training file (``data.path``) exists and is readable, checked before the backbone is loaded.
+
+    Raises:
+        FileNotFoundError: it is missing (names the path, ``data.path`` and how to get the data).
+        PermissionError: it is not readable.
+    """
+    if not cfg.train:
+        return
+    path = str(cfg.data.path)
+    what = "NLI triplets csv" if cfg.setting.name == "sup" else "unsup corpus"
+    require(path if path.startswith("/") else data_root(cfg.data_dir) / path, what, "data.path")
+
+
 def build_method(cfg: DictConfig):
     """The method's LightningModule from the composed config."""
     cls = method_class(cfg.method.name)
@@ -159,6 +178,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     start = time.perf_counter()
     output_dir = Path(output_dir)
     validate(cfg)
+    check_data_files(cfg)
     if (output_dir / "results.json").exists() and not cfg.get("overwrite", False):
         raise FileExistsError(
             f"{output_dir / 'results.json'} exists: this run already finished. Pass overwrite=true to run it "

