@@ -52,6 +52,7 @@ class STSCallback(L.Callback):
         self.aggregation = aggregation
         self.batch_size = batch_size
         self.history: list[dict] = []
+        self._loaded_history: list[dict] | None = None
         self.test_scores: dict[str, float] = {}
         self.dev_scores: dict[str, float] = {}
         self.test_pairs: dict[str, tuple[list[float], list[float]]] = {}  # task -> (cosines, gold)
@@ -61,8 +62,13 @@ class STSCallback(L.Callback):
         return {"history": list(self.history)}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Restore the dev curve of the run being resumed."""
-        self.history = list(state_dict.get("history", []))
+        """Keep the dev curve of a checkpoint; a resumed ``fit`` continues it (:meth:`on_fit_start`).  Loading
+        the best checkpoint to test restores it too, but must not cut the curve back to that step."""
+        self._loaded_history = list(state_dict.get("history", []))
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._loaded_history is not None:
+            self.history, self._loaded_history = self._loaded_history, None
 
     def _encode(self, pl_module):
         return lambda sentences: pl_module.encode(sentences, batch_size=self.batch_size)

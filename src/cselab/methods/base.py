@@ -176,7 +176,26 @@ class ContrastiveMethod(L.LightningModule):
                 for p in _mlm_head(self.encoder.mlm).parameters():
                     if p is not tied:
                         p.requires_grad_(True)
+        self._freeze_unused_layers()
         self.strict_loading = name == "full"
+
+    def _freeze_unused_layers(self) -> None:
+        """Freeze the layers no training step uses, so that every trainable parameter gets a gradient.
+
+        The backbone's own pooler (dense + tanh) serves only ``pooler=cls`` without a head, and the MLM head's
+        own layers only the MLM auxiliary loss (``method.mlm``).  Frozen, they keep their pretrained values
+        (checkpoints and exports still hold them), stay out of the trainable-parameter count and the optimizer,
+        and plain ``ddp`` works (DDP fails on a trainable parameter without a gradient unless it searches
+        the graph for unused ones every step: ``ddp_find_unused_parameters_true``).
+        """
+        pooler = getattr(self.encoder.model, "pooler", None)
+        if pooler is not None and self.representation_pooler != "cls":
+            pooler.requires_grad_(False)
+        if self.encoder.mlm is not None and self.mlm is None:
+            tied = self.encoder.model.get_input_embeddings().weight
+            for p in _mlm_head(self.encoder.mlm).parameters():
+                if p is not tied:
+                    p.requires_grad_(False)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record the method class (for :func:`cselab.load`); with a frozen backbone keep only the trained

@@ -1,0 +1,50 @@
+"""Every trainable parameter of every method, as ``run.py`` builds it, gets a gradient from one training step.
+
+This is what lets ``trainer=ddp`` use plain ``ddp`` (no per-step search for unused parameters): DDP fails at
+the second step on a trainable parameter that took no part in the loss.  Layers a method never uses (the
+backbone's pooler unless ``pooler=cls`` without a head, the MLM head's layers without ``method.mlm``) must be
+frozen by the method.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+import cselab.config  # noqa: F401  (resolvers)
+from cselab.pipeline import build_method
+
+CONF = str(Path(__file__).resolve().parents[1] / "conf")
+SENTENCES = ["a man is playing a guitar", "the cat sat on the mat", "two dogs are running in the park",
+             "it is raining today"]
+TRIPLETS = [{"sent0": s, "sent1": s + " today", "hard_neg": "birds fly"} for s in SENTENCES]
+CASES = [
+    ("simcse", "unsup", []), ("simcse", "sup", []), ("simcse", "unsup", ["pooler=cls", "method.head=none"]),
+    ("promptbert", "unsup", []), ("promptbert", "sup", []), ("cot_bert", "unsup", []),
+    ("dcpcse", "unsup", []), ("dcpcse", "unsup", ["method.mlm=${method.mlm_config}"]), ("promcse", "sup", []),
+    ("promcse", "sup", ["loss=infonce_eh"]), ("scpcse", "unsup", []), ("optiprompt", "unsup", []),
+]
+
+
+@pytest.mark.parametrize(("method", "setting", "extra"), CASES, ids=lambda v: str(v))
+def test_every_trainable_parameter_gets_a_gradient(method, setting, extra, tiny_mlm_dir):
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfg = compose("config", overrides=[
+            f"method={method}", f"setting={setting}", f"backbone.name_or_path={tiny_mlm_dir}",
+            "backbone.family=bert", *extra,
+        ])
+    model = build_method(cfg)
+    model.train()
+    rows = TRIPLETS if setting == "sup" else [{"text": s} for s in SENTENCES]
+    batch = model.train_collate(rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # self.log() without a Trainer
+        loss = model.training_step(batch, 0)
+    loss.backward()
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable
+    missing = [n for n, p in trainable if p.grad is None]
+    assert not missing, f"{method}/{setting} {extra}: trainable but unused in the loss: {missing}"
