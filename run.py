@@ -13,9 +13,9 @@ import logging
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
-import cselab.config  # noqa: F401  (registers the config resolvers)
+from cselab.config import variant_name  # (importing cselab.config registers the resolvers)
 
 log = logging.getLogger("cselab")
 
@@ -26,6 +26,9 @@ def main(cfg: DictConfig) -> float | None:
 
     hydra_cfg = HydraConfig.get()
     output_dir = hydra_cfg.runtime.output_dir
+    if cfg.get("variant") is None:  # the W&B variant tag: this job's overrides that change the model
+        with open_dict(cfg):
+            cfg.variant = variant_name(list(hydra_cfg.overrides.task))
     try:
         results = run(cfg, output_dir)
     except Exception as err:

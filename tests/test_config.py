@@ -203,3 +203,16 @@ def test_every_sweep_composes_for_each_of_its_values(sweep):
             cfg = _compose(f"sweep={sweep}", override)
             OmegaConf.to_container(cfg, resolve=True)
             validate(cfg)
+
+
+def test_variant_name_keeps_only_what_changes_the_model():
+    from cselab.config import variant_name
+    from cselab.pipeline import _short_tag
+
+    overrides = ["method=cot_bert", "backbone=minilm_l6", "seed=3", "denoise=pad", "+objective=same_template",
+                 "trainer.max_steps=3", "hydra.run.dir=x", "logger=wandb", "loss.temperature=0.1"]
+    assert variant_name(overrides) == "denoise=pad,loss.temperature=0.1,objective=same_template"
+    assert variant_name(["method=simcse", "seed=1"]) == "default"
+    long = "variant=" + "x" * 100
+    assert len(_short_tag(long)) == 64 and _short_tag(long) != _short_tag(long[:-1])
+    assert _short_tag("variant=default") == "variant=default"

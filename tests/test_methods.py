@@ -261,3 +261,17 @@ def test_load_backbone_offline_hub_id(monkeypatch, tmp_path) -> None:
 
 def test_backbone_error_is_an_os_error() -> None:
     assert issubclass(BackboneUnavailableError, OSError)
+
+
+def test_encode_caches_the_tokenization_and_runs_without_autograd(make_method) -> None:
+    method = make_method("simcse", "bert")
+    calls = []
+    tokenize = method.eval_collate.tokenize
+    method.eval_collate.tokenize = lambda s: calls.append(len(s)) or tokenize(s)
+    sentences = ["a man is playing a guitar", "the cat sat on the mat", "birds fly"]
+    first = method.encode(sentences, batch_size=2)
+    again = method.encode(list(sentences), batch_size=2)
+    other = method.encode(sentences[:2], batch_size=2)
+    assert calls == [3, 2]  # the second call of the same list skipped the tokenizer
+    assert torch.equal(first, again) and torch.allclose(first[:2], other, atol=1e-5)
+    assert not first.requires_grad

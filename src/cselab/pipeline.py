@@ -110,6 +110,27 @@ def resolve_ckpt_path(ckpt_path: str | None, output_dir: str | Path) -> str | No
     return ckpt_path
 
 
+def compile_backbone(method, options) -> None:
+    """``compile.enabled=true``: ``torch.compile`` the backbone's forward in place (``nn.Module.compile``, so
+    parameter names and checkpoints do not change) with ``compile.backend``, ``compile.mode`` and
+    ``compile.dynamic``.  Loss, pooling and templates stay eager (cheap next to the transformer).
+
+    Raises:
+        ConfigError: ``compile.backend`` is not a backend ``torch.compile`` knows (lists them).
+    """
+    if not options or not options.get("enabled", False):
+        return
+    backend = options.get("backend", "inductor")
+    known = torch._dynamo.list_backends(exclude_tags=())
+    if backend not in known:
+        raise ConfigError(f"compile.backend={backend!r}: expected one of {sorted(known)}")
+    kwargs = {"backend": backend, "dynamic": options.get("dynamic", True)}
+    if options.get("mode"):
+        kwargs["mode"] = options["mode"]
+    method.encoder.model.compile(**kwargs)
+    log.info("torch.compile on the backbone: %s", kwargs)
+
+
 def check_data_files(cfg: DictConfig) -> None:
     """The training file (``data.path``) exists and is readable, checked before the backbone is loaded.
 
@@ -186,6 +207,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         )
     L.seed_everything(cfg.seed, workers=True)
     method = build_method(cfg)
+    compile_backbone(method, cfg.get("compile"))
     sts = STSCallback(
         data_dir=cfg.data_dir,
         test_tasks=list(cfg.eval.test_tasks),
@@ -214,6 +236,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
             f"loss={cfg.loss.name}", f"tuning={cfg.tuning.name}"]
     if cfg.prompt:
         tags.append(f"prompt={cfg.prompt.name}")
+    tags.append(_short_tag(f"variant={cfg.get('variant') or 'default'}"))
     loggers = build_loggers(OmegaConf.to_container(cfg.logger, resolve=True), str(output_dir), tags,
                             group=cfg.get("group"))
     config = OmegaConf.to_container(cfg, resolve=True)
@@ -291,6 +314,16 @@ def _log_cosine_by_gold_bin(loggers, by_bin) -> None:
                 logger.log_table(key="test/stsb_cosine_by_gold_bin", columns=["gold_bin", "cosine"], data=rows)
             except Exception as err:  # never lose a finished run to a logger
                 log.warning("could not log the cosine table to %s: %s", type(logger).__name__, err)
+
+
+def _short_tag(tag: str, limit: int = 64) -> str:
+    """W&B refuses tags over 64 characters: a longer one keeps its start and a hash of the whole."""
+    if len(tag) <= limit:
+        return tag
+    import hashlib
+
+    digest = hashlib.sha1(tag.encode()).hexdigest()[:8]
+    return f"{tag[: limit - 9]}~{digest}"
 
 
 def _batch_size(batch) -> int:

@@ -432,23 +432,25 @@ class ContrastiveMethod(L.LightningModule):
 
         Sentences are tokenized once, sorted by token length (less padding), encoded in batches under
         ``torch.inference_mode`` with bf16 autocast on GPU; the module's train/eval mode is restored after.
+        The tokenization and length order of the last few sentence lists are cached (the STS-B dev set is
+        encoded at every validation): a list equal to a cached one skips the tokenizer.
         """
         collate = self.eval_collate
         batch_size = batch_size or self.eval_batch_size or (256 if self.device.type == "cuda" else 128)
-        tokens = collate.tokenize(list(sentences))
-        order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
+        tokens, order = self._tokenized(collate, tuple(sentences))
         was_training = self.training
         self.eval()
         device = self.device
         autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
         chunks = []
         try:
-            for start in range(0, len(order), batch_size):
-                idx = order[start : start + batch_size]
-                batch = collate.build({collate.views[0].field: [tokens[i] for i in idx]})
-                batch = {k: t.to(device, non_blocking=True) for k, t in batch.items()}
-                with autocast:
-                    chunks.append(self.embed(batch)[:, 0].float().cpu())
+            with torch.inference_mode():
+                for start in range(0, len(order), batch_size):
+                    idx = order[start : start + batch_size]
+                    batch = collate.build({collate.views[0].field: [tokens[i] for i in idx]})
+                    batch = {k: t.to(device, non_blocking=True) for k, t in batch.items()}
+                    with autocast:
+                        chunks.append(self.embed(batch)[:, 0].float().cpu())
         finally:
             self.train(was_training)
         if not chunks:
@@ -457,6 +459,19 @@ class ContrastiveMethod(L.LightningModule):
         result = torch.empty_like(out)
         result[torch.tensor(order, dtype=torch.long)] = out
         return result
+
+    def _tokenized(self, collate: ViewCollate, sentences: tuple[str, ...]) -> tuple[list, list[int]]:
+        """(token ids per sentence, indices sorted by length) for ``encode``, from a small cache (4 lists)
+        keyed by the collate and the exact sentence tuple."""
+        cache = self.__dict__.setdefault("_token_cache", {})
+        key = (id(collate), sentences)
+        hit = cache.get(key)
+        if hit is None or hit[0] is not collate:  # the collate itself is kept, so its id is never reused
+            tokens = collate.tokenize(list(sentences))
+            hit = cache[key] = (collate, tokens, sorted(range(len(tokens)), key=lambda i: len(tokens[i])))
+            while len(cache) > 4:
+                cache.pop(next(iter(cache)))
+        return hit[1], hit[2]
 
     # ----------------------------------------------------------------- optimization
     def configure_optimizers(self):
