@@ -220,7 +220,11 @@ def run_train_case(args) -> dict:
             if i >= args.warmup:
                 times.append(time.perf_counter() - t)
     step_s = sum(times) / len(times)
+    flops = count_step_flops(loss_of, autocast, optimizer)
+    peak = available_flops(device, torch.bfloat16 if args.bf16 else torch.float32)
     res = {
+        "flops_per_step": flops, "tflops_per_s": flops / step_s / 1e12,
+        "mfu": (flops / step_s / peak) if peak else None,
         "case": args.case, "step_s": step_s, "step_s_min": min(times), "ex_per_s": b / step_s,
         "collate_ms": collate_ms, "loss": loss, "build_s": build_s,
         "params_M": sum(p.numel() for p in params) / 1e6,
@@ -232,6 +236,29 @@ def run_train_case(args) -> dict:
         res["peak_mem_MB"] = (rss.peak - rss.base) / 2**20
         res["mem_kind"] = "CPU RSS peak - RSS before the first step (sampled 5 ms)"
     return res
+
+
+def count_step_flops(loss_of, autocast, optimizer) -> int:
+    """FLOPs of one forward + backward, counted by ``torch.utils.flop_counter`` (matmuls and attention; the
+    optimizer's elementwise update and the softmax / norms are not counted, as in the usual MFU)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    optimizer.zero_grad(set_to_none=True)
+    with FlopCounterMode(display=False) as counter:
+        with autocast:
+            loss = loss_of()
+        loss.backward()
+    optimizer.zero_grad(set_to_none=True)
+    return int(counter.get_total_flops())
+
+
+def available_flops(device, dtype) -> float | None:
+    """The device's peak dense FLOP/s for ``dtype`` (Lightning's table of GPUs; None on CPU)."""
+    if device.type != "cuda":
+        return None
+    from lightning.fabric.utilities.throughput import get_available_flops
+
+    return get_available_flops(device, dtype)
 
 
 def run_eval_case(args) -> dict:
@@ -379,10 +406,13 @@ def main(argv: list[str] | None = None) -> None:
 
     if results:
         print(f"\nTraining step (forward + loss + backward + AdamW); memory: {results[0]['mem_kind']}")
-        print(f"{'case':<22}{'step s':>9}{'ex/s':>9}{'peak MB':>10}{'collate ms':>12}{'loss':>9}")
+        print(f"{'case':<22}{'step s':>9}{'ex/s':>9}{'peak MB':>10}{'collate ms':>12}{'loss':>9}"
+              f"{'GFLOP/step':>12}{'TFLOP/s':>9}{'MFU':>7}")
     for r in results:
+        mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-"
         print(f"{r['case']:<22}{r['step_s']:>9.3f}{r['ex_per_s']:>9.1f}{r['peak_mem_MB']:>10.0f}"
-              f"{r['collate_ms']:>12.1f}{r['loss']:>9.3f}")
+              f"{r['collate_ms']:>12.1f}{r['loss']:>9.3f}{r['flops_per_step'] / 1e9:>12.1f}"
+              f"{r['tflops_per_s']:>9.3f}{mfu:>7}")
     peer = next((r for r in results if r["case"].startswith("peer")), None)
     if peer:
         print("\nratios ours / peer (sentence-transformers unsup SimCSE):")
