@@ -210,8 +210,9 @@ def test_variant_name_keeps_only_what_changes_the_model():
     from cselab.pipeline import _short_tag
 
     overrides = ["method=cot_bert", "backbone=minilm_l6", "seed=3", "denoise=pad", "+objective=same_template",
-                 "trainer.max_steps=3", "hydra.run.dir=x", "logger=wandb", "loss.temperature=0.1"]
-    assert variant_name(overrides) == "denoise=pad,loss.temperature=0.1,objective=same_template"
+                 "trainer.max_steps=3", "hydra.run.dir=x", "logger=wandb", "loss.temperature=0.1",
+                 "trainer.enable_progress_bar=false", "ckpt_path=auto", "compile.enabled=true"]
+    assert variant_name(overrides) == "denoise=pad,loss.temperature=0.1,objective=same_template,trainer.max_steps=3"
     assert variant_name(["method=simcse", "seed=1"]) == "default"
     long = "variant=" + "x" * 100
     assert len(_short_tag(long)) == 64 and _short_tag(long) != _short_tag(long[:-1])

@@ -477,3 +477,12 @@ def test_failed_json_message_is_reported(tmp_path):
     (run / "failed.json").write_text(json.dumps({"error": "ValueError", "message": "unsupervised only"}))
     failed = collect([tmp_path]).failed
     assert len(failed) == 1 and failed[0].error == "failed: ValueError: unsupervised only"
+
+
+def test_output_only_overrides_do_not_split_groups():
+    from cselab.report.collect import IGNORED_OVERRIDE_KEYS, IGNORED_PREFIXES
+
+    assert "trainer.enable_progress_bar" in IGNORED_OVERRIDE_KEYS and "ckpt_path" in IGNORED_OVERRIDE_KEYS
+    assert "trainer.max_steps" not in IGNORED_OVERRIDE_KEYS
+    assert not any("trainer.max_steps".startswith(p) for p in IGNORED_PREFIXES)
+    assert any("compile.enabled".startswith(p) for p in IGNORED_PREFIXES)

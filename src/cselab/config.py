@@ -14,22 +14,34 @@ def register_resolvers() -> None:
 register_resolvers()
 
 
-#: overrides that name the run's coordinates (tags of their own) or change nothing about the model's result
-NOT_A_VARIANT = ("method", "backbone", "setting", "seed", "experiment", "sweep", "group", "variant", "logger",
-                 "data_dir", "ckpt_path", "overwrite", "compile", "hydra", "trainer", "eval.batch_size",
-                 "data.num_workers")
+#: override keys (and their sub-keys) that change where or how a run runs, never its results
+OUTPUT_ONLY_KEYS: tuple[str, ...] = (
+    "group", "variant", "data_dir", "logger", "hydra", "ckpt_path", "overwrite", "compile",
+    "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps",
+    "trainer.save_last", "trainer.save_every_n_steps", "eval.batch_size", "data.num_workers",
+)
+#: override keys that name a run's coordinates (W&B tags of their own)
+COORDINATE_KEYS: tuple[str, ...] = ("method", "backbone", "setting", "seed", "experiment", "sweep")
+
+
+def override_key(item: str) -> str:
+    """The key of a Hydra override ``[+~]key=value`` (``+objective=x`` -> ``objective``)."""
+    return item.split("=", 1)[0].lstrip("+~")
+
+
+def key_matches(key: str, keys: tuple[str, ...]) -> bool:
+    """``key`` is one of ``keys`` or below one (``trainer.save_last``, ``hydra/launcher``, ``logger.wandb``)."""
+    return any(key == k or key.startswith(k + ".") or key.startswith(k + "/") for k in keys)
 
 
 def variant_name(overrides: list[str]) -> str:
     """The W&B ``variant`` tag of a job: its command-line / sweep overrides that change the model, sorted and
     joined with ``,`` (``denoise=pad,prompt=cot_bert``), or ``default``.
 
-    Left out: the run's coordinates (method, backbone, setting, seed: tags of their own), where and how it runs
-    (``trainer.*``, ``logger``, ``hydra.*``, paths, ``ckpt_path``, ``compile.*``, eval / loader batch sizes).
+    Left out: the run's coordinates (:data:`COORDINATE_KEYS`: tags of their own) and what only changes where or
+    how it runs (:data:`OUTPUT_ONLY_KEYS`: logging, paths, resume, compile, progress bar, eval / loader batch
+    sizes).  ``trainer.max_steps`` and the like stay: they change the model.
     """
-    kept = []
-    for item in overrides:
-        key = item.split("=", 1)[0].lstrip("+~")
-        if not any(key == k or key.startswith(k + ".") or key.startswith(k + "/") for k in NOT_A_VARIANT):
-            kept.append(item.lstrip("+"))
+    kept = [item.lstrip("+") for item in overrides
+            if not key_matches(override_key(item), COORDINATE_KEYS + OUTPUT_ONLY_KEYS)]
     return ",".join(sorted(kept)) or "default"

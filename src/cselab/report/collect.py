@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from cselab.config import OUTPUT_ONLY_KEYS
 from cselab.report.published import (
     BACKBONES,
     SCORE_KEYS,
@@ -47,9 +48,10 @@ HYDRA_DIR = ".hydra"
 BASE_KEYS: tuple[str, ...] = ("method.name", "backbone.name", "setting.name")
 #: override keys that never split a group (besides ``hydra.*``): the seed, output-only settings, the data path,
 #: and the config-group choices whose names are already in :data:`BASE_KEYS`
+#: (with :data:`cselab.config.OUTPUT_ONLY_KEYS`: logging, paths, resume, compile, progress bar ...)
 IGNORED_OVERRIDE_KEYS: frozenset[str] = frozenset({"seed", "group", "data_dir", "logger", "method", "backbone",
-                                                    "setting"})
-IGNORED_PREFIXES: tuple[str, ...] = ("hydra.", "hydra/", "logger.", "logger/")
+                                                    "setting", *OUTPUT_ONLY_KEYS})
+IGNORED_PREFIXES: tuple[str, ...] = tuple(f"{k}{sep}" for k in OUTPUT_ONLY_KEYS for sep in "./")
 
 
 @dataclass
