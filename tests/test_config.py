@@ -195,11 +195,22 @@ def _sweep_values_of_experiment(name: str) -> list:
     return [int(v) for v in override.sweep_string_iterator()]
 
 
+def _override_value(value) -> str:
+    """A parsed sweep value written back in Hydra's override grammar."""
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_override_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, str) and " " in value:
+        return f"'{value}'"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 @pytest.mark.parametrize("sweep", SWEEPS)
 def test_every_sweep_composes_for_each_of_its_values(sweep):
     for key, values in _sweep_values(sweep).items():
         for value in values:
-            override = f"{key}='{value}'" if isinstance(value, str) and " " in value else f"{key}={value}"
+            override = f"{key}={_override_value(value)}"
             cfg = _compose(f"sweep={sweep}", override)
             OmegaConf.to_container(cfg, resolve=True)
             validate(cfg)
