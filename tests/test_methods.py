@@ -275,3 +275,23 @@ def test_encode_caches_the_tokenization_and_runs_without_autograd(make_method) -
     assert calls == [3, 2]  # the second call of the same list skipped the tokenizer
     assert torch.equal(first, again) and torch.allclose(first[:2], other, atol=1e-5)
     assert not first.requires_grad
+
+
+def test_first_training_batch_counts_flops_for_the_throughput_monitor(make_method, tmp_path) -> None:
+    import lightning as L
+    from torch.utils.data import DataLoader
+
+    method = make_method("simcse", "bert")
+    rows = [{"text": s} for s in ["a man is playing a guitar", "the cat sat on the mat", "birds fly", "a cat sat"]]
+    loader = DataLoader(rows, batch_size=4, collate_fn=method.train_collate)
+    monitor = L.pytorch.callbacks.ThroughputMonitor(batch_size_fn=lambda b: b["input_ids"].shape[0], window_size=2)
+    csv = L.pytorch.loggers.CSVLogger(tmp_path, name="csv", version="")
+    trainer = L.Trainer(max_steps=3, logger=csv, callbacks=[monitor], enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1,
+                        limit_val_batches=0, accelerator="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(method, loader)
+    # a tiny BERT forward on 2 x 4 sequences: > 0, counted once, x3 for the backward
+    assert method.flops_per_batch and method.flops_per_batch % 3 == 0
+    assert "train/device/flops_per_sec" in (tmp_path / "csv" / "metrics.csv").read_text().splitlines()[0]

@@ -208,6 +208,12 @@ class ContrastiveMethod(L.LightningModule):
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trained}
         checkpoint["backbone"] = dict(self.hparams.backbone)
 
+    # ----------------------------------------------------------------- FLOPs (for MFU)
+    #: FLOPs of one training step on this rank's batch (forward counted by ``torch.utils.flop_counter`` on the
+    #: first batch, x3 for forward + backward, the usual rule); Lightning's ``ThroughputMonitor`` reads it to log
+    #: ``train/device/flops_per_sec`` and, on GPUs in its table, ``train/device/mfu``.  None until then.
+    flops_per_batch: int | None = None
+
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Restore the global RNG states (torch, CUDA, numpy, Python) saved with the checkpoint, so that a
         resumed run draws the same dropout masks as an uninterrupted one (Lightning saves no RNG state).
@@ -327,6 +333,18 @@ class ContrastiveMethod(L.LightningModule):
         return self.head(h) if use_head else h
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
+        """The loss of one batch (see :meth:`_training_step`); the first batch under a trainer also counts its
+        forward FLOPs for :attr:`flops_per_batch`."""
+        if self.flops_per_batch is not None or self._trainer is None:
+            return self._training_step(batch, batch_idx)
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as counter:
+            loss = self._training_step(batch, batch_idx)
+        self.flops_per_batch = 3 * int(counter.get_total_flops())
+        return loss
+
+    def _training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
         z = self.gather_embeddings(self.embed(batch))
         loss = self.loss_fn(z)
         if self.mlm is not None and "mlm_input_ids" in batch:
