@@ -462,13 +462,12 @@ class ContrastiveMethod(L.LightningModule):
         autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
         chunks = []
         try:
-            with torch.inference_mode():
-                for start in range(0, len(order), batch_size):
-                    idx = order[start : start + batch_size]
-                    batch = collate.build({collate.views[0].field: [tokens[i] for i in idx]})
-                    batch = {k: t.to(device, non_blocking=True) for k, t in batch.items()}
-                    with autocast:
-                        chunks.append(self.embed(batch)[:, 0].float().cpu())
+            for start in range(0, len(order), batch_size):
+                idx = order[start : start + batch_size]
+                batch = collate.build({collate.views[0].field: [tokens[i] for i in idx]})
+                batch = {k: t.to(device, non_blocking=True) for k, t in batch.items()}
+                with autocast:
+                    chunks.append(self.embed(batch)[:, 0].float().cpu())
         finally:
             self.train(was_training)
         if not chunks:
