@@ -163,3 +163,18 @@ def test_ckpt_path_auto(tmp_path):
     assert resolve_ckpt_path("last", tmp_path) == "last"
     with pytest.raises(FileNotFoundError, match="ckpt_path=/nope.ckpt"):
         resolve_ckpt_path("/nope.ckpt", tmp_path)
+
+
+def test_each_rank_resumes_its_own_shard():
+    data = list(range(30))
+    for rank in (0, 1):
+        full = ResumableSampler(data, num_replicas=2, rank=rank, seed=5)
+        full.set_epoch(0)
+        order = list(full)
+        assert len(order) == 15
+        resumed = ResumableSampler(data, num_replicas=2, rank=rank, seed=5)
+        resumed.resume(DataPosition(epoch=0, batches=2, batch_size=4, world_size=2))
+        resumed.set_epoch(0)
+        assert list(resumed) == order[8:]
+    a, b = (ResumableSampler(data, num_replicas=2, rank=r, seed=5) for r in (0, 1))
+    assert not set(a) & set(b) and set(a) | set(b) == set(data)  # the shards partition the data
