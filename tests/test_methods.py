@@ -295,3 +295,14 @@ def test_first_training_batch_counts_flops_for_the_throughput_monitor(make_metho
     # a tiny BERT forward on 2 x 4 sequences: > 0, counted once, x3 for the backward
     assert method.flops_per_batch and method.flops_per_batch % 3 == 0
     assert "train/device/flops_per_sec" in (tmp_path / "csv" / "metrics.csv").read_text().splitlines()[0]
+
+
+def test_eval_precision(make_method) -> None:
+    sentences = ["a man is playing a guitar", "the cat sat on the mat", "birds fly"]
+    exact = make_method("simcse", "bert").encode(sentences)
+    assert torch.equal(make_method("simcse", "bert", eval_precision="32").encode(sentences), exact)  # CPU auto = 32
+    fast = make_method("simcse", "bert", eval_precision="bf16").encode(sentences)
+    assert fast.dtype == torch.float32 and not torch.equal(fast, exact)
+    assert torch.nn.functional.cosine_similarity(fast, exact).min() > 0.99
+    with pytest.raises(ValueError, match="eval.precision='fp16': expected auto, 32 or bf16"):
+        make_method("simcse", "bert", eval_precision="fp16")

@@ -166,6 +166,7 @@ def build_method(cfg: DictConfig):
         max_seq_len=cfg.max_seq_len,
         eval_max_seq_len=cfg.eval.max_seq_len,
         eval_batch_size=cfg.eval.batch_size,
+        eval_precision=str(cfg.eval.get("precision", "auto")),
         lr=cfg.optim.lr,
         weight_decay=cfg.optim.weight_decay,
         warmup_ratio=cfg.optim.warmup_ratio,
