@@ -232,3 +232,16 @@ def tiny_mlm_dir(tiny_bert_dir, tmp_path_factory):
     BertForMaskedLM(cfg).save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def sts_data_dir() -> Path:
+    """The data directory holding ``senteval/downstream`` ($CSELAB_DATA_DIR, ./data or ../shared/data); skips
+    the test when there is none (run ``make data``)."""
+    import os
+
+    root = Path(__file__).resolve().parents[1]
+    for cand in (os.environ.get("CSELAB_DATA_DIR"), root / "data", root.parent / "shared" / "data"):
+        if cand and (Path(cand) / "senteval" / "downstream").is_dir():
+            return Path(cand).resolve()
+    pytest.skip("no SentEval data (run `make data`)")

@@ -5,11 +5,11 @@ head, the real STS-B files and a tiny corpus / NLI csv standing in for the full 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import open_dict
 
 import cselab.config  # noqa: F401  (resolvers)
 from cselab.pipeline import run
@@ -34,16 +34,9 @@ CASES = [  # (paper, "experiment" | "sweep", name, the sweep values of one job)
 ]
 
 
-def _data_dir() -> Path:
-    for cand in (os.environ.get("CSELAB_DATA_DIR"), ROOT / "data", ROOT.parent / "shared" / "data"):
-        if cand and (Path(cand) / "senteval" / "downstream").is_dir():
-            return Path(cand).resolve()
-    pytest.skip("no SentEval data (run `make data`)")
-
-
 @pytest.mark.integration
 @pytest.mark.parametrize(("paper", "kind", "name", "values"), CASES, ids=[f"{c[1]}={c[2]}" for c in CASES])
-def test_paper_config_runs_with_fast_dev_run(paper, kind, name, values, tmp_path, tiny_mlm_dir):
+def test_paper_config_runs_with_fast_dev_run(paper, kind, name, values, tmp_path, tiny_mlm_dir, sts_data_dir):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(SENTENCES) + "\n")
     nli = tmp_path / "nli.csv"
@@ -52,9 +45,9 @@ def test_paper_config_runs_with_fast_dev_run(paper, kind, name, values, tmp_path
         cfg = compose("config", overrides=[
             f"{kind}={name}", *values, f"backbone.name_or_path={tiny_mlm_dir}", "backbone.family=bert",
             "trainer.fast_dev_run=true", "trainer.enable_progress_bar=false", "data.batch_size=4",
-            f"data_dir={_data_dir()}", "eval.test_tasks=[stsb]",
+            f"data_dir={sts_data_dir}", "eval.test_tasks=[stsb]",
         ])
-    with open_cfg(cfg):
+    with open_dict(cfg):
         cfg.data.path = str(nli if cfg.setting.name == "sup" else corpus)
     results = run(cfg, tmp_path / "run")
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
@@ -71,8 +64,3 @@ def test_paper_config_runs_with_fast_dev_run(paper, kind, name, values, tmp_path
                 node = node[part]
             assert str(node).lower() == value.lower()
 
-
-def open_cfg(cfg):
-    from omegaconf import open_dict
-
-    return open_dict(cfg)

@@ -72,7 +72,10 @@ class SentenceDataModule(L.LightningDataModule):
                                        drop_last=False, generator=generator)
         if self._resume is not None:
             self._resume.check(self.batch_size, world)
-            (sampler or dataset).resume(self._resume, **({} if sampler else {"num_workers": self.num_workers}))
+            if sampler is not None:
+                sampler.resume(self._resume)
+            else:
+                dataset.resume(self._resume, num_workers=self.num_workers)
             self._resume = None
         return ResumableDataLoader(
             dataset,

@@ -24,7 +24,6 @@ continuing; with ``num_workers=0`` (the default) the resumed run is bit-identica
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
@@ -147,7 +146,3 @@ class ResumableDataLoader(DataLoader):
     def load_state_dict(self, state: dict) -> None:
         """Nothing to do: the DataModule restored the position before this loader was built."""
 
-
-def batches_per_epoch(n: int, batch_size: int, drop_last: bool) -> int:
-    """Batches one rank's loader yields for ``n`` samples."""
-    return n // batch_size if drop_last else math.ceil(n / batch_size)

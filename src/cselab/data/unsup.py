@@ -90,7 +90,6 @@ class StreamingSentences(IterableDataset):
         self.even_ranks = bool(even_ranks)
         self._epoch = torch.zeros((), dtype=torch.long).share_memory_()
         self._resume: tuple[DataPosition, int] | None = None
-        self.skipped_undecodable = 0
 
     def set_epoch(self, epoch: int) -> None:
         """Select the shuffle of epoch ``epoch`` (visible to already started, persistent workers)."""

@@ -178,11 +178,8 @@ class ContrastiveMethod(L.LightningModule):
             if self.encoder.mlm is None:
                 raise ValueError("method.mlm needs the backbone's MLM head")
             if name != "full":  # the head's own layers train; the decoder tied to the word embeddings stays frozen
-                tied = self.encoder.model.get_input_embeddings().weight if hasattr(
-                    self.encoder.model, "get_input_embeddings") else None
-                for p in _mlm_head(self.encoder.mlm).parameters():
-                    if p is not tied:
-                        p.requires_grad_(True)
+                for p in self._mlm_head_own_parameters():
+                    p.requires_grad_(True)
         self._freeze_unused_layers()
         self.strict_loading = name == "full"
 
@@ -199,10 +196,14 @@ class ContrastiveMethod(L.LightningModule):
         if pooler is not None and self.representation_pooler != "cls":
             pooler.requires_grad_(False)
         if self.encoder.mlm is not None and self.mlm is None:
-            tied = self.encoder.model.get_input_embeddings().weight
-            for p in _mlm_head(self.encoder.mlm).parameters():
-                if p is not tied:
-                    p.requires_grad_(False)
+            for p in self._mlm_head_own_parameters():
+                p.requires_grad_(False)
+
+    def _mlm_head_own_parameters(self) -> list[torch.nn.Parameter]:
+        """The MLM head's parameters except its decoder weight, which is tied to the word embeddings."""
+        model = self.encoder.model
+        tied = model.get_input_embeddings().weight if hasattr(model, "get_input_embeddings") else None
+        return [p for p in _mlm_head(self.encoder.mlm).parameters() if p is not tied]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record the method class (for :func:`cselab.load`); with a frozen backbone keep only the trained
