@@ -262,8 +262,8 @@ def available_flops(device, dtype) -> float | None:
 
 
 def run_eval_case(args) -> dict:
-    """Time our STS evaluator and a SentEval-style loop on the 7 test tasks, same ``encode``."""
-    import numpy as np
+    """Time our STS evaluator and two SentEval-style loops on the 7 test tasks, same ``encode``; count the FLOPs
+    each one spends and measure the device's GEMM rate, for the compute bound on the speed-up."""
     import torch
 
     from cselab.evaluation.sts import TEST_TASKS, STSEvaluator, cosine_scores, spearman
@@ -282,74 +282,184 @@ def run_eval_case(args) -> dict:
     data = evaluator.load(tasks, "test")  # read (and cache) the files before timing
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-    with autocast:
+    def loop_calls(task_subsets, sort_sts: bool) -> list[tuple[str, str, list[str], list[str], list[float]]]:
+        """The encode calls of a SentEval-style loop: (task, subset, s1, s2, gold) per batch of 64 pairs, each
+        subset's pairs in file order (``sort_sts``: STS12-16 sorted by length, as SentEval's STSEval.loadFile)."""
+        calls = []
+        for task, subsets in task_subsets.items():
+            for name, pairs in subsets.items():
+                rows = list(zip(pairs.sent1, pairs.sent2, pairs.scores, strict=True))
+                if sort_sts and task.startswith("sts1"):
+                    rows.sort(key=lambda r: (len(r[0].split()), len(r[1].split()), r[2]))
+                for i in range(0, len(rows), 64):
+                    chunk = rows[i : i + 64]
+                    calls.append((task, name, [r[0] for r in chunk], [r[1] for r in chunk], [r[2] for r in chunk]))
+        return calls
+
+    def run_loop(calls) -> dict[str, float]:
+        """Encode both sides of each batch as they come; the Spearman of the scored subsets (all subsets of
+        STS12-16, the test split of STS-B / SICK-R) per task."""
+        sys_scores: dict[str, list] = {}
+        gold: dict[str, list] = {}
+        for task, name, s1, s2, g in calls:
+            e1, e2 = method.encode(s1, batch_size=64), method.encode(s2, batch_size=64)
+            if task.startswith("sts1") or name == "test":
+                sys_scores.setdefault(task, []).append(cosine_scores(e1, e2))
+                gold.setdefault(task, []).extend(g)
+        scores = {t: 100 * spearman(torch.cat(v), gold[t]) for t, v in sys_scores.items()}
+        return {**scores, "avg": sum(scores.values()) / len(scores)}
+
+    def timed(fn):
         sync()
         t = time.perf_counter()
-        report = evaluator.evaluate_detailed(lambda s: method.encode(s, batch_size=args.eval_batch_size), tasks)
+        out = fn()
         sync()
-        ours_s = time.perf_counter() - t
+        return out, time.perf_counter() - t
 
-        def senteval_loop(task_subsets, sort_sts: bool) -> tuple[dict[str, float], int]:
-            """Each subset's pairs in order, 64 pairs a batch, both sides encoded as they come; the Spearman of
-            the pairs of ``scored`` subsets (all subsets of STS12-16, the test split of STS-B / SICK-R)."""
-            scores, n = {}, 0
-            for task, subsets in task_subsets.items():
-                sys_all, gold_all = [], []
-                for name, pairs in subsets.items():
-                    rows = list(zip(pairs.sent1, pairs.sent2, pairs.scores, strict=True))
-                    if sort_sts and task.startswith("sts1"):  # SentEval STSEval.loadFile: sort to cut padding
-                        rows.sort(key=lambda r: (len(r[0].split()), len(r[1].split()), r[2]))
-                    cos = []
-                    for i in range(0, len(rows), 64):
-                        s1, s2 = [r[0] for r in rows[i : i + 64]], [r[1] for r in rows[i : i + 64]]
-                        e1, e2 = method.encode(s1, batch_size=64), method.encode(s2, batch_size=64)
-                        n += len(s1) + len(s2)
-                        cos.append(cosine_scores(e1, e2))
-                    if task.startswith("sts1") or name == "test":
-                        sys_all.append(torch.cat(cos))
-                        gold_all.extend(r[2] for r in rows)
-                scores[task] = 100 * spearman(torch.cat(sys_all), gold_all)
-            return scores, n
+    encoded: list[str] = []  # what the evaluator passes to encode (each distinct sentence once)
 
+    def encode_ours(sentences):
+        encoded[:] = sentences
+        return method.encode(sentences, batch_size=args.eval_batch_size)
+
+    def ours():
+        return evaluator.evaluate_detailed(encode_ours, tasks)
+
+    # the issue's SentEval-style loop (the 7 test sets, file order) and SimCSE's `evaluation.py --mode test`
+    # (its SentEval fork: STS12-16 sorted by length; STSBenchmark and SICKRelatedness encode train, dev and
+    # test -- STSBenchmarkEval / SICKRelatednessEval set datasets = ['train', 'dev', 'test'] -- and report test)
+    full = {task: dict(subsets) for task, subsets in data.items()}
+    for task in ("stsb", "sickr"):
+        if task in full:
+            extra = {split: evaluator.load((task,), split)[task] for split in ("train", "dev")}
+            full[task] = {**{f"{k}:{n}": v for k, sub in extra.items() for n, v in sub.items()}, **full[task]}
+    peer_calls, simcse_calls = loop_calls(data, sort_sts=False), loop_calls(full, sort_sts=True)
+
+    with autocast:
+        report, ours_s = timed(ours)
         # ours again with bf16 autocast (eval.precision=bf16): faster on CPUs with AVX512-BF16 / AMX, not exact
         method.eval_precision = "bf16"
-        sync()
-        t = time.perf_counter()
-        report_bf16 = evaluator.evaluate_detailed(lambda s: method.encode(s, batch_size=args.eval_batch_size), tasks)
-        sync()
-        ours_bf16_s = time.perf_counter() - t
+        report_bf16, ours_bf16_s = timed(ours)
         method.eval_precision = "32" if device.type == "cpu" else "auto"
+        peer_scores, peer_s = timed(lambda: run_loop(peer_calls))
+        simcse_scores, simcse_s = timed(lambda: run_loop(simcse_calls))
 
-        # the issue's SentEval-style loop: the 7 test sets, file order
-        t = time.perf_counter()
-        peer_scores, n_encoded = senteval_loop(data, sort_sts=False)
-        sync()
-        peer_s = time.perf_counter() - t
+    # compute: the FLOPs each loop spends (per padded batch shape) and the device's float32 GEMM rate
+    collate = method.eval_collate
+    tokens, order = method._tokenized(collate, tuple(encoded))
+    ours_batches = [[tokens[i] for i in order[k : k + args.eval_batch_size]]
+                    for k in range(0, len(order), args.eval_batch_size)]
 
-        # SimCSE's `evaluation.py --mode test` (its SentEval fork): STS12-16 sorted by length (STSEval.loadFile);
-        # STSBenchmark and SICKRelatedness encode train, dev and test (STSBenchmarkEval / SICKRelatednessEval
-        # set datasets = ['train', 'dev', 'test']) and report test
-        full = {task: dict(subsets) for task, subsets in data.items()}
-        for task in ("stsb", "sickr"):
-            if task in full:
-                extra = {split: evaluator.load((task,), split)[task] for split in ("train", "dev")}
-                full[task] = {**{f"{k}:{n}": v for k, sub in extra.items() for n, v in sub.items()}, **full[task]}
-        t = time.perf_counter()
-        simcse_scores, n_simcse = senteval_loop(full, sort_sts=True)
-        sync()
-        simcse_s = time.perf_counter() - t
+    def loop_batches(calls):
+        return [collate.tokenize(side) for _, _, s1, s2, _ in calls for side in (s1, s2)]
+
+    flops_of = EncodeFlops(method, collate)
+    ours_f, ours_pos = flops_of.total(ours_batches)
+    peer_f, peer_pos = flops_of.total(loop_batches(peer_calls))
+    simcse_f, simcse_pos = flops_of.total(loop_batches(simcse_calls))
+    gemm = gemm_rate(method.encoder.hidden_size, device, torch.bfloat16 if args.bf16 else torch.float32)
+
+    def max_diff(a: dict, b: dict) -> float:
+        return max(abs(a[k] - b[k]) for k in a if k != "avg")
+
     return {
-        "case": "eval", "ours_s": ours_s, "peer_s": peer_s, "ours_sentences": report.n_sentences,
-        "peer_sentences": n_encoded, "ours_avg": report.scores["avg"],
-        "peer_avg": float(np.mean(list(peer_scores.values()))), "tasks": list(tasks),
+        "case": "eval", "tasks": list(tasks), "ours_s": ours_s, "peer_s": peer_s, "simcse_s": simcse_s,
+        "ours_sentences": report.n_sentences, "peer_sentences": sum(2 * len(c[2]) for c in peer_calls),
+        "simcse_sentences": sum(2 * len(c[2]) for c in simcse_calls),
+        "ours_scores": report.scores, "peer_scores": peer_scores, "simcse_scores": simcse_scores,
+        "peer_max_task_diff": max_diff(report.scores, peer_scores),
+        "simcse_max_task_diff": max_diff(report.scores, simcse_scores),
         "ours_bf16_s": ours_bf16_s, "ours_bf16_avg": report_bf16.scores["avg"],
-        "bf16_max_task_diff": max(abs(report_bf16.scores[k] - report.scores[k]) for k in report.scores),
-        "simcse_s": simcse_s, "simcse_sentences": n_simcse,
-        "simcse_avg": float(np.mean(list(simcse_scores.values()))),
+        "bf16_max_task_diff": max_diff(report.scores, report_bf16.scores),
+        "ours_flops": ours_f, "peer_flops": peer_f, "simcse_flops": simcse_f,
+        "ours_positions": ours_pos, "peer_positions": peer_pos, "simcse_positions": simcse_pos,
+        "gemm_flops_per_s": gemm,
     }
 
 
+class EncodeFlops:
+    """FLOPs of ``method.embed`` on a padded batch of B sentences of width W, counted by
+    ``torch.utils.flop_counter`` (matmuls and attention) once per width on one row and scaled by B (every
+    FLOP of a transformer encoder is per sequence)."""
+
+    def __init__(self, method, collate):
+        self.method, self.collate, self._per_width = method, collate, {}
+        self._field = collate.views[0].field
+        self._empty_width = collate.build({self._field: [[]]})["input_ids"].shape[-1]
+
+    def width(self, batch_tokens: list[list[int]]) -> int:
+        return int(self.collate.build({self._field: batch_tokens})["input_ids"].shape[-1])
+
+    def of_width(self, w: int) -> int:
+        import torch
+        from torch.utils.flop_counter import FlopCounterMode
+
+        if w not in self._per_width:
+            filler = self.collate.tokenize(["a"])[0][:1]
+            batch = self.collate.build({self._field: [filler * (w - self._empty_width)]})
+            batch = {k: t.to(self.method.device) for k, t in batch.items()}
+            with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+                self.method.embed(batch)
+            self._per_width[w] = int(counter.get_total_flops())
+        return self._per_width[w]
+
+    def total(self, batches: list[list[list[int]]]) -> tuple[int, int]:
+        """(FLOPs, padded token positions) over ``batches`` (lists of token-id lists, one encode batch each)."""
+        flops = positions = 0
+        for b in batches:
+            w = self.width(b)
+            flops += len(b) * self.of_width(w)
+            positions += len(b) * w
+        return flops, positions
+
+
+def gemm_rate(hidden: int, device, dtype, rows: int = 4096, repeats: int = 20) -> float:
+    """The best FLOP/s of ``torch.nn.functional.linear`` on this device at the encoder's layer shapes
+    (``rows`` x hidden -> hidden, hidden -> 4 hidden, 4 hidden -> hidden): what the encoder's matmuls can reach."""
+    import torch
+
+    best = 0.0
+    for k, n in ((hidden, hidden), (hidden, 4 * hidden), (4 * hidden, hidden)):
+        a = torch.randn(rows, k, device=device, dtype=dtype)
+        w, bias = torch.randn(n, k, device=device, dtype=dtype), torch.randn(n, device=device, dtype=dtype)
+        for _ in range(3):
+            torch.nn.functional.linear(a, w, bias)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(repeats):
+            torch.nn.functional.linear(a, w, bias)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = max(best, 2 * rows * k * n * repeats / (time.perf_counter() - t))
+    return best
+
+
 # ---------------------------------------------------------------------------------------------- driver
+def print_eval(ev: dict, batch_size: int) -> None:
+    """The evaluation table: times, sentences, padded positions, FLOPs, score differences, the compute bound."""
+    print(f"\nSTS evaluation ({len(ev['tasks'])} tasks, SimCSE-unsup encode)")
+    rows = [(f"ours (STSEvaluator, dedup + length sort, batch {batch_size})", "ours"),
+            ("SentEval-style loop (file order, batch 64, no dedup)", "peer"),
+            ("SimCSE evaluation.py (STS12-16 sorted, STS-B/SICK-R train+dev+test)", "simcse")]
+    print(f"  {'':<70}{'s':>8}{'sentences':>11}{'positions':>11}{'TFLOP':>8}{'GFLOP/s':>9}{'avg':>7}")
+    for label, key in rows:
+        f = ev[f"{key}_flops"]
+        print(f"  {label:<70}{ev[f'{key}_s']:>8.1f}{ev[f'{key}_sentences']:>11}{ev[f'{key}_positions']:>11}"
+              f"{f / 1e12:>8.2f}{f / ev[f'{key}_s'] / 1e9:>9.1f}{ev[f'{key}_scores']['avg']:>7.2f}")
+    print(f"  speed-up vs the SentEval-style loop x{ev['peer_s'] / ev['ours_s']:.2f} (largest task score difference "
+          f"{ev['peer_max_task_diff']:.1e}); vs SimCSE's evaluation.py x{ev['simcse_s'] / ev['ours_s']:.2f} "
+          f"({ev['simcse_max_task_diff']:.1e})")
+    floor = ev["ours_flops"] / ev["gemm_flops_per_s"]
+    print(f"  compute bound: ours needs {ev['ours_flops'] / 1e12:.2f} TFLOP; at this device's best GEMM rate "
+          f"({ev['gemm_flops_per_s'] / 1e9:.0f} GFLOP/s, measured) that is >= {floor:.1f} s, so the speed-up at "
+          f"these scores is at most x{ev['peer_s'] / floor:.2f} / x{ev['simcse_s'] / floor:.2f}")
+    print(f"  ours with eval.precision=bf16: {ev['ours_bf16_s']:.1f} s, avg {ev['ours_bf16_avg']:.2f} "
+          f"(largest task difference {ev['bf16_max_task_diff']:.3f}); speed-up x{ev['peer_s'] / ev['ours_bf16_s']:.2f}"
+          f" / x{ev['simcse_s'] / ev['ours_bf16_s']:.2f}")
+
+
+
 def child_cmd(args, case: str) -> list[str]:
     cmd = [sys.executable, __file__, "--_child", case, "--_model", args.model, "--device", args.device,
            "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len), "--steps", str(args.steps),
@@ -415,6 +525,9 @@ def main(argv: list[str] | None = None) -> None:
         results = [run_child(args, c) for c in cases]
         ev = None if args.no_eval else run_child(args, "eval")
 
+    if args.json:
+        args.json.write_text(json.dumps({"train": results, "eval": ev, "args": {k: str(v) for k, v in
+                                                                               vars(args).items()}}, indent=1))
     if results:
         print(f"\nTraining step (forward + loss + backward + AdamW); memory: {results[0]['mem_kind']}")
         print(f"{'case':<22}{'step s':>9}{'ex/s':>9}{'peak MB':>10}{'collate ms':>12}{'loss':>9}"
@@ -432,22 +545,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"  {r['case']:<20} throughput x{r['ex_per_s'] / peer['ex_per_s']:.2f}   "
                       f"peak memory x{r['peak_mem_MB'] / max(peer['peak_mem_MB'], 1e-9):.2f}")
     if ev:
-        print(f"\nSTS evaluation ({len(ev['tasks'])} tasks, SimCSE-unsup encode)")
-        print(f"  ours (STSEvaluator, dedup + length sort, batch {args.eval_batch_size}): {ev['ours_s']:.1f} s, "
-              f"{ev['ours_sentences']} sentences encoded, avg {ev['ours_avg']:.2f}")
-        print(f"  SentEval-style loop (file order, batch 64, no dedup):       {ev['peer_s']:.1f} s, "
-              f"{ev['peer_sentences']} sentences encoded, avg {ev['peer_avg']:.2f}")
-        print(f"  SimCSE evaluation.py (SentEval: STS12-16 length-sorted, STS-B/SICK-R train+dev+test): "
-              f"{ev['simcse_s']:.1f} s, {ev['simcse_sentences']} sentences encoded, avg {ev['simcse_avg']:.2f}")
-        print(f"  speed-up vs the SentEval-style loop x{ev['peer_s'] / ev['ours_s']:.2f}; "
-              f"vs SimCSE's evaluation.py x{ev['simcse_s'] / ev['ours_s']:.2f}  (identical scores)")
-        print(f"  ours with eval.precision=bf16: {ev['ours_bf16_s']:.1f} s, avg {ev['ours_bf16_avg']:.2f} "
-              f"(largest task difference {ev['bf16_max_task_diff']:.3f}); speed-up x{ev['peer_s'] / ev['ours_bf16_s']:.2f}"
-              f" / x{ev['simcse_s'] / ev['ours_bf16_s']:.2f}  (not identical)")
-    if args.json:
-        args.json.write_text(json.dumps({"train": results, "eval": ev, "args": {k: str(v) for k, v in
-                                                                               vars(args).items()}}, indent=1))
-
+        print_eval(ev, args.eval_batch_size)
 
 if __name__ == "__main__":
     main()
