@@ -361,7 +361,9 @@ def run_eval_case(args) -> dict:
     ours_f, ours_pos = flops_of.total(ours_batches)
     peer_f, peer_pos = flops_of.total(loop_batches(peer_calls))
     simcse_f, simcse_pos = flops_of.total(loop_batches(simcse_calls))
-    gemm = gemm_rate(method.encoder.hidden_size, device, torch.bfloat16 if args.bf16 else torch.float32)
+    # the precision ``encode`` ran in: bf16 on CUDA (eval.precision auto) or with --bf16, else float32
+    bf16_eval = args.bf16 or device.type == "cuda"
+    gemm = gemm_rate(method.encoder.hidden_size, device, torch.bfloat16 if bf16_eval else torch.float32)
 
     def max_diff(a: dict, b: dict) -> float:
         return max(abs(a[k] - b[k]) for k in a if k != "avg")

@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 
 import cselab.config  # noqa: F401  (resolvers)
@@ -48,3 +49,32 @@ def test_every_trainable_parameter_gets_a_gradient(method, setting, extra, tiny_
     assert trainable
     missing = [n for n, p in trainable if p.grad is None]
     assert not missing, f"{method}/{setting} {extra}: trainable but unused in the loss: {missing}"
+
+
+@pytest.mark.parametrize(("method", "setting", "extra"), CASES, ids=lambda v: str(v))
+def test_bf16_autocast_step_matches_float32(method, setting, extra, tiny_mlm_dir):
+    """The GPU training precision (bf16-mixed autocast) on CPU: the loss is float32 and close to the float32
+    loss of the same batch and dropout masks, and every trainable gradient is finite."""
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfg = compose("config", overrides=[
+            f"method={method}", f"setting={setting}", f"backbone.name_or_path={tiny_mlm_dir}",
+            "backbone.family=bert", *extra,
+        ])
+    model = build_method(cfg)
+    model.train()
+    rows = TRIPLETS if setting == "sup" else [{"text": s} for s in SENTENCES]
+    batch = model.train_collate(rows)
+    losses = {}
+    for precision in ("32", "bf16"):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(0)  # the same dropout masks in both passes
+        with warnings.catch_warnings(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            warnings.simplefilter("ignore")
+            loss = model.training_step(batch, 0)
+        loss.backward()
+        losses[precision] = loss
+    assert losses["bf16"].dtype == torch.float32
+    assert torch.isfinite(losses["bf16"])
+    assert losses["bf16"].item() == pytest.approx(losses["32"].item(), rel=0.05, abs=0.05)
+    bad = [n for n, p in model.named_parameters() if p.requires_grad and not torch.isfinite(p.grad).all()]
+    assert not bad, f"non-finite bf16 gradients: {bad}"

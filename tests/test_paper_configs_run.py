@@ -64,3 +64,30 @@ def test_paper_config_runs_with_fast_dev_run(paper, kind, name, values, tmp_path
                 node = node[part]
             assert str(node).lower() == value.lower()
 
+
+
+BF16_CASES = [c for c in CASES if c[1] == "experiment"] + [("DCPCSE", "sweep", "dcpcse_table2", [MLM_ON])]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("paper", "kind", "name", "values"), BF16_CASES, ids=[c[2] for c in BF16_CASES])
+def test_paper_config_trains_under_bf16_mixed(paper, kind, name, values, tmp_path, tiny_mlm_dir, sts_data_dir):
+    """``trainer.precision=bf16-mixed``, the GPU default (``auto``), through Lightning's CPU autocast: training,
+    validation and the bf16 evaluator run end to end (``test_gradients`` checks the bf16 losses and gradients)."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(SENTENCES) + "\n")
+    nli = tmp_path / "nli.csv"
+    nli.write_text("sent0,sent1,hard_neg\n" + "".join(f"{s},{s} today,birds fly\n" for s in SENTENCES))
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfg = compose("config", overrides=[
+            f"{kind}={name}", *values, f"backbone.name_or_path={tiny_mlm_dir}", "backbone.family=bert",
+            "trainer.fast_dev_run=true", "trainer.enable_progress_bar=false", "trainer.precision=bf16-mixed",
+            "data.batch_size=4", f"data_dir={sts_data_dir}", "eval.test_tasks=[stsb]", "eval.precision=bf16",
+        ])
+    with open_dict(cfg):
+        cfg.data.path = str(nli if cfg.setting.name == "sup" else corpus)
+    results = run(cfg, tmp_path / "run")
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved["global_step"] == 1 and len(saved["val_curve"]) == 1
+    assert saved["config"]["trainer"]["precision"] == "bf16-mixed"
+    assert -100 <= results["test"]["stsb"] <= 100
