@@ -185,6 +185,8 @@ def run_train_case(args) -> dict:
         params = [p for p in module.parameters() if p.requires_grad]
     else:
         module = compose_method(args.case, args.model, args.seq_len, args.data_dir).to(device)
+        if args.activation_checkpointing:
+            module.encoder.enable_activation_checkpointing()
         module.train()
         setting = CASE_METHOD[args.case][1]
         rows = (texts[:b] if setting == "unsup" else
@@ -473,6 +475,8 @@ def child_cmd(args, case: str) -> list[str]:
            "--data-dir", str(args.data_dir), "--threads", str(args.threads)]
     if args.bf16:
         cmd.append("--bf16")
+    if args.activation_checkpointing:
+        cmd.append("--activation-checkpointing")
     if args.eval_tasks:
         cmd += ["--eval-tasks", *args.eval_tasks]
     return cmd
@@ -502,6 +506,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-eval", action="store_true", help="skip the evaluation timing")
     p.add_argument("--no-train", action="store_true", help="skip the training-step timing")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--activation-checkpointing", action="store_true",
+                   help="our methods with activation_checkpointing=true (the peer without)")
     p.add_argument("--data-dir", type=Path, default=Path(os.environ.get("CSELAB_DATA_DIR", ROOT / "data")))
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     p.add_argument("--_child", default=None, help=argparse.SUPPRESS)
@@ -527,6 +533,7 @@ def main(argv: list[str] | None = None) -> None:
 
         print(f"model: {label} | device: {args.device} | bf16: {args.bf16} | batch {args.batch_size} | "
               f"max_seq_len {args.seq_len} | torch threads: {args.threads or torch.get_num_threads()} | "
+              f"activation checkpointing: {args.activation_checkpointing} | "
               f"{args.warmup} warm-up + {args.steps} timed steps per case")
         results = [run_child(args, c) for c in cases]
         ev = None if args.no_eval else run_child(args, "eval")

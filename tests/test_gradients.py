@@ -27,6 +27,7 @@ CASES = [
     ("promptbert", "unsup", []), ("promptbert", "sup", []), ("cot_bert", "unsup", []),
     ("dcpcse", "unsup", []), ("dcpcse", "unsup", ["method.mlm=${method.mlm_config}"]), ("promcse", "sup", []),
     ("promcse", "sup", ["loss=infonce_eh"]), ("scpcse", "unsup", []), ("optiprompt", "unsup", []),
+    ("promcse", "sup", ["tuning.variant=input_layer"]),
 ]
 
 
@@ -78,3 +79,42 @@ def test_bf16_autocast_step_matches_float32(method, setting, extra, tiny_mlm_dir
     assert losses["bf16"].item() == pytest.approx(losses["32"].item(), rel=0.05, abs=0.05)
     bad = [n for n, p in model.named_parameters() if p.requires_grad and not torch.isfinite(p.grad).all()]
     assert not bad, f"non-finite bf16 gradients: {bad}"
+
+
+@pytest.mark.parametrize(("method", "setting", "extra"), CASES, ids=lambda v: str(v))
+def test_activation_checkpointing_gives_the_same_loss_and_gradients(method, setting, extra, tiny_mlm_dir):
+    """``activation_checkpointing=true`` recomputes each layer in the backward pass with the forward's RNG state
+    (so the same dropout masks): loss and every trainable gradient equal those without it."""
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfg = compose("config", overrides=[
+            f"method={method}", f"setting={setting}", f"backbone.name_or_path={tiny_mlm_dir}",
+            "backbone.family=bert", *extra,
+        ])
+    model = build_method(cfg)
+    model.train()
+    rows = TRIPLETS if setting == "sup" else [{"text": s} for s in SENTENCES]
+    batch = model.train_collate(rows)
+
+    def step() -> tuple[float, dict[str, torch.Tensor]]:
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            loss = model.training_step(batch, 0)
+        loss.backward()
+        return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    loss_plain, grads_plain = step()
+    if model.encoder.tuning == "prefix" and model.encoder.prefix_variant != "input_layer":
+        with pytest.raises(ValueError, match="activation_checkpointing=true with tuning=prefix"):
+            model.encoder.enable_activation_checkpointing()
+        return
+    model.encoder.enable_activation_checkpointing()
+    base = model.encoder.model.get_base_model() if hasattr(model.encoder.model, "get_base_model") else \
+        model.encoder.model
+    assert base.is_activation_checkpointing
+    loss_ckpt, grads_ckpt = step()
+    assert loss_ckpt == pytest.approx(loss_plain, rel=1e-6)
+    assert grads_ckpt.keys() == grads_plain.keys()
+    for name, grad in grads_plain.items():
+        torch.testing.assert_close(grads_ckpt[name], grad, rtol=1e-5, atol=1e-6, msg=name)

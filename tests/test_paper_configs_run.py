@@ -91,3 +91,20 @@ def test_paper_config_trains_under_bf16_mixed(paper, kind, name, values, tmp_pat
     assert saved["global_step"] == 1 and len(saved["val_curve"]) == 1
     assert saved["config"]["trainer"]["precision"] == "bf16-mixed"
     assert -100 <= results["test"]["stsb"] <= 100
+
+
+@pytest.mark.integration
+def test_activation_checkpointing_runs_end_to_end_and_refuses_deep_prefixes(tmp_path, tiny_mlm_dir, sts_data_dir):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(SENTENCES) + "\n")
+    common = [f"backbone.name_or_path={tiny_mlm_dir}", "backbone.family=bert", "trainer.fast_dev_run=true",
+              "trainer.enable_progress_bar=false", "data.batch_size=4", f"data_dir={sts_data_dir}",
+              "eval.test_tasks=[stsb]", f"data.path={corpus}", "activation_checkpointing=true"]
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=promptbert/unsup_bert_base", *common])
+        deep = compose("config", overrides=["experiment=dcpcse/unsup_bert_base", *common])
+    results = run(cfg, tmp_path / "run")
+    assert results["global_step"] == 1 and -100 <= results["test"]["stsb"] <= 100
+    with pytest.raises(ValueError, match="tuning.variant=deep"):
+        run(deep, tmp_path / "deep")
+    assert not (tmp_path / "deep" / "results.json").exists()

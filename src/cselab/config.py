@@ -17,6 +17,7 @@ register_resolvers()
 #: override keys (and their sub-keys) that change where or how a run runs, never its results
 OUTPUT_ONLY_KEYS: tuple[str, ...] = (
     "group", "variant", "data_dir", "logger", "hydra", "ckpt_path", "overwrite", "compile",
+    "activation_checkpointing",
     "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps",
     "trainer.save_last", "trainer.save_every_n_steps", "eval.batch_size", "data.num_workers",
 )
@@ -39,8 +40,8 @@ def variant_name(overrides: list[str]) -> str:
     joined with ``,`` (``denoise=pad,prompt=cot_bert``), or ``default``.
 
     Left out: the run's coordinates (:data:`COORDINATE_KEYS`: tags of their own) and what only changes where or
-    how it runs (:data:`OUTPUT_ONLY_KEYS`: logging, paths, resume, compile, progress bar, eval / loader batch
-    sizes).  ``trainer.max_steps`` and the like stay: they change the model.
+    how it runs (:data:`OUTPUT_ONLY_KEYS`: logging, paths, resume, compile, activation checkpointing, progress
+    bar, eval / loader batch sizes).  ``trainer.max_steps`` and the like stay: they change the model.
     """
     kept = [item.lstrip("+") for item in overrides
             if not key_matches(override_key(item), COORDINATE_KEYS + OUTPUT_ONLY_KEYS)]

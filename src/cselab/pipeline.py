@@ -208,6 +208,8 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         )
     L.seed_everything(cfg.seed, workers=True)
     method = build_method(cfg)
+    if cfg.get("activation_checkpointing", False):
+        method.encoder.enable_activation_checkpointing()
     compile_backbone(method, cfg.get("compile"))
     sts = STSCallback(
         data_dir=cfg.data_dir,

@@ -139,6 +139,36 @@ class Encoder(nn.Module):
             for p in self.mlm.parameters():
                 p.requires_grad_(False)
 
+    def enable_activation_checkpointing(self) -> None:
+        """Keep only each transformer layer's input in the forward pass and recompute the layer in the backward
+        pass (Hugging Face activation checkpointing, ``torch.utils.checkpoint`` non-reentrant).
+
+        The recompute restores the RNG state, so its dropout masks are the forward's and the gradients are
+        those without checkpointing (``tests/test_gradients.py``).  The activation memory of a step drops
+        from every layer's intermediates to one (N, T, D) tensor per layer.  The cost is about one more
+        forward of the backbone per step.  Only in train mode: evaluation is unchanged.  Works with soft
+        prompts (``tuning=soft_prompt``) and input-layer prompts (``tuning.variant=input_layer``), not with
+        prefixes on every layer: Hugging Face's checkpointed layers drop ``past_key_values``, which carries them.
+
+        Raises:
+            ValueError: the backbone class does not support it (names the class), or ``tuning=prefix`` with
+                a ``deep`` / ``layer_shared`` prefix (names the keys).
+        """
+        if self.tuning == "prefix" and self.prefix_variant != "input_layer":
+            raise ValueError(
+                f"activation_checkpointing=true with tuning=prefix, tuning.variant={self.prefix_variant}: the "
+                "prefixes reach every layer as past_key_values, which Hugging Face's checkpointed layers drop "
+                "(they write to that cache). Set activation_checkpointing=false, or use tuning.variant=input_layer")
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        if not getattr(base, "supports_gradient_checkpointing", False):
+            raise ValueError(f"activation_checkpointing=true: {type(base).__name__} does not support activation "
+                             "checkpointing")
+        kwargs = {"use_reentrant": False}
+        if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5.x
+            base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
     def add_prefix(self, pre_seq_len: int, variant: str = "deep", positions: str = "shifted", **kwargs) -> None:
         """Freeze the backbone and add trainable prefixes (:func:`cselab.encoders.prefix.apply_prefix_tuning`).
 
