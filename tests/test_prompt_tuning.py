@@ -222,3 +222,52 @@ def test_prompt_tuned_training_resumes_from_its_checkpoint(make_method, tmp_path
         assert torch.equal(v, base_before[k]), k  # the frozen backbone is the same and stays unchanged
     prompt = resumed.encoder.model.prompt_encoder["default"].embedding.weight
     assert not torch.equal(prompt, m.encoder.model.prompt_encoder["default"].embedding.weight)  # trained on
+
+
+def test_mlm_masks_are_seeded_by_the_batch_and_survive_a_mid_epoch_resume(tiny_mlm_dir, tmp_path):
+    """The masks are a function of ``mlm_seed`` and the batch: BERT's 15 % / 80-10-10 statistics, the same
+    masks for the same batch in any process, other masks for another seed; and a loader resumed mid-epoch
+    with 2 workers yields exactly the batches (masks included) of the uninterrupted loader."""
+    from cselab.data.resume import DataPosition
+    from cselab.data.unsup import UnsupDataModule
+    from cselab.methods import method_class
+
+    mlm = {"weight": 0.1, "decay": 0.95, "decay_steps": 100, "probability": 0.15}
+    m = method_class("dcpcse")(backbone={"name_or_path": str(tiny_mlm_dir), "family": "bert"}, pooler="cls",
+                               tuning=_prefix(), mlm=mlm)
+    collate = m.train_collate
+    words = "a man is playing a guitar on the street while the cat sat on the mat near two dogs".split()
+    rows = [" ".join(words[i % 7 : i % 7 + 6 + i % 5]) for i in range(400)]
+    batch = collate(rows)
+    sel = batch["mlm_labels"] != -100
+    eligible = collate._sentence_mask(batch["input_ids"].shape, batch["sent_len"])
+    assert sel.sum() / eligible.sum() == pytest.approx(0.15, abs=0.02)
+    masked = batch["mlm_input_ids"][sel]
+    assert (masked == m.tokenizer.mask_token_id).float().mean() == pytest.approx(0.8, abs=0.04)
+    assert (masked == batch["input_ids"][sel]).float().mean() == pytest.approx(0.1, abs=0.04)
+    again = collate(rows)
+    assert torch.equal(again["mlm_input_ids"], batch["mlm_input_ids"])
+    rotated = collate(rows[1:] + rows[:1])  # another batch (the same rows in another order): other masks
+    assert not torch.equal(rotated["mlm_labels"][:-1], batch["mlm_labels"][1:])
+    collate.mlm_seed = 1
+    assert not torch.equal(collate(rows)["mlm_labels"], batch["mlm_labels"])
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(rows[:40]) + "\n")
+
+    def batches(position=None):
+        dm = UnsupDataModule(collate, path=str(corpus), batch_size=4, num_workers=2, seed=5)
+        dm.setup("fit")
+        if position is not None:
+            dm.load_state_dict({"data_position": position.to_dict()})
+        loader = dm.train_dataloader()
+        loader.sampler.set_epoch(1)
+        return [(b["input_ids"], b["mlm_input_ids"], b["mlm_labels"]) for b in loader]
+
+    whole = batches()
+    assert collate.mlm_seed == 5  # the DataModule seeds the masks with the run's seed
+    resumed = batches(DataPosition(epoch=1, batches=4, batch_size=4, world_size=1))
+    assert len(resumed) == len(whole) - 4
+    for got, want in zip(resumed, whole[4:], strict=True):
+        for g, w in zip(got, want, strict=True):
+            assert torch.equal(g, w)

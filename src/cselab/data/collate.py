@@ -9,6 +9,7 @@ sentence length (see :mod:`cselab.prompts.denoise`).
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -54,6 +55,10 @@ class ViewCollate:
         mlm_probability: > 0 adds ``mlm_input_ids`` / ``mlm_labels`` (B, V, T) for the MLM auxiliary loss:
             that fraction of the SENTENCE tokens is selected, 80 % replaced by [MASK], 10 % by a random token,
             10 % kept (BERT / SimCSE ``mask_tokens``); labels are -100 elsewhere.
+        mlm_seed: seeds the masking together with the batch's token ids (CRC-32 of ``input_ids``): a batch gets
+            the same masks in whichever DataLoader worker or process it is collated, and in a run resumed
+            mid-epoch (where the workers restart and skip batches), so a resumed run sees the masks of an
+            uninterrupted one.  ``SentenceDataModule`` sets it to the run's ``seed``.
 
     Call it on ``list[Mapping[str, str]]`` or ``list[str]`` (the latter fills the field ``"text"``).  Returns:
         ``input_ids`` (B, V, T), ``attention_mask`` (B, V, T), ``rep_index`` (B, V) index of the
@@ -79,6 +84,7 @@ class ViewCollate:
         max_positions: int = 512,
         soft_templates: Sequence[str] | None = None,
         mlm_probability: float = 0.0,
+        mlm_seed: int = 0,
     ) -> None:
         if denoise not in DENOISE_MODES:
             raise ValueError(f"denoise={denoise!r}: expected one of {DENOISE_MODES}")
@@ -103,6 +109,7 @@ class ViewCollate:
             self.templates.append(tokenize_template(tpl, tokenizer))
         self.fields = list(dict.fromkeys(v.field for v in self.views))
         self.mlm_probability = float(mlm_probability)
+        self.mlm_seed = int(mlm_seed)
         self.soft_slots: dict[str, tuple[int, list[int], list[int]]] = {}
         self.soft_init_ids: list[int] = []
         if soft_templates:
@@ -204,16 +211,21 @@ class ViewCollate:
         return mask
 
     def _mlm(self, input_ids: torch.Tensor, sent_len: torch.Tensor) -> dict[str, torch.Tensor]:
-        """BERT masking on sentence tokens: ``mlm_probability`` selected; 80 % [MASK], 10 % random, 10 % kept."""
+        """BERT masking on sentence tokens: ``mlm_probability`` selected; 80 % [MASK], 10 % random, 10 % kept;
+        drawn from a generator seeded by ``mlm_seed`` and the batch's token ids."""
+        # CPU generators keep 32 bits of a seed (mt19937): the CRC-32 of the batch, started from the seed's CRC
+        seed = zlib.crc32(input_ids.contiguous().numpy().tobytes(), zlib.crc32(str(self.mlm_seed).encode()))
+        gen = torch.Generator().manual_seed(seed)
         eligible = self._sentence_mask(input_ids.shape, sent_len)
         prob = torch.full(input_ids.shape, self.mlm_probability) * eligible
-        selected = torch.bernoulli(prob).bool()
+        selected = torch.bernoulli(prob, generator=gen).bool()
         labels = torch.where(selected, input_ids, torch.full_like(input_ids, -100))
         masked = input_ids.clone()
-        replace = torch.bernoulli(torch.full(input_ids.shape, 0.8)).bool() & selected
+        replace = torch.bernoulli(torch.full(input_ids.shape, 0.8), generator=gen).bool() & selected
         masked[replace] = self.tokenizer.mask_token_id
-        random = torch.bernoulli(torch.full(input_ids.shape, 0.5)).bool() & selected & ~replace
-        masked[random] = torch.randint(len(self.tokenizer), input_ids.shape, dtype=torch.long)[random]
+        random = torch.bernoulli(torch.full(input_ids.shape, 0.5), generator=gen).bool() & selected & ~replace
+        tokens = torch.randint(len(self.tokenizer), input_ids.shape, dtype=torch.long, generator=gen)
+        masked[random] = tokens[random]
         return {"mlm_input_ids": masked, "mlm_labels": labels}
 
     def _bias(self, sent_len: torch.Tensor) -> dict[str, torch.Tensor]:

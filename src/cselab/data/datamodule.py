@@ -24,7 +24,7 @@ class SentenceDataModule(L.LightningDataModule):
         collate: the method's training collate (``method.train_collate``): list of raw rows -> tensors.
         batch_size: sentences (unsup) or triplets (sup) per device and step.
         num_workers: DataLoader worker processes.
-        seed: shuffling seed.
+        seed: shuffling seed; also the seed of the collate's MLM masks (``ViewCollate.mlm_seed``).
         drop_last: drop the last incomplete batch (CoT-BERT's recipe; SimCSE keeps it).
         pin_memory: pin host memory (useful on GPU).
 
@@ -46,6 +46,8 @@ class SentenceDataModule(L.LightningDataModule):
         if batch_size < 2:
             raise ValueError(f"data.batch_size must be >= 2 for in-batch negatives, got {batch_size}")
         self.collate = collate
+        if hasattr(collate, "mlm_seed"):  # MLM masks: a function of the seed and the batch (ViewCollate)
+            collate.mlm_seed = seed
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.seed = seed
