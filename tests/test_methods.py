@@ -277,23 +277,38 @@ def test_encode_caches_the_tokenization_and_runs_without_autograd(make_method) -
     assert not first.requires_grad
 
 
-def test_first_training_batch_counts_flops_for_the_throughput_monitor(make_method, tmp_path) -> None:
+def test_each_batch_shape_counts_its_flops_for_the_throughput_monitor(make_method, tmp_path) -> None:
     import lightning as L
     from torch.utils.data import DataLoader
+    from torch.utils.flop_counter import FlopCounterMode
 
     method = make_method("simcse", "bert")
-    rows = [{"text": s} for s in ["a man is playing a guitar", "the cat sat on the mat", "birds fly", "a cat sat"]]
-    loader = DataLoader(rows, batch_size=4, collate_fn=method.train_collate)
+    texts = ["a man is playing a guitar on the street", "the cat sat", "birds fly", "a cat sat on the mat today",
+             "hello there", "the man plays a guitar"]
+    rows = [{"text": s} for s in texts + texts[:2]]  # 4 batches of 2; the 4th repeats the 1st's shapes
+    loader = DataLoader(rows, batch_size=2, collate_fn=method.train_collate)
+    seen = []
+
+    class Record(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            seen.append(pl_module.flops_per_batch)
+
     monitor = L.pytorch.callbacks.ThroughputMonitor(batch_size_fn=lambda b: b["input_ids"].shape[0], window_size=2)
     csv = L.pytorch.loggers.CSVLogger(tmp_path, name="csv", version="")
-    trainer = L.Trainer(max_steps=3, logger=csv, callbacks=[monitor], enable_checkpointing=False,
+    trainer = L.Trainer(max_steps=4, logger=csv, callbacks=[Record(), monitor], enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1,
                         limit_val_batches=0, accelerator="cpu")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.fit(method, loader)
-    # a tiny BERT forward on 2 x 4 sequences: > 0, counted once, x3 for the backward
-    assert method.flops_per_batch and method.flops_per_batch % 3 == 0
+        expected = []
+        for batch in DataLoader(rows, batch_size=2, collate_fn=method.train_collate):
+            with FlopCounterMode(display=False) as counter:  # the step's forward: embed, gather, loss
+                method.loss_fn(method.gather_embeddings(method.embed(batch)))
+            expected.append(3 * counter.get_total_flops())
+    assert seen == expected  # forward counted per batch shape, x3 for the backward
+    assert len(set(expected)) >= 3 and expected[3] == expected[0]
+    assert len(method._flops_by_shape) == len(set(expected))  # the repeated shape was not counted again
     assert "train/device/flops_per_sec" in (tmp_path / "csv" / "metrics.csv").read_text().splitlines()[0]
 
 

@@ -217,10 +217,14 @@ class ContrastiveMethod(L.LightningModule):
         checkpoint["backbone"] = dict(self.hparams.backbone)
 
     # ----------------------------------------------------------------- FLOPs (for MFU)
-    #: FLOPs of one training step on this rank's batch (forward counted by ``torch.utils.flop_counter`` on the
-    #: first batch, x3 for forward + backward, the usual rule); Lightning's ``ThroughputMonitor`` reads it to log
+    #: FLOPs of the last training step on this rank's batch: its forward counted by ``torch.utils.flop_counter``
+    #: once per distinct set of batch tensor shapes (padded width, bias rows, views), x3 for forward + backward
+    #: (the usual rule).  Lightning's ``ThroughputMonitor`` reads it after every batch to log
     #: ``train/device/flops_per_sec`` and, on GPUs in its table, ``train/device/mfu``.  None until then.
     flops_per_batch: int | None = None
+    #: at most this many distinct batch shapes are counted (a counted step runs the counter's Python dispatch);
+    #: a batch of a new shape beyond them keeps the last count
+    MAX_FLOP_SHAPES: int = 4096
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Restore the global RNG states (torch, CUDA, numpy, Python) saved with the checkpoint, so that a
@@ -341,15 +345,21 @@ class ContrastiveMethod(L.LightningModule):
         return self.head(h) if use_head else h
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
-        """The loss of one batch (see :meth:`_training_step`); the first batch under a trainer also counts its
-        forward FLOPs for :attr:`flops_per_batch`."""
-        if self.flops_per_batch is not None or self._trainer is None:
+        """The loss of one batch (see :meth:`_training_step`).  Under a trainer, sets :attr:`flops_per_batch`:
+        from a cache keyed by the batch's tensor shapes, or, for a shape not seen yet, by counting this step's
+        forward FLOPs."""
+        if self._trainer is None:
+            return self._training_step(batch, batch_idx)
+        cache = self.__dict__.setdefault("_flops_by_shape", {})
+        key = tuple((k, tuple(v.shape)) for k, v in sorted(batch.items()) if isinstance(v, torch.Tensor))
+        if key in cache or len(cache) >= self.MAX_FLOP_SHAPES:
+            self.flops_per_batch = cache.get(key, self.flops_per_batch)
             return self._training_step(batch, batch_idx)
         from torch.utils.flop_counter import FlopCounterMode
 
         with FlopCounterMode(display=False) as counter:
             loss = self._training_step(batch, batch_idx)
-        self.flops_per_batch = 3 * int(counter.get_total_flops())
+        self.flops_per_batch = cache[key] = 3 * int(counter.get_total_flops())
         return loss
 
     def _training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
