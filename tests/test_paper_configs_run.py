@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
 import cselab.config  # noqa: F401  (resolvers)
-from cselab.pipeline import run
+from cselab.pipeline import ConfigError, run
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = str(ROOT / "conf")
@@ -105,6 +105,6 @@ def test_activation_checkpointing_runs_end_to_end_and_refuses_deep_prefixes(tmp_
         deep = compose("config", overrides=["experiment=dcpcse/unsup_bert_base", *common])
     results = run(cfg, tmp_path / "run")
     assert results["global_step"] == 1 and -100 <= results["test"]["stsb"] <= 100
-    with pytest.raises(ValueError, match="tuning.variant=deep"):
+    with pytest.raises(ConfigError, match="tuning.variant=deep"):  # refused by validate, before loading
         run(deep, tmp_path / "deep")
-    assert not (tmp_path / "deep" / "results.json").exists()
+    assert not (tmp_path / "deep").exists()

@@ -79,6 +79,12 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("tuning=soft_prompt with denoise is not supported: set denoise=none")
     if cfg.tuning.name == "prefix" and cfg.tuning.pre_seq_len < 1:
         raise ConfigError(f"tuning.pre_seq_len must be >= 1, got {cfg.tuning.pre_seq_len}")
+    if (cfg.train and cfg.get("activation_checkpointing", False) and cfg.tuning.name == "prefix"
+            and cfg.tuning.get("variant", "deep") != "input_layer"):
+        raise ConfigError(
+            f"activation_checkpointing=true with tuning=prefix, tuning.variant={cfg.tuning.get('variant', 'deep')}: "
+            "the prefixes reach every layer as past_key_values, which Hugging Face's checkpointed layers drop. "
+            "Set activation_checkpointing=false, or use tuning.variant=input_layer")
     if cfg.pooler in ("mask", "topk") and not cfg.prompt:
         raise ConfigError(f"pooler={cfg.pooler} (a [MASK] representation) needs a template but prompt=none")
 
