@@ -31,17 +31,22 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("method", "setting", "extra"), CASES, ids=lambda v: str(v))
-def test_every_trainable_parameter_gets_a_gradient(method, setting, extra, tiny_mlm_dir):
+def _method_and_batch(method: str, setting: str, extra: list[str], mlm_dir):
+    """The method as ``run.py`` builds it on the tiny MLM BERT, in train mode, and one training batch."""
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose("config", overrides=[
-            f"method={method}", f"setting={setting}", f"backbone.name_or_path={tiny_mlm_dir}",
+            f"method={method}", f"setting={setting}", f"backbone.name_or_path={mlm_dir}",
             "backbone.family=bert", *extra,
         ])
     model = build_method(cfg)
     model.train()
     rows = TRIPLETS if setting == "sup" else [{"text": s} for s in SENTENCES]
-    batch = model.train_collate(rows)
+    return model, model.train_collate(rows)
+
+
+@pytest.mark.parametrize(("method", "setting", "extra"), CASES, ids=lambda v: str(v))
+def test_every_trainable_parameter_gets_a_gradient(method, setting, extra, tiny_mlm_dir):
+    model, batch = _method_and_batch(method, setting, extra, tiny_mlm_dir)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # self.log() without a Trainer
         loss = model.training_step(batch, 0)
@@ -56,15 +61,7 @@ def test_every_trainable_parameter_gets_a_gradient(method, setting, extra, tiny_
 def test_bf16_autocast_step_matches_float32(method, setting, extra, tiny_mlm_dir):
     """The GPU training precision (bf16-mixed autocast) on CPU: the loss is float32 and close to the float32
     loss of the same batch and dropout masks, and every trainable gradient is finite."""
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose("config", overrides=[
-            f"method={method}", f"setting={setting}", f"backbone.name_or_path={tiny_mlm_dir}",
-            "backbone.family=bert", *extra,
-        ])
-    model = build_method(cfg)
-    model.train()
-    rows = TRIPLETS if setting == "sup" else [{"text": s} for s in SENTENCES]
-    batch = model.train_collate(rows)
+    model, batch = _method_and_batch(method, setting, extra, tiny_mlm_dir)
     losses = {}
     for precision in ("32", "bf16"):
         model.zero_grad(set_to_none=True)
@@ -85,15 +82,7 @@ def test_bf16_autocast_step_matches_float32(method, setting, extra, tiny_mlm_dir
 def test_activation_checkpointing_gives_the_same_loss_and_gradients(method, setting, extra, tiny_mlm_dir):
     """``activation_checkpointing=true`` recomputes each layer in the backward pass with the forward's RNG state
     (so the same dropout masks): loss and every trainable gradient equal those without it."""
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose("config", overrides=[
-            f"method={method}", f"setting={setting}", f"backbone.name_or_path={tiny_mlm_dir}",
-            "backbone.family=bert", *extra,
-        ])
-    model = build_method(cfg)
-    model.train()
-    rows = TRIPLETS if setting == "sup" else [{"text": s} for s in SENTENCES]
-    batch = model.train_collate(rows)
+    model, batch = _method_and_batch(method, setting, extra, tiny_mlm_dir)
 
     def step() -> tuple[float, dict[str, torch.Tensor]]:
         model.zero_grad(set_to_none=True)

@@ -34,21 +34,28 @@ CASES = [  # (paper, "experiment" | "sweep", name, the sweep values of one job)
 ]
 
 
-@pytest.mark.integration
-@pytest.mark.parametrize(("paper", "kind", "name", "values"), CASES, ids=[f"{c[1]}={c[2]}" for c in CASES])
-def test_paper_config_runs_with_fast_dev_run(paper, kind, name, values, tmp_path, tiny_mlm_dir, sts_data_dir):
+def _fast_dev_config(kind: str, name: str, values: list[str], tmp_path: Path, mlm_dir, data_dir):
+    """The composed ``kind=name`` config plus ``values`` on the tiny MLM BERT with ``trainer.fast_dev_run``,
+    training on a tiny corpus / NLI csv written to ``tmp_path``, testing STS-B only."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(SENTENCES) + "\n")
     nli = tmp_path / "nli.csv"
     nli.write_text("sent0,sent1,hard_neg\n" + "".join(f"{s},{s} today,birds fly\n" for s in SENTENCES))
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose("config", overrides=[
-            f"{kind}={name}", *values, f"backbone.name_or_path={tiny_mlm_dir}", "backbone.family=bert",
+            f"{kind}={name}", *values, f"backbone.name_or_path={mlm_dir}", "backbone.family=bert",
             "trainer.fast_dev_run=true", "trainer.enable_progress_bar=false", "data.batch_size=4",
-            f"data_dir={sts_data_dir}", "eval.test_tasks=[stsb]",
+            f"data_dir={data_dir}", "eval.test_tasks=[stsb]",
         ])
     with open_dict(cfg):
         cfg.data.path = str(nli if cfg.setting.name == "sup" else corpus)
+    return cfg
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("paper", "kind", "name", "values"), CASES, ids=[f"{c[1]}={c[2]}" for c in CASES])
+def test_paper_config_runs_with_fast_dev_run(paper, kind, name, values, tmp_path, tiny_mlm_dir, sts_data_dir):
+    cfg = _fast_dev_config(kind, name, values, tmp_path, tiny_mlm_dir, sts_data_dir)
     results = run(cfg, tmp_path / "run")
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["test"]["stsb"] == pytest.approx(results["test"]["stsb"])
@@ -74,18 +81,8 @@ BF16_CASES = [c for c in CASES if c[1] == "experiment"] + [("DCPCSE", "sweep", "
 def test_paper_config_trains_under_bf16_mixed(paper, kind, name, values, tmp_path, tiny_mlm_dir, sts_data_dir):
     """``trainer.precision=bf16-mixed``, the GPU default (``auto``), through Lightning's CPU autocast: training,
     validation and the bf16 evaluator run end to end (``test_gradients`` checks the bf16 losses and gradients)."""
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(SENTENCES) + "\n")
-    nli = tmp_path / "nli.csv"
-    nli.write_text("sent0,sent1,hard_neg\n" + "".join(f"{s},{s} today,birds fly\n" for s in SENTENCES))
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose("config", overrides=[
-            f"{kind}={name}", *values, f"backbone.name_or_path={tiny_mlm_dir}", "backbone.family=bert",
-            "trainer.fast_dev_run=true", "trainer.enable_progress_bar=false", "trainer.precision=bf16-mixed",
-            "data.batch_size=4", f"data_dir={sts_data_dir}", "eval.test_tasks=[stsb]", "eval.precision=bf16",
-        ])
-    with open_dict(cfg):
-        cfg.data.path = str(nli if cfg.setting.name == "sup" else corpus)
+    cfg = _fast_dev_config(kind, name, [*values, "trainer.precision=bf16-mixed", "eval.precision=bf16"],
+                           tmp_path, tiny_mlm_dir, sts_data_dir)
     results = run(cfg, tmp_path / "run")
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["global_step"] == 1 and len(saved["val_curve"]) == 1
