@@ -157,7 +157,7 @@ def test_soft_template_slots_init_and_training(make_method):
 def test_dcpcse_mlm_auxiliary_loss(tiny_mlm_dir):
     from cselab.methods import method_class
 
-    mlm = {"weight": 0.1, "decay": 0.95, "decay_steps": 100, "probability": 0.5}
+    mlm = {"weight": 0.1, "decay": 0.95, "decay_steps": 100, "probability": 0.5, "lm_head": "tied"}
     m = method_class("dcpcse")(backbone={"name_or_path": str(tiny_mlm_dir), "family": "bert"}, pooler="cls",
                                tuning=_prefix(), mlm=mlm)
     batch = m.train_collate(SENTS)
@@ -170,7 +170,8 @@ def test_dcpcse_mlm_auxiliary_loss(tiny_mlm_dir):
     assert torch.equal(masked[~sel], batch["input_ids"][~sel])
     assert m.mlm_weight() == pytest.approx(0.1)
     assert torch.isfinite(m.mlm_loss(batch)) and m.mlm_loss(batch) > 0
-    # the MLM head's own layers train; the decoder tied to the word embeddings stays frozen
+    # lm_head=tied: the MLM head's own layers train; the decoder tied to the word embeddings stays frozen
+    # (the official untied decoder: tests/test_fidelity.py)
     head = m.encoder.mlm.cls
     assert head.predictions.transform.dense.weight.requires_grad
     assert not head.predictions.decoder.weight.requires_grad

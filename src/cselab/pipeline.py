@@ -151,6 +151,20 @@ def check_data_files(cfg: DictConfig) -> None:
     require(path if path.startswith("/") else data_root(cfg.data_dir) / path, what, "data.path")
 
 
+def dev_encoder(cfg: DictConfig) -> dict | None:
+    """The STS-B dev encoder of ``eval.dev_encoder``: ``official`` -> the method's ``official_dev_encoder``
+    (None when the official dev batcher is the test encoder), ``test`` -> None.
+
+    Raises:
+        ConfigError: another value (names ``eval.dev_encoder``).
+    """
+    choice = cfg.eval.get("dev_encoder", "official")
+    if choice not in ("official", "test"):
+        raise ConfigError(f"eval.dev_encoder={choice!r}: expected 'official' or 'test'")
+    spec = cfg.method.get("official_dev_encoder") if choice == "official" else None
+    return OmegaConf.to_container(spec, resolve=True) if spec else None
+
+
 def build_method(cfg: DictConfig):
     """The method's LightningModule from the composed config."""
     cls = method_class(cfg.method.name)
@@ -166,6 +180,8 @@ def build_method(cfg: DictConfig):
         mlp_only_train=cfg.method.mlp_only_train,
         head_on=cfg.method.get("head_on", "difference"),
         denoise_at_eval=cfg.method.get("denoise_at_eval", False),
+        head_init=cfg.method.get("head_init", "bert"),
+        dev_encoder=dev_encoder(cfg),
         loss=OmegaConf.to_container(cfg.loss, resolve=True),
         prompt=OmegaConf.to_container(cfg.prompt, resolve=True) if cfg.prompt else None,
         denoise=cfg.denoise,

@@ -10,6 +10,7 @@ itself retries for about a minute) with the offline alternatives.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -188,6 +189,21 @@ class Encoder(nn.Module):
             "prefix", int(pre_seq_len), variant, positions)
         self.max_positions -= int(pre_seq_len) if positions == "shifted" else 0
 
+    @contextlib.contextmanager
+    def one_prompt_draw(self):
+        """Within the block, every forward on the same number of rows reuses one draw of the prefix key/values
+        (one dropout mask): the official DCPCSE step, whose contrastive and MLM passes share ``get_prompt``'s
+        output (:class:`cselab.encoders.prefix.PrefixDraw`).  Without prefixes, nothing changes."""
+        draw = None
+        if self.tuning == "prefix":
+            adapter = self.model.active_adapter
+            draw = getattr(self.model.prompt_encoder[adapter], "cselab_prefix_draw", None)
+        if draw is None:
+            yield
+            return
+        with draw.shared():
+            yield
+
     def add_soft_template(self, init_ids: list[int]) -> None:
         """Freeze the backbone and make the template tokens continuous (SCPCSE / OptiPrompt).
 
@@ -258,6 +274,40 @@ class Encoder(nn.Module):
                 pooler_output=None,
             )
         return out
+
+
+def load_mlm_transform(name_or_path: str) -> dict[str, torch.Tensor]:
+    """The checkpoint's pretrained MLM-head transform (BERT ``cls.predictions.transform``: dense + GELU +
+    LayerNorm) as a state dict with keys ``dense.weight`` (D, D), ``dense.bias`` (D,), ``LayerNorm.weight`` (D,),
+    ``LayerNorm.bias`` (D,), for :class:`cselab.encoders.heads.MLMTransformHead`.
+
+    Source: Prompt-BERT ``train.py:581-584`` (``model.mlp = BertForMaskedLM.from_pretrained(...).cls.predictions
+    .transform``) and ``evaluation.py:104-117``: PromptBERT's sup BERT head and OptiPrompt's start from it.
+
+    Raises:
+        BackboneUnavailableError: the checkpoint has no BERT MLM-head transform (a RoBERTa ``lm_head``, or a
+            model saved without its MLM head such as all-MiniLM-L6-v2); the message names
+            ``method.head_init=bert`` (a fresh N(0, 0.02) head) and the offline backbones that have one.
+    """
+    from transformers import AutoModelForMaskedLM
+
+    path = resolve_name_or_path(name_or_path)
+    local_only = _check_available(path)
+    refuse = BackboneUnavailableError(
+        f"method.head_init=pretrained_mlm: backbone {name_or_path!r} has no pretrained BERT MLM-head transform "
+        "(cls.predictions.transform). Set method.head_init=bert for a fresh N(0, 0.02) head, or use a BERT "
+        "checkpoint saved with its MLM head (bert-base-uncased; offline: backbone=splade_tiny)")
+    try:
+        mlm, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True, local_files_only=local_only)
+    except (OSError, ValueError) as err:
+        raise refuse from err
+    predictions = getattr(getattr(mlm, "cls", None), "predictions", None)
+    transform = getattr(predictions, "transform", None)
+    if transform is None or any(".transform." in k for k in info.get("missing_keys", [])):
+        raise refuse
+    state = {k: v.detach().clone() for k, v in transform.state_dict().items()}
+    del mlm
+    return state
 
 
 def load_backbone(

@@ -1,7 +1,19 @@
-"""Projection heads applied on top of the sentence representation.
+"""Projection heads applied on top of the sentence representation, and how they are initialised.
 
 Source: SimCSE ``MLPLayer`` (Linear(D, D) + Tanh on [CLS]), reused by PromptBERT, CoT-BERT, DCPCSE and PromCSE
-on their representation (PromptBERT: on ``h - h_hat``).
+on their representation (PromptBERT: on ``h - h_hat``); PromptBERT's sup BERT and OptiPrompt heads are BERT's
+MLM-head transform.
+
+Initialisation (``method.head_init``, see ``docs/fidelity.md``):
+
+* ``bert`` (default, the official code): every official model calls ``cl_init`` -> ``cls.init_weights()``,
+  BERT's ``_init_weights``: Linear weights N(0, ``initializer_range``) (0.02 for BERT and RoBERTa), biases 0,
+  LayerNorm weight 1 / bias 0 (SimCSE ``simcse/models.py:95``, Prompt-BERT ``prompt_bert/models.py:53-63``,
+  CoT-BERT ``models.py:110-121``, DCPCSE ``dcpcse/models.py:128``, PromCSE ``promcse/models.py:132``);
+* ``pretrained_mlm``: the head's weights are the backbone checkpoint's ``cls.predictions.transform``
+  (Prompt-BERT ``train.py:581-584``, ``evaluation.py:104-117``; only ``mlm_transform`` heads);
+* ``pytorch``: PyTorch's default ``nn.Linear`` init (U(+-1/sqrt(D)) weights and biases), cselab's behaviour
+  before the fidelity ledger; kept to reproduce older runs.
 """
 
 from __future__ import annotations
@@ -10,6 +22,7 @@ import torch
 from torch import nn
 
 HEADS = ("none", "mlp", "mlm_transform")
+HEAD_INITS = ("bert", "pretrained_mlm", "pytorch")
 
 
 class MLPHead(nn.Module):
@@ -27,8 +40,9 @@ class MLPHead(nn.Module):
 class MLMTransformHead(nn.Module):
     """BERT's MLM-head transform: ``LayerNorm(GELU(W x + b))``, (..., D) -> (..., D).
 
-    PromptBERT's official sup BERT head (METHODS.md), applied as ``head(h) - head(h_hat)`` at train and test;
-    freshly initialised (N(0, 0.02) weights, zero bias, unit LayerNorm) like a new module of the official model.
+    PromptBERT's official sup BERT head, applied as ``head(h) - head(h_hat)`` at train and test, and OptiPrompt's
+    training head; the parameter names are those of Hugging Face's ``BertPredictionHeadTransform``
+    (``dense``, ``LayerNorm``), so the checkpoint's ``cls.predictions.transform`` loads into it as is.
     """
 
     def __init__(self, hidden_size: int, layer_norm_eps: float = 1e-12) -> None:
@@ -36,23 +50,62 @@ class MLMTransformHead(nn.Module):
         self.dense = nn.Linear(hidden_size, hidden_size)
         self.activation = nn.GELU()
         self.LayerNorm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
-        nn.init.normal_(self.dense.weight, std=0.02)
-        nn.init.zeros_(self.dense.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(self.activation(self.dense(x)))
 
 
-def build_head(name: str, hidden_size: int) -> nn.Module | None:
+def bert_init_(module: nn.Module, std: float = 0.02) -> nn.Module:
+    """BERT's ``_init_weights`` on every Linear / LayerNorm of ``module``, in place: Linear weights N(0, std),
+    biases 0; LayerNorm weight 1, bias 0.  Returns ``module``.
+
+    Source: transformers ``BertPreTrainedModel._init_weights`` as called by the official ``cl_init`` ->
+    ``cls.init_weights()`` (SimCSE ``simcse/models.py:95``).
+    """
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, mean=0.0, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+    return module
+
+
+def build_head(name: str, hidden_size: int, init: str = "bert", std: float = 0.02,
+               pretrained: dict[str, torch.Tensor] | None = None) -> nn.Module | None:
     """``"mlp"`` -> :class:`MLPHead`; ``"mlm_transform"`` -> :class:`MLMTransformHead`; ``"none"`` -> None.
 
+    Args:
+        name: ``method.head``.
+        hidden_size: D.
+        init: ``method.head_init``: ``bert`` (N(0, std) weights, zero biases: the official code), ``pytorch``
+            (PyTorch's default) or ``pretrained_mlm`` (load ``pretrained``).
+        std: the backbone's ``initializer_range`` (0.02 for BERT / RoBERTa).
+        pretrained: for ``pretrained_mlm``: the checkpoint's ``cls.predictions.transform`` state dict
+            (``dense.weight``, ``dense.bias``, ``LayerNorm.weight``, ``LayerNorm.bias``).
+
     Raises:
-        ValueError: other names (lists the known ones).
+        ValueError: unknown head or init (lists the known ones), ``pretrained_mlm`` on a head other than
+            ``mlm_transform`` or without ``pretrained`` weights (names ``method.head_init``).
     """
-    if name == "mlp":
-        return MLPHead(hidden_size)
-    if name == "mlm_transform":
-        return MLMTransformHead(hidden_size)
+    if init not in HEAD_INITS:
+        raise ValueError(f"method.head_init={init!r}: expected one of {HEAD_INITS}")
     if name == "none":
         return None
-    raise ValueError(f"method.head={name!r}: expected one of {HEADS}")
+    if name == "mlp":
+        head: nn.Module = MLPHead(hidden_size)
+    elif name == "mlm_transform":
+        head = MLMTransformHead(hidden_size)
+    else:
+        raise ValueError(f"method.head={name!r}: expected one of {HEADS}")
+    if init == "bert":
+        bert_init_(head, std)
+    elif init == "pretrained_mlm":
+        if name != "mlm_transform":
+            raise ValueError(f"method.head_init=pretrained_mlm needs method.head=mlm_transform, got {name!r}")
+        if pretrained is None:
+            raise ValueError("method.head_init=pretrained_mlm: no pretrained MLM-head transform was given")
+        head.load_state_dict(pretrained)
+    return head

@@ -8,7 +8,12 @@ not do and the official code (P-tuning v2 / DCPCSE / PromCSE) does is added here
 * dropout (0.1) on the prefix key/values at every forward pass in training (a forward hook on PEFT's
   ``PrefixEncoder``);
 * initialisation N(0, 0.02) (PEFT's Embedding starts at N(0, 1)); the official model's ``init_weights`` used
-  ``initializer_range = 0.02``;
+  ``initializer_range = 0.02``; with ``prefix_projection`` the projection MLP's Linear layers are N(0, 0.02)
+  with zero biases too (official ``cl_init`` -> ``init_weights``, DCPCSE ``dcpcse/models.py:128``; PEFT keeps
+  PyTorch's default Linear init);
+* one prefix draw per training step: the official model calls ``get_prompt`` once per forward and the same
+  past key/values serve the contrastive and the MLM pass (DCPCSE ``dcpcse/models.py:161, 193``), so inside
+  :meth:`PrefixDraw.shared` every forward on the same batch size reuses the first draw (one dropout mask);
 * the **layer-shared** variant (PromCSE Table 3): one (pre_seq_len, 2 * hidden) table repeated for every layer;
 * the **input-layer** variant (PromCSE Table 3 "input-layer-only"): PEFT's prompt tuning, ``pre_seq_len``
   trainable vectors prepended to the input embeddings only; their output positions are removed again so that
@@ -25,12 +30,46 @@ Position ids of the real tokens (``prefix_positions``):
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 PREFIX_VARIANTS = ("deep", "layer_shared", "input_layer")
 PREFIX_POSITIONS = ("shifted", "unshifted")
+
+
+class PrefixDraw:
+    """The dropout on the prefix key/values (a forward hook on PEFT's prompt encoder), with optional sharing.
+
+    Outside :meth:`shared`, every forward draws a new dropout mask (training) over the (B, P, L * 2H) prefix.
+    Inside it, the first output of each shape is kept and returned again: one draw per training step, which is
+    what the official ``get_prompt`` gives the contrastive and the MLM pass.  Gradients flow through the kept
+    tensor from every pass that uses it.
+    """
+
+    def __init__(self, dropout: float) -> None:
+        self.dropout = float(dropout)
+        self._kept: dict[torch.Size, torch.Tensor] | None = None
+
+    def __call__(self, module: nn.Module, args, out: torch.Tensor) -> torch.Tensor:
+        if self._kept is not None and out.shape in self._kept:
+            return self._kept[out.shape]
+        if self.dropout > 0:
+            out = F.dropout(out, self.dropout, module.training)
+        if self._kept is not None:
+            self._kept[out.shape] = out
+        return out
+
+    @contextlib.contextmanager
+    def shared(self):
+        """Within the block, forwards of the same batch size share one prefix draw."""
+        self._kept = {}
+        try:
+            yield
+        finally:
+            self._kept = None
 
 
 class LayerSharedPrefix(nn.Module):
@@ -71,7 +110,8 @@ def apply_prefix_tuning(
         init_std: std of the normal initialisation of the prefix table.
 
     Returns:
-        the ``PeftModelForFeatureExtraction`` wrapping ``model``.
+        the ``PeftModelForFeatureExtraction`` wrapping ``model``; its prompt encoder carries the
+        :class:`PrefixDraw` hook as ``cselab_prefix_draw``.
 
     Raises:
         ValueError: ``pre_seq_len < 1`` or an unknown variant (names the config key).
@@ -98,8 +138,14 @@ def apply_prefix_tuning(
         encoder.embedding = LayerSharedPrefix(pre_seq_len, config.hidden_size, config.num_hidden_layers, init_std)
     else:
         nn.init.normal_(encoder.embedding.weight, std=init_std)
-    if dropout > 0:
-        encoder.register_forward_hook(lambda module, args, out: F.dropout(out, dropout, module.training))
+    transform = getattr(encoder, "transform", None)  # prefix_projection: Linear-Tanh-Linear
+    if transform is not None:
+        from cselab.encoders.heads import bert_init_
+
+        bert_init_(transform, init_std)
+    draw = PrefixDraw(dropout)
+    encoder.register_forward_hook(draw)
+    encoder.cselab_prefix_draw = draw
     return peft_model
 
 

@@ -2,8 +2,11 @@
 
 * Validation (every ``trainer.val_check_interval`` steps, SimCSE's 125): STS-B dev Spearman x 100, logged as
   ``val/stsb_spearman``; a ``ModelCheckpoint`` monitoring it keeps the best model (SimCSE's model selection).
-* Test: the 7 test tasks (STS12-16 "all", STS-B test, SICK-R test) and STS-B dev, logged as ``test/<task>``
-  and kept in :attr:`STSCallback.test_scores` / :attr:`STSCallback.dev_scores` for ``results.json``.
+  The dev split is encoded with the module's DEV encoder (``encode(..., encoder="dev")``: the official
+  trainers' dev batcher under ``eval.dev_encoder=official``, see docs/fidelity.md).
+* Test: the 7 test tasks (STS12-16 "all", STS-B test, SICK-R test) with the TEST encoder, and STS-B dev with the
+  dev encoder (so ``results.json``'s dev score is the one the checkpoint was selected on), logged as
+  ``test/<task>`` and kept in :attr:`STSCallback.test_scores` / :attr:`STSCallback.dev_scores`.
 
 Only rank 0 evaluates; the score is broadcast so every rank's checkpoint decision agrees under DDP.
 """
@@ -70,18 +73,20 @@ class STSCallback(L.Callback):
         if self._loaded_history is not None:
             self.history, self._loaded_history = self._loaded_history, None
 
-    def _encode(self, pl_module):
-        return lambda sentences: pl_module.encode(sentences, batch_size=self.batch_size)
+    def _encode(self, pl_module, split: str):
+        """``encode`` for ``split``: the module's dev encoder on ``dev``, its test encoder otherwise."""
+        encoder = "dev" if split == "dev" else "test"
+        return lambda sentences: pl_module.encode(sentences, batch_size=self.batch_size, encoder=encoder)
 
     def _score(self, trainer, pl_module, tasks, split, keep_pairs: bool = False) -> dict[str, float]:
         scores = None
         if trainer.is_global_zero and keep_pairs:
-            report = self.evaluator.evaluate_detailed(self._encode(pl_module), tasks=tasks, split=split,
+            report = self.evaluator.evaluate_detailed(self._encode(pl_module, split), tasks=tasks, split=split,
                                                       aggregation=self.aggregation)
             scores = dict(report.scores)
             self.test_pairs = {t: (r.system, r.gold) for t, r in report.tasks.items()}
         elif trainer.is_global_zero:
-            scores = self.evaluator.evaluate(self._encode(pl_module), tasks=tasks, split=split,
+            scores = self.evaluator.evaluate(self._encode(pl_module, split), tasks=tasks, split=split,
                                              aggregation=self.aggregation)
         return trainer.strategy.broadcast(scores, src=0)
 

@@ -18,7 +18,7 @@ import torch
 from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 
 from cselab.data.collate import ViewCollate, ViewSpec
-from cselab.encoders.backbone import load_backbone
+from cselab.encoders.backbone import load_backbone, load_mlm_transform
 from cselab.encoders.heads import build_head
 from cselab.encoders.poolers import POOLERS, needs_hidden_states, pool
 from cselab.losses import build_loss
@@ -38,10 +38,17 @@ class ContrastiveMethod(L.LightningModule):
         pooler: representation: a name of :data:`cselab.encoders.poolers.POOLERS`; with ``head=mlp``,
             ``cls`` means SimCSE's [CLS] + MLP.
         head: ``mlp`` (Linear + Tanh) | ``mlm_transform`` (dense + GELU + LayerNorm) | ``none``.
+        head_init: ``bert`` (N(0, ``initializer_range``) weights, zero biases: the official ``cl_init``),
+            ``pretrained_mlm`` (the checkpoint's ``cls.predictions.transform``: PromptBERT sup BERT, OptiPrompt)
+            or ``pytorch`` (PyTorch's default init); see :mod:`cselab.encoders.heads`.
         mlp_only_train: apply the head in training only (SimCSE unsup; PromptBERT unsup).
         head_on: with a template bias, ``difference`` = head(h - h_hat) (PromptBERT unsup, RoBERTa sup) or
             ``each`` = head(h) - head(h_hat) (PromptBERT sup BERT, official code).
         denoise_at_eval: subtract the template bias at test too (PromptBERT sup, whose head sees it).
+        dev_encoder: how STS-B dev (checkpoint selection) encodes, when it differs from the test encoder:
+            ``{"add_period": bool, "denoise": bool}`` (the official trainers' dev batcher: PromptBERT without the
+            period rule and with the template bias subtracted, CoT-BERT without the period rule), or None: the
+            test encoder (``eval.dev_encoder=test``).  See :meth:`encode`.
         loss: loss config (``name`` + its arguments, see :func:`cselab.losses.build_loss`).
         prompt: template config or None (``templates`` per family, ``mask_index``, ``add_period_at_eval``).
         denoise: ``none`` | ``position`` | ``pad`` (training only).
@@ -59,8 +66,11 @@ class ContrastiveMethod(L.LightningModule):
             ``soft_prompt`` (the template tokens become trainable vectors initialised from their embeddings).
             Frozen backbones stay in train mode (dropout) and checkpoints hold only the trained tensors.
         mlm: DCPCSE's auxiliary MLM loss ``{"weight": 0.1, "decay": 0.95, "decay_steps": 100,
-            "probability": 0.15}`` or None: loss = CL + weight * decay^(step / decay_steps) * MLM.  Needs a
-            backbone with its MLM head (refused otherwise).
+            "probability": 0.15, "lm_head": "untied"}`` or None: loss = CL + weight * decay^(step / decay_steps)
+            * MLM.  Needs a backbone with its MLM head (refused otherwise).  ``lm_head``: ``untied`` (official
+            DCPCSE: the whole LM head trains, its V x D decoder a separate copy of the pretrained one) or
+            ``tied`` (the decoder stays tied to the frozen word embeddings; only the head's own layers train).
+            The prefix is drawn once per step for the contrastive and the MLM pass (official ``get_prompt``).
         on_nonfinite: ``stop`` (raise :class:`NonFiniteLossError`) or ``skip`` (no optimizer step) when the
             loss is NaN / inf; either way the step and the batch's sentences are written to
             ``<run dir>/nonfinite_step<N>.json``.
@@ -80,6 +90,8 @@ class ContrastiveMethod(L.LightningModule):
         mlp_only_train: bool = True,
         head_on: str = "difference",
         denoise_at_eval: bool = False,
+        head_init: str = "bert",
+        dev_encoder: dict | None = None,
         loss: dict | None = None,
         prompt: dict | None = None,
         denoise: str = "none",
@@ -113,7 +125,10 @@ class ContrastiveMethod(L.LightningModule):
         )
         self.encoder.train()  # from_pretrained returns eval mode; dropout makes the unsup views
         self.tuning = dict(tuning) if tuning else {"name": "full"}
-        self.head = build_head(head, self.encoder.hidden_size)
+        pretrained = (load_mlm_transform(backbone["name_or_path"])
+                      if head_init == "pretrained_mlm" and head != "none" else None)
+        std = float(getattr(self.encoder.model.config, "initializer_range", 0.02))
+        self.head = build_head(head, self.encoder.hidden_size, init=head_init, std=std, pretrained=pretrained)
         self.loss_fn = build_loss(loss or {"name": "infonce"})
         self.setting = setting
         self.pooler = pooler
@@ -124,6 +139,9 @@ class ContrastiveMethod(L.LightningModule):
             raise ValueError("method.denoise_at_eval=true needs denoise=position or pad")
         self.head_on = head_on
         self.denoise_at_eval = denoise_at_eval
+        self.dev_encoder = dict(dev_encoder) if dev_encoder else None
+        if self.dev_encoder and set(self.dev_encoder) - {"add_period", "denoise"}:
+            raise ValueError(f"method.dev_encoder={self.dev_encoder}: expected keys add_period, denoise")
         self.prompt = dict(prompt) if prompt else None
         self.denoise = denoise
         self.max_seq_len = max_seq_len
@@ -142,6 +160,7 @@ class ContrastiveMethod(L.LightningModule):
         self.skipped_nonfinite = 0
         self._train_collate: ViewCollate | None = None
         self._eval_collate: ViewCollate | None = None
+        self._dev_collate: ViewCollate | None = None
         self._soft_templates: list[str] | None = None
         self._apply_tuning()
 
@@ -177,7 +196,12 @@ class ContrastiveMethod(L.LightningModule):
         if self.mlm is not None:
             if self.encoder.mlm is None:
                 raise ValueError("method.mlm needs the backbone's MLM head")
-            if name != "full":  # the head's own layers train; the decoder tied to the word embeddings stays frozen
+            lm_head = self.mlm.get("lm_head", "untied")
+            if lm_head not in ("untied", "tied"):
+                raise ValueError(f"method.mlm.lm_head={lm_head!r}: expected 'untied' or 'tied'")
+            if lm_head == "untied":
+                self._untie_mlm_decoder()
+            if name != "full":  # the head's own layers train (untied: the decoder copy too)
                 for p in self._mlm_head_own_parameters():
                     p.requires_grad_(True)
         self._freeze_unused_layers()
@@ -198,6 +222,20 @@ class ContrastiveMethod(L.LightningModule):
         if self.encoder.mlm is not None and self.mlm is None:
             for p in self._mlm_head_own_parameters():
                 p.requires_grad_(False)
+
+    def _untie_mlm_decoder(self) -> None:
+        """Give the MLM head a decoder of its own: a trainable copy of the (pretrained, tied) decoder weight.
+
+        Official DCPCSE ``RobertaForCL`` builds its ``lm_head`` after freezing the backbone and defines no
+        ``get_output_embeddings``, so nothing ties it: the pretrained LM head, its V x D decoder included, is
+        loaded as a separate module and trains (``dcpcse/models.py:429-430, 446-447``; docs/fidelity.md).
+        """
+        head = _mlm_head(self.encoder.mlm)
+        decoder = getattr(head, "decoder", None) or getattr(getattr(head, "predictions", None), "decoder", None)
+        if decoder is None:
+            raise ValueError(f"method.mlm.lm_head=untied: cannot find the decoder of {type(head).__name__}")
+        decoder.weight = torch.nn.Parameter(decoder.weight.detach().clone())
+        self.encoder.mlm.config.tie_word_embeddings = False
 
     def _mlm_head_own_parameters(self) -> list[torch.nn.Parameter]:
         """The MLM head's parameters except its decoder weight, which is tied to the word embeddings."""
@@ -277,15 +315,22 @@ class ContrastiveMethod(L.LightningModule):
         return "cls_before_pooler" if self.pooler == "cls" and self.head is not None else self.pooler
 
     # ----------------------------------------------------------------- collates
-    def _collate(self, views: Sequence[ViewSpec], training: bool) -> ViewCollate:
+    def _collate(self, views: Sequence[ViewSpec], training: bool, add_period: bool | None = None,
+                 denoise: bool | None = None) -> ViewCollate:
+        """A collate for ``views``: training (truncation, denoising, MLM) or evaluation (the period rule and
+        denoising as the test encoder, unless ``add_period`` / ``denoise`` say otherwise: the dev encoder)."""
         prompt = self.prompt or {}
+        if add_period is None:
+            add_period = bool(prompt.get("add_period_at_eval", False)) and not training
+        if denoise is None:
+            denoise = training or self.denoise_at_eval
         return ViewCollate(
             self.tokenizer,
             views,
             max_seq_len=self.max_seq_len if training else self.eval_max_seq_len,
-            denoise=self.denoise if training or self.denoise_at_eval else "none",
+            denoise=self.denoise if denoise else "none",
             mask_index=int(prompt.get("mask_index", -1)),
-            add_period=bool(prompt.get("add_period_at_eval", False)) and not training,
+            add_period=add_period,
             position_offset=self.encoder.position_offset,
             max_positions=self.encoder.max_positions,
             soft_templates=self._soft_templates,
@@ -301,10 +346,29 @@ class ContrastiveMethod(L.LightningModule):
 
     @property
     def eval_collate(self) -> ViewCollate:
-        """The collate :meth:`encode` uses (eval template, no denoising, the eval period rule)."""
+        """The collate :meth:`encode` uses at test (eval template, the eval period rule, no denoising unless
+        ``denoise_at_eval``)."""
         if self._eval_collate is None:
             self._eval_collate = self._collate([self.eval_view()], training=False)
         return self._eval_collate
+
+    @property
+    def dev_collate(self) -> ViewCollate:
+        """The collate of ``encode(..., encoder="dev")``: the official in-training dev batcher when
+        ``dev_encoder`` is set (the eval template, with its own period rule and denoising), else the test one.
+
+        Source: Prompt-BERT ``prompt_bert/trainers.py:105-116`` -> ``models.py:290-368`` (``sentemb_forward``:
+        ``[CLS] s [SEP]`` re-wrapped in the template without the period rule, the template bias subtracted
+        unless ``--mask_embedding_sentence_delta_no_delta_eval``); CoT-BERT ``trainers.py:78-91``.
+        """
+        if self.dev_encoder is None:
+            return self.eval_collate
+        if self._dev_collate is None:
+            denoise = bool(self.dev_encoder.get("denoise", False)) and self.denoise != "none"
+            self._dev_collate = self._collate([self.eval_view()], training=False,
+                                              add_period=bool(self.dev_encoder.get("add_period", False)),
+                                              denoise=denoise)
+        return self._dev_collate
 
     # ----------------------------------------------------------------- forward
     def _forward_views(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -363,6 +427,10 @@ class ContrastiveMethod(L.LightningModule):
         return loss
 
     def _training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
+        with self.encoder.one_prompt_draw():  # DCPCSE: the contrastive and the MLM pass share the prefix draw
+            return self._step_loss(batch)
+
+    def _step_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
         z = self.gather_embeddings(self.embed(batch))
         loss = self.loss_fn(z)
         if self.mlm is not None and "mlm_input_ids" in batch:
@@ -463,8 +531,9 @@ class ContrastiveMethod(L.LightningModule):
 
     # ----------------------------------------------------------------- evaluation
     @torch.inference_mode()
-    def encode(self, sentences: Sequence[str], batch_size: int | None = None) -> torch.Tensor:
-        """Embed sentences as at test time: (N, D) float32 on CPU, rows in input order.
+    def encode(self, sentences: Sequence[str], batch_size: int | None = None, encoder: str = "test") -> torch.Tensor:
+        """Embed sentences as at test time (``encoder="test"``) or as the in-training dev evaluation that selects
+        the checkpoint (``encoder="dev"``, :attr:`dev_collate`): (N, D) float32 on CPU, rows in input order.
 
         Sentences are tokenized once, sorted by token length (less padding), encoded in batches under
         ``torch.inference_mode`` under ``eval_precision`` (bf16 autocast on GPU by default); the module's
@@ -472,7 +541,9 @@ class ContrastiveMethod(L.LightningModule):
         The tokenization and length order of the last few sentence lists are cached (the STS-B dev set is
         encoded at every validation): a list equal to a cached one skips the tokenizer.
         """
-        collate = self.eval_collate
+        if encoder not in ("test", "dev"):
+            raise ValueError(f"encode(encoder={encoder!r}): expected 'test' or 'dev'")
+        collate = self.eval_collate if encoder == "test" else self.dev_collate
         batch_size = batch_size or self.eval_batch_size or (256 if self.device.type == "cuda" else 128)
         tokens, order = self._tokenized(collate, tuple(sentences))
         was_training = self.training

@@ -61,9 +61,10 @@ class Baseline(ContrastiveMethod):
         return static_avg_encoder(self.encoder, self.tokenizer, remove_biased=debiased, lowercase=debiased)
 
     @torch.inference_mode()
-    def encode(self, sentences: Sequence[str], batch_size: int | None = None) -> torch.Tensor:
+    def encode(self, sentences: Sequence[str], batch_size: int | None = None, encoder: str = "test") -> torch.Tensor:
+        """:meth:`ContrastiveMethod.encode`, or the analysis representation (the same for dev and test)."""
         if self.analysis is None:
-            return super().encode(sentences, batch_size)
+            return super().encode(sentences, batch_size, encoder=encoder)
         if self._analysis_encode is None:
             self._analysis_encode = self._build_analysis_encode()
         was_training = self.training
