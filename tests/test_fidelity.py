@@ -1,0 +1,282 @@
+"""The official code's behaviours of the fidelity ledger (docs/fidelity.md), each against an expectation computed
+here independently of the code under test: a hand loop, a hand-built input, or weights read from the checkpoint
+file itself.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
+from safetensors.torch import load_file
+
+import cselab.config  # noqa: F401  (resolvers)
+from cselab.encoders.backbone import BackboneUnavailableError
+from cselab.losses import build_loss
+from cselab.pipeline import build_method, dev_encoder
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = str(ROOT / "conf")
+SENTS = ["a man is playing a guitar", "the cat sat on the mat", "two dogs are running in the park",
+         "it is raining today", "birds fly", "a woman is slicing an onion"]
+EXPERIMENTS = sorted(p.relative_to(ROOT / "conf" / "experiment").with_suffix("").as_posix()
+                     for p in (ROOT / "conf" / "experiment").rglob("*.yaml") if p.stem != "demo")
+
+
+def _cfg(overrides: list[str]):
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+def _build(overrides: list[str], path: Path, family: str = "bert"):
+    torch.manual_seed(0)
+    return build_method(_cfg([*overrides, f"backbone.name_or_path={path}", f"backbone.family={family}"]))
+
+
+@pytest.fixture(scope="module")
+def tiny_roberta_mlm_dir(tiny_roberta_dir, tmp_path_factory):
+    """A tiny random RobertaForMaskedLM (LM head included) with the tiny byte-level BPE tokenizer."""
+    from transformers import AutoTokenizer, RobertaConfig, RobertaForMaskedLM
+
+    path = tmp_path_factory.mktemp("tiny_roberta_mlm")
+    tok = AutoTokenizer.from_pretrained(tiny_roberta_dir)
+    torch.manual_seed(0)
+    RobertaForMaskedLM(RobertaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=130, pad_token_id=1,
+                                     bos_token_id=0, eos_token_id=2)).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+# ------------------------------------------------------------------------------------ 1. head initialisation
+@pytest.mark.parametrize("overrides", [
+    ["method=simcse"], ["method=simcse", "setting=sup"], ["method=promptbert"], ["method=cot_bert"],
+    ["method=dcpcse"], ["method=promcse", "setting=sup"], ["method=scpcse"],
+], ids=lambda o: " ".join(o))
+def test_heads_start_as_the_official_init_weights(overrides, tiny_mlm_dir):
+    """Official ``cl_init`` -> ``init_weights``: Linear N(0, initializer_range), bias 0 (SimCSE models.py:95)."""
+    model = _build(overrides, tiny_mlm_dir)
+    std = model.encoder.model.config.initializer_range if not hasattr(model.encoder.model, "get_base_model") \
+        else model.encoder.model.get_base_model().config.initializer_range
+    linears = [m for m in model.head.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears
+    for lin in linears:
+        assert torch.count_nonzero(lin.bias) == 0
+        # 1024 draws of N(0, 0.02): the sample std is within 10 % with overwhelming probability; PyTorch's
+        # default U(+-1/sqrt(32)) has std 0.102
+        assert lin.weight.std().item() == pytest.approx(std, rel=0.1)
+        assert lin.weight.mean().abs().item() < 3 * std / math.sqrt(lin.weight.numel()) * 2
+
+
+def test_pytorch_head_init_is_kept_as_an_option(tiny_mlm_dir):
+    model = _build(["method=simcse", "+method.head_init=pytorch"], tiny_mlm_dir)
+    assert torch.count_nonzero(model.head.dense.bias) > 0
+    assert model.head.dense.weight.std().item() > 0.05  # U(+-1/sqrt(32)): std 0.102
+
+
+def test_prefix_projection_starts_as_the_official_init_weights(tiny_mlm_dir):
+    """DCPCSE / PromCSE ``prefix_projection``: the projection MLP's Linears are N(0, 0.02), bias 0 too
+    (dcpcse/models.py:128 ``cl_init`` -> ``init_weights`` covers ``prefix_encoder.trans``)."""
+    model = _build(["method=dcpcse", "tuning.prefix_projection=true", "tuning.prefix_hidden_size=64"], tiny_mlm_dir)
+    encoder = model.encoder.model.prompt_encoder[model.encoder.model.active_adapter]
+    linears = [m for m in encoder.transform if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 2
+    for lin in linears:
+        assert torch.count_nonzero(lin.bias) == 0
+        assert lin.weight.std().item() == pytest.approx(0.02, rel=0.1)
+    assert encoder.embedding.weight.std().item() == pytest.approx(0.02, rel=0.15)
+
+
+# --------------------------------------------------------------------- 3. the pretrained MLM-head transform
+@pytest.mark.parametrize("overrides", [["method=promptbert", "setting=sup"], ["method=optiprompt"]],
+                         ids=["promptbert-sup", "optiprompt"])
+def test_bert_mlm_transform_head_starts_from_the_checkpoint(overrides, tiny_mlm_dir):
+    """Prompt-BERT train.py:581-584: ``model.mlp = BertForMaskedLM.from_pretrained(...).cls.predictions.transform``;
+    the expectation is read from the checkpoint FILE, not through transformers."""
+    model = _build(overrides, tiny_mlm_dir)
+    saved = load_file(str(tiny_mlm_dir / "model.safetensors"))
+    prefix = "cls.predictions.transform."
+    for name, tensor in model.head.state_dict().items():
+        torch.testing.assert_close(tensor, saved[prefix + name], rtol=0, atol=0, msg=name)
+    assert isinstance(model.head.activation, torch.nn.GELU)
+
+
+def test_pretrained_mlm_head_refused_clearly_without_an_mlm_head(tiny_bert_dir):
+    with pytest.raises(BackboneUnavailableError, match="method.head_init=bert"):
+        _build(["method=promptbert", "setting=sup"], tiny_bert_dir)
+
+
+# ------------------------------------------------------------------------------------ 4. the dev encoder
+def _official_mask_states(path: Path, ids: list[list[int]], positions: list[list[int]] | None, mask_id: int):
+    """Hand-run forward of the raw Hugging Face model (eval mode): the last [MASK] state of each row."""
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(path).eval()
+    out = []
+    with torch.no_grad():
+        for k, row in enumerate(ids):
+            kwargs = {"input_ids": torch.tensor([row])}
+            if positions is not None:
+                kwargs["position_ids"] = torch.tensor([positions[k]])
+            h = model(**kwargs).last_hidden_state[0]
+            out.append(h[[i for i, t in enumerate(row) if t == mask_id][-1]])
+    return torch.stack(out)
+
+
+def test_promptbert_dev_encoder_is_the_official_trainer_batcher(tiny_mlm_dir):
+    """prompt_bert/trainers.py:105-116 -> models.py:290-368 (unsup, ``--mask_embedding_sentence_delta``):
+    ``[CLS] bs s es [SEP]`` WITHOUT the period rule, minus the template-only [MASK] state whose suffix positions
+    are shifted by len(s); the test encoder (evaluation.py) appends "." and subtracts nothing."""
+    from transformers import AutoTokenizer
+
+    model = _build(["method=promptbert"], tiny_mlm_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_mlm_dir)
+    bs = tok.encode('This sentence of "', add_special_tokens=False)  # view 1, official train.py:617-629
+    es = tok.encode('"means' + tok.mask_token + ".", add_special_tokens=False)
+    sents = tok(SENTS, add_special_tokens=False)["input_ids"]
+    rows = [[tok.cls_token_id, *bs, *s, *es, tok.sep_token_id] for s in sents]
+    h = _official_mask_states(tiny_mlm_dir, rows, None, tok.mask_token_id)
+    template = [tok.cls_token_id, *bs, *es, tok.sep_token_id]
+    delta_pos = [[*range(len(bs) + 1), *(p + len(s) for p in range(len(bs) + 1, len(template)))] for s in sents]
+    delta = _official_mask_states(tiny_mlm_dir, [template] * len(sents), delta_pos, tok.mask_token_id)
+    torch.testing.assert_close(model.encode(SENTS, encoder="dev"), h - delta, rtol=1e-5, atol=1e-5)
+    periods = tok([s + "." for s in SENTS], add_special_tokens=False)["input_ids"]
+    rows = [[tok.cls_token_id, *bs, *s, *es, tok.sep_token_id] for s in periods]
+    test = _official_mask_states(tiny_mlm_dir, rows, None, tok.mask_token_id)
+    torch.testing.assert_close(model.encode(SENTS), test, rtol=1e-5, atol=1e-5)
+    # eval.dev_encoder=test: checkpoint selection on the test encoder
+    plain = _build(["method=promptbert", "eval.dev_encoder=test"], tiny_mlm_dir)
+    torch.testing.assert_close(plain.encode(SENTS, encoder="dev"), test, rtol=1e-5, atol=1e-5)
+
+
+def test_cot_bert_dev_encoder_has_no_period_and_no_bias(tiny_mlm_dir):
+    """CoT-BERT trainers.py:78-91 with ``--mask_embedding_sentence_delta_no_delta_eval``: no period, no bias."""
+    model = _build(["method=cot_bert"], tiny_mlm_dir)
+    nop = _build(["method=cot_bert", "prompt.add_period_at_eval=false"], tiny_mlm_dir)
+    torch.testing.assert_close(model.encode(SENTS, encoder="dev"), nop.encode(SENTS), rtol=0, atol=0)
+    assert not torch.allclose(model.encode(SENTS, encoder="dev"), model.encode(SENTS))
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_paper_config_composes_to_the_official_behaviour(name):
+    """Items 1, 3, 4, 6, 7 of the ledger as the paper rows compose them."""
+    cfg = _cfg([f"experiment={name}"])
+    method, family, setting = cfg.method.name, cfg.backbone.family, cfg.setting.name
+    assert cfg.eval.dev_encoder == "official"
+    expected_head_init = "pretrained_mlm" if (method, setting, family) in {
+        ("promptbert", "sup", "bert"), ("optiprompt", "unsup", "bert")} else "bert"
+    assert cfg.method.get("head_init", "bert") == expected_head_init
+    spec = dev_encoder(cfg)
+    if method == "promptbert":
+        assert spec == {"add_period": False, "denoise": True}
+    elif method in ("cot_bert", "optiprompt"):
+        assert spec == {"add_period": False, "denoise": False}
+    else:
+        assert spec is None
+    if method == "cot_bert":
+        assert (cfg.data.batch_size, cfg.loss.groups, cfg.negatives) == (256, 2, "per_device")
+    else:
+        assert cfg.loss.groups == 1
+    if method == "dcpcse" and cfg.method.mlm:
+        assert cfg.method.mlm.lm_head == "untied"
+
+
+def test_the_callback_selects_checkpoints_with_the_dev_encoder():
+    from cselab.evaluation.callback import STSCallback
+
+    calls = []
+
+    class Module:
+        def encode(self, sentences, batch_size=None, encoder="test"):
+            calls.append(encoder)
+            return torch.zeros(len(sentences), 2)
+
+    cb = STSCallback.__new__(STSCallback)
+    cb.batch_size = None
+    cb._encode(Module(), "dev")(["a"])
+    cb._encode(Module(), "test")(["a"])
+    assert calls == ["dev", "test"]
+
+
+# ------------------------------------------------------------------------------------ 6. loss groups
+def _infonce_loop(z: torch.Tensor, tau: float) -> torch.Tensor:
+    """SimCSE's unsup InfoNCE written as a loop over anchors: -log e^{cos(i,i+)/tau} / sum_j e^{cos(i,j+)/tau}."""
+    losses = []
+    for i in range(z.shape[0]):
+        sims = torch.stack([F.cosine_similarity(z[i, 0], z[j, 1], dim=0) for j in range(z.shape[0])]) / tau
+        losses.append(-(sims[i] - torch.logsumexp(sims, 0)))
+    return torch.stack(losses).mean()
+
+
+def test_loss_groups_average_the_groups_own_losses():
+    """CoT-BERT's 2 x 128 DataParallel step (code-for-BERT/train.py:30): each replica's loss over its own
+    contiguous chunk, the replicas' losses averaged by the Trainer."""
+    torch.manual_seed(0)
+    z = torch.randn(8, 2, 16)
+    grouped = build_loss({"name": "infonce", "temperature": 0.05, "groups": 2})
+    expected = (_infonce_loop(z[:4], 0.05) + _infonce_loop(z[4:], 0.05)) / 2
+    torch.testing.assert_close(grouped(z), expected, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(grouped(z), _infonce_loop(z, 0.05))
+    cot = build_loss({"name": "cot_infonce", "temperature": 0.05})
+    cot2 = build_loss({"name": "cot_infonce", "temperature": 0.05, "groups": 2})
+    z3 = torch.randn(8, 3, 16)
+    torch.testing.assert_close(cot2(z3), (cot(z3[:4]) + cot(z3[4:])) / 2)
+    with pytest.raises(ValueError, match="loss.groups"):
+        build_loss({"name": "infonce", "groups": 0})
+
+
+# ------------------------------------------------------------- 7. DCPCSE RoBERTa + MLM: the untied LM head
+def test_dcpcse_roberta_mlm_trains_an_untied_copy_of_the_lm_head(tiny_roberta_mlm_dir):
+    """Official RobertaForCL (dcpcse/models.py:429-430, 446-447): the LM head is built after freezing and nothing
+    ties it, so its decoder is a trainable copy of the pretrained one; the tied frozen decoder is an option."""
+    overrides = ["method=dcpcse", "backbone=roberta_base"]
+    model = _build(overrides, tiny_roberta_mlm_dir, family="roberta")
+    head = model.encoder.mlm.lm_head
+    emb = model.encoder.mlm.roberta.embeddings.word_embeddings.weight
+    saved = load_file(str(tiny_roberta_mlm_dir / "model.safetensors"))
+    pretrained_decoder = saved.get("lm_head.decoder.weight", saved["roberta.embeddings.word_embeddings.weight"])
+    assert head.decoder.weight is not emb and head.decoder.weight.requires_grad and not emb.requires_grad
+    torch.testing.assert_close(head.decoder.weight.detach(), pretrained_decoder, rtol=0, atol=0)
+    cfg = model.encoder.mlm.config
+    v, d = cfg.vocab_size, cfg.hidden_size
+    prefix = cfg.num_hidden_layers * 2 * d * int(model.tuning["pre_seq_len"])
+    lm_head = v * d + v + d * d + d + 2 * d  # decoder, bias, dense, layer norm
+    assert model.num_trainable_parameters() == prefix + (d * d + d) + lm_head
+    tied = _build([*overrides, "method.mlm_config.lm_head=tied"], tiny_roberta_mlm_dir, family="roberta")
+    assert tied.num_trainable_parameters() == prefix + (d * d + d) + lm_head - v * d
+    # one SGD step moves the decoder copy, never the frozen word embeddings
+    batch = model.train_collate([{"text": s} for s in SENTS])
+    before_emb, before_dec = emb.detach().clone(), head.decoder.weight.detach().clone()
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.training_step(batch, 0).backward()
+    opt.step()
+    assert torch.equal(emb, before_emb) and not torch.equal(head.decoder.weight, before_dec)
+
+
+# -------------------------------------------------------------- 8. one prefix draw for the CL and MLM passes
+def test_dcpcse_contrastive_and_mlm_pass_share_one_prefix_draw(tiny_roberta_mlm_dir):
+    """dcpcse/models.py:161, 193: ``past_key_values = cls.get_prompt(...)`` once; both passes use it."""
+    model = _build(["method=dcpcse", "backbone=roberta_base"], tiny_roberta_mlm_dir, family="roberta")
+    model.train()
+    prompt_encoder = model.encoder.model.prompt_encoder[model.encoder.model.active_adapter]
+    seen: list[torch.Tensor] = []
+    prompt_encoder.register_forward_hook(lambda m, a, out: seen.append(out.detach().clone()))
+    batch = model.train_collate([{"text": s} for s in SENTS])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.training_step(batch, 0)
+    assert len(seen) == 2  # the contrastive pass and the MLM pass
+    torch.testing.assert_close(seen[0], seen[1], rtol=0, atol=0)
+    assert (seen[0] == 0).any()  # dropout 0.1 was drawn
+    seen.clear()
+    n = batch["input_ids"].shape[0] * batch["input_ids"].shape[1]
+    model.encoder.model.get_prompt(batch_size=n)
+    model.encoder.model.get_prompt(batch_size=n)
+    assert not torch.equal(seen[0], seen[1])  # outside a step, each forward draws its own mask
