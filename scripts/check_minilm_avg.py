@@ -2,7 +2,7 @@
 """Verify cselab's STS evaluator against SimCSE's own evaluator on all-MiniLM-L6-v2 with ``--pooler avg``.
 
 Reference (SimCSE ``evaluation.py --pooler avg --mode test`` on the same model and the data in ``../shared/data``,
-see docs/METHODS.md "Evaluation protocol"): STS12 72.37, STS13 80.60, STS14 75.59, STS15 85.39, STS16 78.99,
+see docs/fidelity.md): STS12 72.37, STS13 80.60, STS14 75.59, STS15 85.39, STS16 78.99,
 STS-B 82.03. Each must agree within 0.01; the script exits 1 otherwise.
 
 The encode function mimics SimCSE's batcher: ``tokenizer(batch, padding=True, return_tensors='pt')`` (no

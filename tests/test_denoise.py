@@ -51,9 +51,13 @@ def last_mask(ids: list[int], mask_id: int) -> int:
 # ----------------------------------------------------------------------------------------- (a) positions
 
 
+@pytest.mark.parametrize("positions", ["official", "aligned"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_position_bias_rows_match_real_positions(family: str, make_method) -> None:
-    method = make_method("promptbert", family, pooler="mask", denoise="position", prompt="promptbert")
+def test_position_bias_rows_match_real_positions(family: str, positions: str, make_method) -> None:
+    """``aligned``: each bias-row token has the position it has in the real input; ``official`` (Prompt-BERT
+    ``get_delta``): the same numbering counted from 0, i.e. minus the backbone's first position (RoBERTa: 2)."""
+    method = make_method("promptbert", family, pooler="mask", denoise="position", prompt="promptbert",
+                         denoise_positions=positions)
     batch = method.train_collate(BATCH)
     enc = method.encoder
     b, v, t = batch["input_ids"].shape
@@ -80,7 +84,8 @@ def test_position_bias_rows_match_real_positions(family: str, make_method) -> No
             assert n == p + s
             real_idx = list(range(p)) + [p + length + k for k in range(s)]
             assert batch["bias_input_ids"][r, :n].tolist() == batch["input_ids"][i, j, real_idx].tolist()
-            assert bias_pos[r, :n].tolist() == real_pos[i, j, real_idx].tolist()
+            shift = 0 if positions == "aligned" else enc.position_offset
+            assert bias_pos[r, :n].tolist() == (real_pos[i, j, real_idx] - shift).tolist()
             # the bias's representation index is the same template token as the real one
             assert real_idx[int(batch["bias_rep_index"][r])] == int(batch["rep_index"][i, j])
 
@@ -99,9 +104,14 @@ def test_bias_inputs_position_mode_values() -> None:
 # ----------------------------------------------------------------------------------------- (b) equivalence
 
 
+@pytest.mark.parametrize("positions", ["official", "aligned"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_position_bias_equals_official_per_sentence_bias(family: str, make_method) -> None:
-    method = make_method("promptbert", family, pooler="mask", denoise="position", prompt="promptbert")
+def test_position_bias_equals_official_per_sentence_bias(family: str, positions: str, make_method) -> None:
+    """Prompt-BERT ``get_delta`` (prompt_bert/models.py:93-97): ``d_position_ids = arange(T)`` with the suffix
+    shifted by the sentence length -- counted from 0 for RoBERTa too (``denoise_positions=official``);
+    ``aligned`` counts from the backbone's first position (RoBERTa: padding_idx + 1)."""
+    method = make_method("promptbert", family, pooler="mask", denoise="position", prompt="promptbert",
+                         denoise_positions=positions)
     method.eval()
     tok, enc = method.tokenizer, method.encoder
     mask_id = tok.mask_token_id
@@ -131,7 +141,7 @@ def test_position_bias_equals_official_per_sentence_bias(family: str, make_metho
             d_ids = bs + es
             pos = torch.arange(len(d_ids))
             pos[len(bs):] += len(s)
-            pos = pos + enc.position_offset
+            pos = pos + (enc.position_offset if positions == "aligned" else 0)
             with torch.no_grad():
                 out = enc.model(input_ids=torch.tensor([d_ids]), position_ids=pos.unsqueeze(0))
             bias = out.last_hidden_state[0, last_mask(d_ids, mask_id)]

@@ -376,7 +376,7 @@ def test_published_avg_equals_task_mean_unless_erratum(published):
     ("promptbert", "bert_base", "sup", None, 81.97),
 ])
 def test_published_headline_numbers(published, method, backbone, setting, variant, avg):
-    """METHODS.md's headline table."""
+    """The papers' headline table (avg of the 7 tasks)."""
     assert lookup(published, method, backbone, setting, variant).scores["avg"] == avg
 
 

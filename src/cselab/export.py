@@ -157,7 +157,7 @@ class CselabPromptEncoder(InputModule):
         "prefix_ids", "suffix_ids", "rep_offset", "rep_in_prefix", "add_period", "max_sentence_tokens",
         "pad_token_id", "position_offset", "padding_idx", "prompt_kind", "prefix_len", "prefix_positions",
         "num_layers", "num_heads", "prefix_slots", "suffix_slots", "denoise", "output_hidden_states",
-        "output_pooler", "has_pooler_layer",
+        "output_pooler", "has_pooler_layer", "bias_position_offset",
     ]  # fmt: skip
 
     def __init__(
@@ -185,6 +185,7 @@ class CselabPromptEncoder(InputModule):
         output_pooler: bool = False,
         has_pooler_layer: bool = True,
         prompt_table: torch.Tensor | None = None,
+        bias_position_offset: int | None = None,
     ) -> None:
         super().__init__()
         if prompt_kind not in ("none", "prefix", "input_layer", "soft"):
@@ -202,6 +203,8 @@ class CselabPromptEncoder(InputModule):
         self.max_sentence_tokens = int(max_sentence_tokens)
         self.pad_token_id = int(pad_token_id)
         self.position_offset = int(position_offset)
+        # first position id of the ``position`` template-bias rows (None: ``position_offset``); 0 = official
+        self.bias_position_offset = self.position_offset if bias_position_offset is None else int(bias_position_offset)
         self.padding_idx = None if padding_idx is None else int(padding_idx)
         self.prompt_kind, self.prefix_len, self.prefix_positions = prompt_kind, int(prefix_len), prefix_positions
         self.num_layers, self.num_heads = int(num_layers), int(num_heads)
@@ -312,7 +315,7 @@ class CselabPromptEncoder(InputModule):
             lens = torch.tensor(lengths, dtype=torch.long, device=device).unsqueeze(1)
             base = torch.arange(p + s, dtype=torch.long, device=device).unsqueeze(0).expand(rows, -1)
             shift = torch.cat([torch.zeros(rows, p, dtype=torch.long, device=device), lens.expand(rows, s)], dim=1)
-            positions = base + shift + self.position_offset
+            positions = base + shift + self.bias_position_offset
             rep = [self.rep_position(0)] * rows
         else:  # pad: [CLS] prefix [PAD]*L suffix [SEP], the backbone's default positions
             width = p + max(lengths) + s
@@ -663,7 +666,7 @@ def _input_module(method, plan: dict[str, Any], workdir: Path, needs_hidden: boo
         num_layers=int(cfg.num_hidden_layers), num_heads=int(cfg.num_attention_heads),
         prefix_slots=prefix_slots, suffix_slots=suffix_slots, denoise=plan["denoise"],
         output_hidden_states=needs_hidden, output_pooler=plan["pooler"] == "cls",
-        has_pooler_layer=getattr(base, "pooler", None) is not None,
+        has_pooler_layer=getattr(base, "pooler", None) is not None, bias_position_offset=collate.position_offset,
         prompt_table=_prompt_table(encoder, plan["prompt_kind"]),
     )
 

@@ -182,6 +182,7 @@ def build_method(cfg: DictConfig):
         denoise_at_eval=cfg.method.get("denoise_at_eval", False),
         head_init=cfg.method.get("head_init", "bert"),
         dev_encoder=dev_encoder(cfg),
+        denoise_positions=cfg.get("denoise_positions", "official"),
         loss=OmegaConf.to_container(cfg.loss, resolve=True),
         prompt=OmegaConf.to_container(cfg.prompt, resolve=True) if cfg.prompt else None,
         denoise=cfg.denoise,

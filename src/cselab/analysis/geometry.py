@@ -16,7 +16,7 @@
       uniformity = log E_{x, y i.i.d.} exp(-t || f(x) - f(y) ||_2^2)              (t = 2)
 
   Positive pairs: STS-B test pairs with gold score > 4.0; uniformity: every sentence of STS-B test
-  (METHODS.md).  Both are "lower is better".  The expectation in ``uniformity`` is over the n(n-1)/2 pairs of
+  (docs/fidelity.md).  Both are "lower is better".  The expectation in ``uniformity`` is over the n(n-1)/2 pairs of
   distinct rows (``torch.pdist``, as Wang & Isola's reference code).
 """
 
@@ -137,7 +137,7 @@ def align_uniform_stsb(
     split: str = "test",
     unique: bool = True,
 ) -> dict[str, float]:
-    """Alignment and uniformity of an encoder on STS-B (SimCSE Sec. 5 / Fig. 2 protocol; METHODS.md).
+    """Alignment and uniformity of an encoder on STS-B (SimCSE Sec. 5 / Fig. 2 protocol; docs/fidelity.md).
 
     Args:
         encode: ``list[str] -> Tensor[N, D]``.

@@ -26,7 +26,7 @@ applied to the difference of last-layer hidden states::
 i.e. the bias is subtracted in HIDDEN space, before the head, not from the logits.  The same probabilities then
 feed Eq. 3 (``topk_token_encoder``) or the top-k list (``topk_mask_tokens``).
 
-Inputs follow PromptBERT's non-fine-tuned evaluation (METHODS.md): the sentence is tokenized alone, wrapped in
+Inputs follow PromptBERT's non-fine-tuned evaluation (docs/fidelity.md): the sentence is tokenized alone, wrapped in
 the template (``[CLS] prefix sentence suffix [SEP]``), "." appended when it does not end in ``. ? " '``, no
 truncation beyond the backbone's maximum length.
 """

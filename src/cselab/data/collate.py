@@ -1,6 +1,6 @@
 """The collate: raw sentences -> token tensors for every view of a contrastive example.
 
-This is the only place that knows templates and the tokenizer (DESIGN.md: "keep the path one-way").  A method
+This is the only place that knows templates and the tokenizer (the architecture's rule: "keep the path one-way", README "Architecture").  A method
 describes its views as :class:`ViewSpec` (which text field, which template); the collate tokenizes each
 distinct field ONCE, truncates the sentence to ``max_seq_len`` tokens, wraps it in each view's template,
 pads dynamically to the longest row of the batch, and builds the template-denoising inputs once per distinct

@@ -3,7 +3,7 @@
     python -m cselab.data.download                 # link ../shared/data, or download what is missing
     python -m cselab.data.download --what senteval wiki1m nli --data-dir data
 
-Sources (DESIGN.md): the Hugging Face dataset repository ``princeton-nlp/datasets-for-simcse`` holds
+Sources: the Hugging Face dataset repository ``princeton-nlp/datasets-for-simcse`` holds
 ``senteval.tar`` (SentEval's processed STS/SICK, unpacks to ``downstream/...``), ``wiki1m_for_simcse.txt`` and
 ``nli_for_simcse.csv``; ``huggingface_hub.hf_hub_download`` fetches them with caching and resumable downloads.
 """

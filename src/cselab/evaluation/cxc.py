@@ -16,7 +16,7 @@ Choices where the sources are silent (neither CxC nor PromCSE released this code
 * "half of the queries": ``floor(query_fraction * n_queries)`` distinct queries drawn uniformly WITHOUT
   replacement (12,500 of 25,000); the item of each is drawn uniformly among its rated items; samples are
   independent.
-* Randomness: ``numpy.random.default_rng(seed)``, seed 123 (METHODS.md); draw order per sample: the queries
+* Randomness: ``numpy.random.default_rng(seed)``, seed 123 (PromCSE's CxC protocol, docs/fidelity.md); draw order per sample: the queries
   (``rng.choice``), then one item index per query (``rng.integers``). The original draws cannot be reproduced.
 * ``std`` is the population standard deviation (``numpy.std``, ddof=0) of the sample correlations.
 """
@@ -199,7 +199,7 @@ def cxc_bootstrap_spearman(
         encode: ``encode(list[str]) -> Tensor[n, D]``; called with every distinct caption once (sorted).
         pairs: :class:`cselab.data.cxc.CxCPairs` (``cselab.data.cxc.load_cxc``); ``id1`` gives the queries.
         n_samples: bootstrap samples (1000 in the papers).
-        seed: the sampling seed (123 in the papers' protocol, METHODS.md).
+        seed: the sampling seed (123 in the papers' protocol, docs/fidelity.md).
         query_fraction: fraction of the queries per sample (0.5).
         batch_size: see :func:`encode_pairs`.
 

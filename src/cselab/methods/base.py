@@ -52,6 +52,11 @@ class ContrastiveMethod(L.LightningModule):
         loss: loss config (``name`` + its arguments, see :func:`cselab.losses.build_loss`).
         prompt: template config or None (``templates`` per family, ``mask_index``, ``add_period_at_eval``).
         denoise: ``none`` | ``position`` | ``pad`` (training only).
+        denoise_positions: position ids of the ``position`` bias rows: ``official`` (counted from 0 for every
+            family, as Prompt-BERT's ``get_delta``, ``prompt_bert/models.py:96, 293``: for RoBERTa that is NOT the
+            numbering of its real inputs, which starts at ``padding_idx + 1``) or ``aligned`` (the backbone's own
+            numbering, so every template token of the bias row has the position it has in the real input).
+            BERT: the same.
         max_seq_len: sentence truncation in training (tokens).
         eval_max_seq_len: sentence truncation at evaluation (None: none, as SimCSE's evaluator).
         eval_batch_size: sentences per forward pass in :meth:`encode` (None: 256 on a GPU, 128 on CPU).
@@ -92,6 +97,7 @@ class ContrastiveMethod(L.LightningModule):
         denoise_at_eval: bool = False,
         head_init: str = "bert",
         dev_encoder: dict | None = None,
+        denoise_positions: str = "official",
         loss: dict | None = None,
         prompt: dict | None = None,
         denoise: str = "none",
@@ -140,6 +146,9 @@ class ContrastiveMethod(L.LightningModule):
         self.head_on = head_on
         self.denoise_at_eval = denoise_at_eval
         self.dev_encoder = dict(dev_encoder) if dev_encoder else None
+        if denoise_positions not in ("official", "aligned"):
+            raise ValueError(f"denoise_positions={denoise_positions!r}: expected 'official' or 'aligned'")
+        self.denoise_positions = denoise_positions
         if self.dev_encoder and set(self.dev_encoder) - {"add_period", "denoise"}:
             raise ValueError(f"method.dev_encoder={self.dev_encoder}: expected keys add_period, denoise")
         self.prompt = dict(prompt) if prompt else None
@@ -331,7 +340,7 @@ class ContrastiveMethod(L.LightningModule):
             denoise=self.denoise if denoise else "none",
             mask_index=int(prompt.get("mask_index", -1)),
             add_period=add_period,
-            position_offset=self.encoder.position_offset,
+            position_offset=self.encoder.position_offset if self.denoise_positions == "aligned" else 0,
             max_positions=self.encoder.max_positions,
             soft_templates=self._soft_templates,
             mlm_probability=float(self.mlm.get("probability", 0.15)) if self.mlm and training else 0.0,

@@ -1,6 +1,6 @@
 """PromptBERT (Jiang et al. 2022): template [MASK] representation, two templates as views, template denoising.
 
-Official behaviour kept (METHODS.md):
+Official behaviour kept (docs/fidelity.md):
 
 * unsup: view 1 and view 2 are two different templates around the same sentence (dropout on), the [MASK]
   state minus the template bias (``denoise=position``, Eq. 4), MLP (Linear + Tanh) on ``h - h_hat`` in training

@@ -1,6 +1,6 @@
 """SimCSE (Gao et al. 2021): dropout views (unsup) or NLI triplets with hard negatives (sup), InfoNCE.
 
-Official behaviour kept (METHODS.md): [CLS] + MLP (Linear + Tanh) in training; unsup evaluates WITHOUT the MLP
+Official behaviour kept (docs/fidelity.md): [CLS] + MLP (Linear + Tanh) in training; unsup evaluates WITHOUT the MLP
 (``cls_before_pooler``, ``mlp_only_train=true``), sup keeps it (``cls``).  The two unsup views are the same
 tokens, encoded in one forward pass of 2B rows so that dropout draws two masks.
 """
