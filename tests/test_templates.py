@@ -297,3 +297,14 @@ def test_eval_collate_appends_the_period_train_collate_does_not(promptbert_metho
     assert _tokens(bert_tokenizer, tr["input_ids"][0, 1]) == [
         "[CLS]", "this", "sentence", ":", '"', "the", "cat", "sat", '"', "means", "[MASK]", ".", "[SEP]",
     ]  # fmt: skip
+
+
+def test_official_test_tokenization_with_a_continuous_template(roberta_tokenizer) -> None:
+    """The slot table is built from the training ids: a test tokenization that drops a slot is refused."""
+    ok = ViewCollate(roberta_tokenizer, [ViewSpec("text", ROBERTA_OFFICIAL)], max_seq_len=None,
+                     soft_templates=[ROBERTA_OFFICIAL], official_test_tokenization=True)
+    train = ViewCollate(roberta_tokenizer, [ViewSpec("text", ROBERTA_OFFICIAL)], soft_templates=[ROBERTA_OFFICIAL])
+    assert ok.soft_slots == train.soft_slots
+    with pytest.raises(ValueError, match="trailing whitespace"):  # CoT-BERT's `_._*sep+*` ending
+        ViewCollate(roberta_tokenizer, [ViewSpec("text", COT_ROBERTA_OFFICIAL)],
+                    soft_templates=[COT_ROBERTA_OFFICIAL], official_test_tokenization=True)
