@@ -155,7 +155,7 @@ def test_cot_bert_table3_prompts_parse_for_both_families(variant):
         for view in ("anchor", "positive", "negative"):
             tpl = Template.parse(cfg.prompt.templates[family][view])
             assert tpl.n_masks == (2 if variant == "suffix_prefix" else 1)
-    assert "'[X]'" in cfg.prompt.templates.roberta.anchor
+    assert "'_*sent_0*_'" in cfg.prompt.templates.roberta.anchor  # the official RoBERTa quoting
 
 
 def test_cot_bert_sweeps():

@@ -10,8 +10,9 @@ from cselab.prompts.template import Template, TemplateError, append_period, toke
 READABLE = 'This sentence : "[X]" means [MASK] .'
 OFFICIAL = '*cls*_This_sentence_:_"*sent_0*"_means*mask*.*sep+*'
 COT = 'The sentence of "[X]" means [MASK] , so it can be summarized as [MASK] .'
-ROBERTA_OFFICIAL = "*cls*_This_sentence_:_'*sent_0*'_means*mask*.*sep+*"
-ROBERTA_READABLE = "This sentence : '[X]' means [MASK] ."
+ROBERTA_OFFICIAL = "*cls*_This_sentence_:_'_*sent_0*_'_means*mask*.*sep+*"  # official run.sh:80
+ROBERTA_READABLE = "This sentence : ' [X] ' means [MASK] ."
+COT_ROBERTA_OFFICIAL = "*cls*_The_sentence_of_'_*sent_0*_'_means_*mask*_,_so_it_can_be_summarized_as_*mask*_._*sep+*"
 
 
 def _tokens(tokenizer, ids, attention=None) -> list[str]:
@@ -38,6 +39,34 @@ def test_parse_official() -> None:
     assert t.prefix == 'This sentence : "'  # no leading space from "*cls*_" (official strips it)
     assert t.suffix == '" means[MASK].'
     assert t.n_masks == 1
+    assert not t.space_before_sentence
+
+
+def test_parse_official_roberta_splits_as_the_official_code() -> None:
+    """train.py:618-629: prefix before *sent_0* stripped (RoBERTa), suffix after it kept with its spaces."""
+    t = Template.parse(ROBERTA_OFFICIAL)
+    assert t.prefix == "This sentence : '"
+    assert t.suffix == " ' means[MASK]."
+    assert t.space_before_sentence
+    assert str(t) == "This sentence : ' [X] ' means[MASK]."
+    cot = Template.parse(COT_ROBERTA_OFFICIAL)
+    assert cot.prefix == "The sentence of '"
+    assert cot.suffix == " ' means [MASK] , so it can be summarized as [MASK] . "  # `_._*sep+*`: trailing space
+    assert cot.space_before_sentence and cot.n_masks == 2
+
+
+def test_readable_form_follows_the_same_split() -> None:
+    t = Template.parse(ROBERTA_READABLE)
+    assert (t.prefix, t.suffix, t.space_before_sentence) == ("This sentence : '", " ' means [MASK] .", True)
+    assert Template.parse("This [X] means [MASK] .").prefix == "This"
+    empty = Template.parse("  [X] means [MASK] .")  # nothing before the sentence: no space at test either
+    assert (empty.prefix, empty.space_before_sentence) == ("", False)
+
+
+def test_prefix_strip_is_harmless_for_wordpiece(bert_tokenizer) -> None:
+    """The official code strips the prefix for RoBERTa only; cselab strips it always: same BERT ids."""
+    for text in (' This sentence of " ', 'This sentence of "'):
+        assert bert_tokenizer.encode(text)[:-1] == bert_tokenizer.encode('This sentence of "')[:-1]
 
 
 def test_both_spellings_give_the_same_bert_ids(bert_tokenizer) -> None:
@@ -148,12 +177,33 @@ def test_roberta_sentence_is_tokenized_separately(roberta_tokenizer) -> None:
     assert tokens == [
         "<s>", "This", "Ġsentence", "Ġ:", "Ġ'",
         "cat", "Ġand", "Ġthe", "Ġcat",  # first word without the space marker, the same word inside with it
-        "'", "Ġmeans", "<mask>", ".", "</s>",
+        "Ġ'", "Ġmeans", "<mask>", ".", "</s>",
     ]  # fmt: skip
     assert int(out["rep_index"][0, 0]) == tokens.index("<mask>")
-    # the same text tokenized as one string would mark the first word differently
-    joined = roberta_tokenizer.tokenize("This sentence : ' cat and the cat' means<mask>.")
+    # the same text tokenized as one string (the official test encoder) marks the first word differently
+    joined = roberta_tokenizer.tokenize("This sentence : ' cat and the cat ' means<mask>.")
     assert "Ġcat" in joined[:6]
+
+
+def test_official_test_tokenization_marks_the_first_word(roberta_tokenizer, bert_tokenizer) -> None:
+    collate = ViewCollate(roberta_tokenizer, [ViewSpec("text", ROBERTA_OFFICIAL)], max_seq_len=None,
+                          add_period=True, official_test_tokenization=True)
+    out = collate(["cat and the cat"])
+    assert _tokens(roberta_tokenizer, out["input_ids"][0, 0]) == roberta_tokenizer.convert_ids_to_tokens(
+        roberta_tokenizer("This sentence : ' cat and the cat. ' means<mask>.")["input_ids"])
+    assert out["sent_len"].tolist() == [[5]]  # Ġcat Ġand Ġthe Ġcat .
+    # the default keeps today's (training) tokenization; WordPiece ids do not change either way
+    assert ViewCollate(roberta_tokenizer, [ViewSpec("text", ROBERTA_OFFICIAL)]).official_test_tokenization is False
+    bert = [ViewCollate(bert_tokenizer, [ViewSpec("text", OFFICIAL)], add_period=True, official_test_tokenization=flag)
+            (["the cat sat"])["input_ids"].tolist() for flag in (False, True)]
+    assert bert[0] == bert[1]
+
+
+def test_official_test_tokenization_needs_views_that_agree(roberta_tokenizer) -> None:
+    views = [ViewSpec("text", ROBERTA_OFFICIAL), ViewSpec("text", "*cls*_This_sentence_:_'*sent_0*'_means*mask*.*sep+*")]
+    ViewCollate(roberta_tokenizer, views)  # training: each piece apart, fine
+    with pytest.raises(ValueError, match="official_test_tokenization"):
+        ViewCollate(roberta_tokenizer, views, official_test_tokenization=True)
 
 
 def test_roberta_official_and_readable_spellings_differ_as_the_bpe_does(roberta_tokenizer) -> None:
@@ -161,9 +211,12 @@ def test_roberta_official_and_readable_spellings_differ_as_the_bpe_does(roberta_
     readable = tokenize_template(Template.parse(ROBERTA_READABLE), roberta_tokenizer)
     assert official.prefix_ids == readable.prefix_ids
     assert _tokens(roberta_tokenizer, official.prefix_ids) == ["<s>", "This", "Ġsentence", "Ġ:", "Ġ'"]
-    assert _tokens(roberta_tokenizer, official.suffix_ids) == ["'", "Ġmeans", "<mask>", ".", "</s>"]
+    assert _tokens(roberta_tokenizer, official.suffix_ids) == ["Ġ'", "Ġmeans", "<mask>", ".", "</s>"]
     # <mask> has lstrip=True: it swallows the space before it; the "." after it keeps its own space marker
-    assert _tokens(roberta_tokenizer, readable.suffix_ids) == ["'", "Ġmeans", "<mask>", "Ġ.", "</s>"]
+    assert _tokens(roberta_tokenizer, readable.suffix_ids) == ["Ġ'", "Ġmeans", "<mask>", "Ġ.", "</s>"]
+    # the spelling without spaces inside the quotes (cselab before issue 12) gives another suffix
+    old = tokenize_template(Template.parse("*cls*_This_sentence_:_'*sent_0*'_means*mask*.*sep+*"), roberta_tokenizer)
+    assert _tokens(roberta_tokenizer, old.suffix_ids) == ["'", "Ġmeans", "<mask>", ".", "</s>"]
 
 
 # ----------------------------------------------------------------------------------------- truncation
@@ -244,3 +297,14 @@ def test_eval_collate_appends_the_period_train_collate_does_not(promptbert_metho
     assert _tokens(bert_tokenizer, tr["input_ids"][0, 1]) == [
         "[CLS]", "this", "sentence", ":", '"', "the", "cat", "sat", '"', "means", "[MASK]", ".", "[SEP]",
     ]  # fmt: skip
+
+
+def test_official_test_tokenization_with_a_continuous_template(roberta_tokenizer) -> None:
+    """The slot table is built from the training ids: a test tokenization that drops a slot is refused."""
+    ok = ViewCollate(roberta_tokenizer, [ViewSpec("text", ROBERTA_OFFICIAL)], max_seq_len=None,
+                     soft_templates=[ROBERTA_OFFICIAL], official_test_tokenization=True)
+    train = ViewCollate(roberta_tokenizer, [ViewSpec("text", ROBERTA_OFFICIAL)], soft_templates=[ROBERTA_OFFICIAL])
+    assert ok.soft_slots == train.soft_slots
+    with pytest.raises(ValueError, match="trailing whitespace"):  # CoT-BERT's `_._*sep+*` ending
+        ViewCollate(roberta_tokenizer, [ViewSpec("text", COT_ROBERTA_OFFICIAL)],
+                    soft_templates=[COT_ROBERTA_OFFICIAL], official_test_tokenization=True)

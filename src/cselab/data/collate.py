@@ -45,6 +45,12 @@ class ViewCollate:
         denoise: ``"none"`` | ``"position"`` | ``"pad"`` -- build template-only rows per distinct length.
         mask_index: which [MASK] of a template is the representation (``-1``: the last one).
         add_period: append "." to sentences not ending in ``. ? " '`` (PromptBERT's evaluation rule).
+        official_test_tokenization: tokenize as the official TEST encoder (PromptBERT ``evaluation.py:194-202``,
+            CoT-BERT ``evaluation.py:221-228``), which tokenizes the template with the sentence inside as ONE
+            string, ``.strip()``-ed: the sentence is tokenized with a leading space when the template has
+            whitespace before ``[X]`` (RoBERTa's ``' a cat'`` -> ``Ġa``; WordPiece: no change) and the suffix
+            without its trailing whitespace.  ``False`` (default): the training / in-training dev tokenization
+            (``train.py:674-692``, ``models.py:307-335``), sentence and template pieces tokenized apart.
         position_offset: first position id of the backbone (``Encoder.position_offset``), for ``position``
             denoising.
         max_positions: the backbone's ``max_position_embeddings`` minus its offset; the sentence is cut further
@@ -69,7 +75,10 @@ class ViewCollate:
 
     Raises:
         KeyError: an example lacks a view's field (the message names the field and the keys present).
-        ValueError: unknown denoise mode, or denoising requested for a view without template.
+        ValueError: unknown denoise mode, denoising requested for a view without template, or
+            ``official_test_tokenization`` with views that disagree on the whitespace before ``[X]`` (the
+            sentence of a field is tokenized once for all views) or with a continuous template whose test
+            tokenization differs from its training one (the slot table would not match).
     """
 
     def __init__(
@@ -85,6 +94,7 @@ class ViewCollate:
         soft_templates: Sequence[str] | None = None,
         mlm_probability: float = 0.0,
         mlm_seed: int = 0,
+        official_test_tokenization: bool = False,
     ) -> None:
         if denoise not in DENOISE_MODES:
             raise ValueError(f"denoise={denoise!r}: expected one of {DENOISE_MODES}")
@@ -95,6 +105,7 @@ class ViewCollate:
         self.max_seq_len = max_seq_len
         self.denoise = denoise
         self.add_period = add_period
+        self.official_test_tokenization = bool(official_test_tokenization)
         self.position_offset = position_offset
         self.max_positions = max_positions
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -106,7 +117,14 @@ class ViewCollate:
                     f"denoise={denoise!r} needs a template on every view; view {view} has none "
                     "(set denoise=none or choose a prompt)"
                 )
-            self.templates.append(tokenize_template(tpl, tokenizer))
+            self.templates.append(tokenize_template(tpl, tokenizer, whole_string=self.official_test_tokenization))
+        prefixes = {tt.sentence_prefix for tt in self.templates}
+        if len(prefixes) > 1:
+            raise ValueError(
+                f"official_test_tokenization=True needs views that agree on the whitespace before [X]; "
+                f"views {self.views} do not (use one template per collate)"
+            )
+        self.sentence_prefix = prefixes.pop()
         self.fields = list(dict.fromkeys(v.field for v in self.views))
         self.mlm_probability = float(mlm_probability)
         self.mlm_seed = int(mlm_seed)
@@ -114,6 +132,14 @@ class ViewCollate:
         self.soft_init_ids: list[int] = []
         if soft_templates:
             self._build_soft_slots(list(soft_templates), mask_index)
+            for view, tt in zip(self.views, self.templates, strict=True):
+                trained = tokenize_template(Template.parse(view.template, mask_index), tokenizer)
+                if (tt.prefix_ids, tt.suffix_ids) != (trained.prefix_ids, trained.suffix_ids):
+                    raise ValueError(
+                        f"official_test_tokenization=True changes the ids of continuous template {view.template!r} "
+                        "(trailing whitespace after the last template token); its slot table is built from the "
+                        "training ids -- remove the trailing whitespace from the template"
+                    )
 
     def _build_soft_slots(self, templates: list[str], mask_index: int) -> None:
         """Slot table of the continuous template: (offset, prefix positions, suffix positions) per template."""
@@ -137,11 +163,15 @@ class ViewCollate:
         return max(0, min(own, room))
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        """Sentence token ids without special tokens and without truncation (the period rule applied)."""
+        """Sentence token ids without special tokens and without truncation (the period rule applied, then
+        ``sentence_prefix``: a space for the official test tokenization of a template with whitespace before
+        ``[X]``)."""
         if not texts:  # Hugging Face fast tokenizers raise IndexError on an empty batch
             return []
         if self.add_period:
             texts = [append_period(t) for t in texts]
+        if self.sentence_prefix:
+            texts = [self.sentence_prefix + t for t in texts]
         return list(self.tokenizer(list(texts), add_special_tokens=False)["input_ids"])
 
     def __call__(self, examples: Sequence[Mapping[str, str] | str]) -> dict[str, torch.Tensor]:

@@ -3,16 +3,29 @@
 Two spellings are accepted and parse to the same :class:`Template`:
 
 * the readable form used in the papers, ``This sentence : "[X]" means [MASK] .`` -- exactly one ``[X]``
-  (the sentence) and one or more ``[MASK]``; spaces are kept as written;
+  (the sentence) and one or more ``[MASK]``;
 * the official PromptBERT / CoT-BERT mini-language, ``*cls*_This_sentence_:_"*sent_0*"_means*mask*.*sep+*``
   (``_`` is a space, ``*cls*`` / ``*sep+*`` are the special tokens that every input gets anyway, ``*mask*``
-  the mask token, ``*sent_0*`` the sentence).  The paper configs use this form so that the token ids equal
-  the official code's (RoBERTa's BPE distinguishes ``means[MASK].`` from ``means [MASK] .``).
+  the mask token, ``*sent_0*`` the sentence).  The paper configs use the official strings verbatim (RoBERTa:
+  ``*cls*_This_sentence_:_'_*sent_0*_'_means*mask*.*sep+*``, spaces inside the quotes) so that the token ids
+  equal the official code's (RoBERTa's BPE distinguishes ``means[MASK].`` from ``means [MASK] .`` and
+  ``'`` from `` '``).
 
-Tokenization follows the official training code (METHODS.md, PromptBERT): the text before ``[X]`` (prefix) and
-the text after it (suffix) are tokenized on their own, the sentence is tokenized on its own and truncated to
-``max_seq_len`` tokens BEFORE it is wrapped, so the template is never cut and, for RoBERTa, the first word of
-the sentence carries no leading-space marker.  Input = ``[CLS] prefix sentence suffix [SEP]``.
+Both spellings follow the official split (PromptBERT ``train.py:618-629``, CoT-BERT ``train.py:656-669``):
+the text before ``[X]`` is the prefix, ``.strip()``-ed (the official code strips it for RoBERTa; for WordPiece
+stripping changes no id); the text after ``[X]`` is the suffix, kept exactly as written (so the RoBERTa suffix
+`` ' means<mask>.`` starts with a space and CoT-BERT's ``..._._*sep+*`` ends with one).
+
+Tokenization follows the official training code (PromptBERT ``train.py:674-692``) and in-training dev encoder
+(``prompt_bert/trainers.py:105-111`` -> ``prompt_bert/models.py:307-335``): prefix, sentence and suffix are tokenized on their own, the sentence is
+truncated to ``max_seq_len`` tokens BEFORE it is wrapped, so the template is never cut and, for RoBERTa, the
+first word of the sentence carries no leading-space marker.  Input = ``[CLS] prefix sentence suffix [SEP]``.
+
+The official TEST encoder (``evaluation.py:194-202``, CoT-BERT ``evaluation.py:221-228``) instead tokenizes the whole string
+``(prefix + " " + sentence + suffix).strip()`` at once: for RoBERTa the sentence's first word then carries the
+space marker when whitespace precedes ``[X]`` in the template (:attr:`Template.space_before_sentence`), and
+the suffix loses its trailing whitespace.  ``tokenize_template(..., whole_string=True)`` and
+``ViewCollate(official_test_tokenization=True)`` reproduce those ids piecewise.
 """
 
 from __future__ import annotations
@@ -32,13 +45,12 @@ class TemplateError(ValueError):
 def _from_official(template: str) -> str:
     """Translate the official mini-language (``*sent_0*``, ``*mask*``, ``_``) into the readable form.
 
-    The space that ``*cls*_`` leaves at the start is dropped: the official code strips the prefix for RoBERTa
-    (train.py: ``mask_embedding_sentence_bs.strip()``; evaluation: ``template.strip()``), so its first template
-    token carries no leading-space marker (``This``, not ``ĠThis``); WordPiece ignores the space anyway.
+    Every ``_`` becomes a space, ``*cls*`` and ``*sep+*`` are dropped (PromptBERT ``train.py:621-623``); the
+    space that ``*cls*_`` leaves at the start goes with the prefix strip in :meth:`Template.parse`.
     """
     text = template.replace("*cls*", "").replace("*sep+*", "")
     text = text.replace("*sent_0*", SENT).replace("*mask*", MASK).replace("*sent 0*", SENT)
-    return text.replace("_", " ").lstrip()
+    return text.replace("_", " ")
 
 
 @dataclass(frozen=True)
@@ -47,16 +59,20 @@ class Template:
 
     Attributes:
         source: the string as written in the config (shown in error messages).
-        prefix: text before ``[X]`` (may contain ``[MASK]``).
-        suffix: text after ``[X]`` (may contain ``[MASK]``).
+        prefix: text before ``[X]``, stripped at both ends (may contain ``[MASK]``).
+        suffix: text after ``[X]``, exactly as written (may contain ``[MASK]``).
         mask_index: which ``[MASK]`` is the representation, Python-style (``-1``: the last one, as CoT-BERT;
             PromptBERT templates have one).
+        space_before_sentence: whitespace separates a non-empty prefix from ``[X]`` (``'_*sent_0*``): the
+            official test encoder, which tokenizes the whole string, then gives RoBERTa's first sentence word
+            its leading-space marker.
     """
 
     source: str
     prefix: str
     suffix: str
     mask_index: int = -1
+    space_before_sentence: bool = False
     n_masks: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
@@ -85,11 +101,15 @@ class Template:
             )
         if MASK not in text:
             raise TemplateError(f"template {template!r} must contain at least one {MASK}, found none")
-        prefix, suffix = text.split(SENT)
-        return cls(source=template, prefix=prefix, suffix=suffix, mask_index=mask_index)
+        before, suffix = text.split(SENT)
+        prefix = before.strip()  # official train.py:626-628 (RoBERTa); WordPiece ids do not change
+        space = bool(prefix) and before[-1].isspace()
+        return cls(source=template, prefix=prefix, suffix=suffix, mask_index=mask_index,
+                   space_before_sentence=space)
 
     def __str__(self) -> str:
-        return f"{self.prefix}{SENT}{self.suffix}"
+        space = " " if self.space_before_sentence else ""
+        return f"{self.prefix}{space}{SENT}{self.suffix}"
 
 
 _MASK_SPLIT = re.compile(r"(\[MASK\])")
@@ -106,12 +126,15 @@ class TokenizedTemplate:
             input; otherwise the index counted from the first suffix token, so the full-input index is
             ``len(prefix_ids) + sentence_length + rep_offset``.
         rep_in_prefix: whether the representation [MASK] is in the prefix.
+        sentence_prefix: text to put before the sentence when tokenizing it: ``" "`` for the official test
+            tokenization (``whole_string=True``) of a template with whitespace before ``[X]``, else ``""``.
     """
 
     prefix_ids: tuple[int, ...]
     suffix_ids: tuple[int, ...]
     rep_offset: int
     rep_in_prefix: bool
+    sentence_prefix: str = ""
 
     def rep_position(self, sent_len: int) -> int:
         """Index of the representation token in ``prefix_ids + sentence + suffix_ids``."""
@@ -137,8 +160,19 @@ def _encode_piece(tokenizer, text: str) -> list[int]:
     return list(tokenizer(real, add_special_tokens=False)["input_ids"])
 
 
-def tokenize_template(template: Template | None, tokenizer) -> TokenizedTemplate:
+def tokenize_template(template: Template | None, tokenizer, whole_string: bool = False) -> TokenizedTemplate:
     """Tokenize a template for ``tokenizer``; ``None`` gives the plain ``[CLS] sentence [SEP]`` wrapping.
+
+    Args:
+        template: the parsed template, or ``None``.
+        tokenizer: a Hugging Face tokenizer.
+        whole_string: ``False`` (training and the in-training dev encoder, official ``train.py:674-692``):
+            prefix and suffix as parsed.  ``True`` (the official TEST encoder, ``evaluation.py:194-202``, which
+            tokenizes ``template.replace('*sent 0*', s).strip()`` at once): the suffix loses its trailing
+            whitespace, and ``sentence_prefix`` is ``" "`` when whitespace precedes ``[X]``, so that
+            ``prefix_ids + ids(sentence_prefix + sentence) + suffix_ids`` are the official test ids (as long as
+            the BPE pre-tokenizer does not join template and sentence characters, which whitespace or
+            WordPiece's punctuation split rule out for every paper template).
 
     Raises:
         TemplateError: the tokenizer has no mask token, or the number of mask ids after tokenization differs
@@ -152,7 +186,8 @@ def tokenize_template(template: Template | None, tokenizer) -> TokenizedTemplate
     if tokenizer.mask_token_id is None:
         raise TemplateError(f"template {template.source!r} needs a mask token; the tokenizer has none")
     prefix = [cls_id, *_encode_piece(tokenizer, template.prefix)]
-    suffix = [*_encode_piece(tokenizer, template.suffix), sep_id]
+    suffix_text = template.suffix.rstrip() if whole_string else template.suffix
+    suffix = [*_encode_piece(tokenizer, suffix_text), sep_id]
     mask_id = tokenizer.mask_token_id
     # all mask positions, in order: prefix ones as absolute indices, suffix ones relative to the suffix
     masks = [(True, i) for i, t in enumerate(prefix) if t == mask_id]
@@ -163,13 +198,15 @@ def tokenize_template(template: Template | None, tokenizer) -> TokenizedTemplate
             f"got {len(masks)}"
         )
     in_prefix, offset = masks[template.mask_index]
-    return TokenizedTemplate(tuple(prefix), tuple(suffix), rep_offset=offset, rep_in_prefix=in_prefix)
+    sentence_prefix = " " if whole_string and template.space_before_sentence else ""
+    return TokenizedTemplate(tuple(prefix), tuple(suffix), rep_offset=offset, rep_in_prefix=in_prefix,
+                             sentence_prefix=sentence_prefix)
 
 
 def append_period(sentence: str) -> str:
     """PromptBERT's evaluation rule: append ``.`` to a sentence that does not end in ``. ? " '``.
 
-    Source: official PromptBERT evaluation code (METHODS.md): ``if s[-1] not in '.?"\\'': s += '.'``.
+    Source: official PromptBERT ``evaluation.py:201`` (CoT-BERT ``evaluation.py:227``): ``if s[-1] not in '.?"\\'': s += '.'``.
     An empty sentence is returned unchanged.
     """
     if len(sentence) > 0 and sentence[-1] not in ".?\"'":
