@@ -280,3 +280,26 @@ def test_dcpcse_contrastive_and_mlm_pass_share_one_prefix_draw(tiny_roberta_mlm_
     model.encoder.model.get_prompt(batch_size=n)
     model.encoder.model.get_prompt(batch_size=n)
     assert not torch.equal(seen[0], seen[1])  # outside a step, each forward draws its own mask
+
+
+# ------------------------------------------------------------------ 5. the test encoder's official token ids
+def test_roberta_test_encoder_tokenizes_the_official_whole_string(tiny_roberta_mlm_dir):
+    """Prompt-BERT evaluation.py:194-202: the test batcher appends "." and tokenizes the whole template string
+    with the sentence inside; the in-training dev batcher (models.py:307-335) wraps the sentence's own ids."""
+    from transformers import AutoTokenizer
+
+    model = _build(["method=promptbert", "backbone=roberta_base"], tiny_roberta_mlm_dir, family="roberta")
+    tok = AutoTokenizer.from_pretrained(tiny_roberta_mlm_dir)
+    official = "*cls*_This_sentence_:_'_*sent_0*_'_means*mask*.*sep+*"  # run.sh:80
+    text = official.replace("*mask*", tok.mask_token).replace("_", " ").replace("*sep+*", "").replace("*cls*", "")
+    sents = ["a cat sat", "the dog ran"]
+    test = model.eval_collate(sents)["input_ids"][:, 0]
+    for row, s in zip(test, sents, strict=True):
+        expected = tok(text.replace("*sent 0*", s + ".").strip())["input_ids"]
+        assert row[row != tok.pad_token_id].tolist() == expected
+    bs = tok.encode("This sentence : '", add_special_tokens=False)  # train.py:625-629: prefix stripped
+    es = tok.encode(" ' means" + tok.mask_token + ".", add_special_tokens=False)
+    dev = model.dev_collate(sents)["input_ids"][:, 0]
+    for row, s in zip(dev, sents, strict=True):
+        expected = [tok.cls_token_id, *bs, *tok.encode(s, add_special_tokens=False), *es, tok.sep_token_id]
+        assert row[row != tok.pad_token_id].tolist() == expected

@@ -157,7 +157,7 @@ class CselabPromptEncoder(InputModule):
         "prefix_ids", "suffix_ids", "rep_offset", "rep_in_prefix", "add_period", "max_sentence_tokens",
         "pad_token_id", "position_offset", "padding_idx", "prompt_kind", "prefix_len", "prefix_positions",
         "num_layers", "num_heads", "prefix_slots", "suffix_slots", "denoise", "output_hidden_states",
-        "output_pooler", "has_pooler_layer", "bias_position_offset",
+        "output_pooler", "has_pooler_layer", "bias_position_offset", "sentence_prefix",
     ]  # fmt: skip
 
     def __init__(
@@ -186,6 +186,7 @@ class CselabPromptEncoder(InputModule):
         has_pooler_layer: bool = True,
         prompt_table: torch.Tensor | None = None,
         bias_position_offset: int | None = None,
+        sentence_prefix: str = "",
     ) -> None:
         super().__init__()
         if prompt_kind not in ("none", "prefix", "input_layer", "soft"):
@@ -200,6 +201,7 @@ class CselabPromptEncoder(InputModule):
         self.suffix_ids = [int(i) for i in suffix_ids]
         self.rep_offset, self.rep_in_prefix = int(rep_offset), bool(rep_in_prefix)
         self.add_period = bool(add_period)
+        self.sentence_prefix = str(sentence_prefix)  # " ": the official test tokenization (docs/fidelity.md)
         self.max_sentence_tokens = int(max_sentence_tokens)
         self.pad_token_id = int(pad_token_id)
         self.position_offset = int(position_offset)
@@ -229,6 +231,8 @@ class CselabPromptEncoder(InputModule):
         texts = [str(t) if prompt is None else prompt + str(t) for t in inputs]
         if self.add_period:
             texts = [_append_period(t) for t in texts]
+        if self.sentence_prefix:
+            texts = [self.sentence_prefix + t for t in texts]
         tokens = [list(ids)[: self.max_sentence_tokens]
                   for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
         rows = [self.prefix_ids + ids + self.suffix_ids for ids in tokens]
@@ -667,6 +671,7 @@ def _input_module(method, plan: dict[str, Any], workdir: Path, needs_hidden: boo
         prefix_slots=prefix_slots, suffix_slots=suffix_slots, denoise=plan["denoise"],
         output_hidden_states=needs_hidden, output_pooler=plan["pooler"] == "cls",
         has_pooler_layer=getattr(base, "pooler", None) is not None, bias_position_offset=collate.position_offset,
+        sentence_prefix=collate.sentence_prefix,
         prompt_table=_prompt_table(encoder, plan["prompt_kind"]),
     )
 

@@ -325,9 +325,11 @@ class ContrastiveMethod(L.LightningModule):
 
     # ----------------------------------------------------------------- collates
     def _collate(self, views: Sequence[ViewSpec], training: bool, add_period: bool | None = None,
-                 denoise: bool | None = None) -> ViewCollate:
+                 denoise: bool | None = None, official_test: bool = False) -> ViewCollate:
         """A collate for ``views``: training (truncation, denoising, MLM) or evaluation (the period rule and
-        denoising as the test encoder, unless ``add_period`` / ``denoise`` say otherwise: the dev encoder)."""
+        denoising as the test encoder, unless ``add_period`` / ``denoise`` say otherwise: the dev encoder).
+        ``official_test``: tokenize as the official TEST encoder (the template with the sentence inside as one
+        string, docs/fidelity.md #5); training and the in-training dev batcher tokenize the pieces apart."""
         prompt = self.prompt or {}
         if add_period is None:
             add_period = bool(prompt.get("add_period_at_eval", False)) and not training
@@ -343,6 +345,9 @@ class ContrastiveMethod(L.LightningModule):
             position_offset=self.encoder.position_offset if self.denoise_positions == "aligned" else 0,
             max_positions=self.encoder.max_positions,
             soft_templates=self._soft_templates,
+            # the official TEST encoder tokenizes the template with the sentence inside as one string
+            # (docs/fidelity.md #5); training and the in-training dev batcher tokenize the pieces apart
+            official_test_tokenization=official_test,
             mlm_probability=float(self.mlm.get("probability", 0.15)) if self.mlm and training else 0.0,
         )
 
@@ -358,7 +363,7 @@ class ContrastiveMethod(L.LightningModule):
         """The collate :meth:`encode` uses at test (eval template, the eval period rule, no denoising unless
         ``denoise_at_eval``)."""
         if self._eval_collate is None:
-            self._eval_collate = self._collate([self.eval_view()], training=False)
+            self._eval_collate = self._collate([self.eval_view()], training=False, official_test=True)
         return self._eval_collate
 
     @property
