@@ -29,7 +29,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class LastCheckpoint(ModelCheckpoint):
-    """``checkpoints/last.ckpt`` for resuming: written at every validation and every ``every_n_train_steps``.
+    """``checkpoints/last.ckpt`` for resuming: written at the end of every validation and every
+    ``every_n_train_steps`` optimizer steps, whatever the best-checkpoint callback decided.
+
+    Lightning's own ``save_last`` (2.6) writes ``last`` at a validation only when a top-k checkpoint was saved
+    at that step, so with ``save_top_k=0`` a validation never wrote it; this callback writes it at every one.
+    Placed after the best-checkpoint ``ModelCheckpoint`` (Lightning runs checkpoint callbacks last, in their
+    order), so ``last.ckpt`` holds that validation's dev score, dev curve and best checkpoint.
 
     Unlike a plain ``ModelCheckpoint(save_last=True, every_n_train_steps=N)``, it does not write at the end of
     a training step that a validation follows: Lightning resumes such a checkpoint *past* that validation
@@ -39,11 +45,12 @@ class LastCheckpoint(ModelCheckpoint):
 
     Args:
         dirpath: the run's ``checkpoints`` folder.
-        every_n_train_steps: also write every N optimizer steps (None: at validations only).
+        every_n_train_steps: also write every N optimizer steps (None or 0: at validations only).
     """
 
     def __init__(self, dirpath: str | Path, every_n_train_steps: int | None = None) -> None:
-        super().__init__(dirpath=dirpath, save_top_k=0, save_last=True, every_n_train_steps=every_n_train_steps)
+        super().__init__(dirpath=dirpath, save_top_k=0, save_last=True, every_n_train_steps=every_n_train_steps or 0,
+                         save_on_train_epoch_end=False)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         loop = trainer.fit_loop.epoch_loop
@@ -51,3 +58,8 @@ class LastCheckpoint(ModelCheckpoint):
         if fetcher is not None and loop._should_check_val_fx(fetcher):
             return  # a validation follows this step and writes last.ckpt after it
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if self._should_skip_saving_checkpoint(trainer):  # not fitting, sanity check, or already saved this step
+            return
+        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))

@@ -38,6 +38,18 @@ class ConfigError(ValueError):
     """A config value or combination that cannot run; the message names the keys."""
 
 
+class RunFinished(FileExistsError):
+    """The run directory already holds ``results.json``: the run finished, nothing to continue.
+
+    Attributes:
+        results: the finished run's parsed ``results.json`` (``{}`` when unreadable).
+    """
+
+    def __init__(self, message: str, results: dict | None = None) -> None:
+        super().__init__(message)
+        self.results = results or {}
+
+
 def resolve_precision(precision: str) -> str:
     """``auto`` -> ``bf16-mixed`` on a CUDA GPU that supports it, else ``32-true``."""
     if precision != "auto":
@@ -208,10 +220,15 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     validate(cfg)
     check_data_files(cfg)
     if (output_dir / "results.json").exists() and not cfg.get("overwrite", False):
-        raise FileExistsError(
+        raise RunFinished(
             f"{output_dir / 'results.json'} exists: this run already finished. Pass overwrite=true to run it "
-            "again in the same directory, or choose another hydra.run.dir"
+            "again in the same directory, or name another run with run_name=...",
+            _read_json(output_dir / "results.json"),
         )
+    if cfg.get("resume") and cfg.train and not (
+            (output_dir / "checkpoints" / "last.ckpt").is_file() or any(output_dir.glob("hpc_ckpt_*.ckpt"))):
+        raise ConfigError(f"resume={cfg.resume}: no checkpoints/last.ckpt in that directory to resume from "
+                          "(a run writes it at its first validation)")
     L.seed_everything(cfg.seed, workers=True)
     method = build_method(cfg)
     if cfg.get("activation_checkpointing", False):
@@ -239,7 +256,8 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         )
         callbacks.append(checkpoint)
         if cfg.trainer.get("save_last", False):
-            # checkpoints/last.ckpt: at every validation and every `trainer.save_every_n_steps` steps (resume)
+            # checkpoints/last.ckpt: at every validation and every `trainer.save_every_n_steps` steps (resume);
+            # after the best checkpoint's callback, so that it holds this validation's best
             callbacks.append(LastCheckpoint(output_dir / "checkpoints", cfg.trainer.get("save_every_n_steps") or None))
     tags = [cfg.method.name, cfg.backbone.get("name", str(cfg.backbone.name_or_path)), cfg.setting.name,
             f"loss={cfg.loss.name}", f"tuning={cfg.tuning.name}"]
@@ -349,6 +367,16 @@ def _log_table(loggers, test: dict[str, float]) -> None:
                 logger.log_table(key="test/sts_table", columns=cols, data=[[round(v, 2) for v in test.values()]])
             except Exception as err:  # never lose a finished run to a logger
                 log.warning("could not log the STS table to %s: %s", type(logger).__name__, err)
+
+
+def _read_json(path: Path) -> dict:
+    """A JSON file's object, or ``{}`` when it cannot be read."""
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
 
 
 def record_failure(output_dir: str | Path, err: BaseException) -> Path:
