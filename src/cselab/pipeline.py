@@ -68,6 +68,7 @@ def validate(cfg: DictConfig) -> None:
     if cfg.loss.get("temperature", 1.0) <= 0:
         raise ConfigError(f"loss.temperature must be > 0, got {cfg.loss.temperature}")
     if cfg.train:
+        check_optim(cfg.optim)
         if cfg.data.batch_size < 2:
             raise ConfigError(f"data.batch_size must be >= 2 for a contrastive loss, got {cfg.data.batch_size}")
         if cfg.data.module != cfg.setting.name:
@@ -99,6 +100,29 @@ def validate(cfg: DictConfig) -> None:
             "Set activation_checkpointing=false, or use tuning.variant=input_layer")
     if cfg.pooler in ("mask", "topk") and not cfg.prompt:
         raise ConfigError(f"pooler={cfg.pooler} (a [MASK] representation) needs a template but prompt=none")
+
+
+#: learning rates above this are outside what any of the papers' configs use (largest: 3e-2, soft prompts)
+PLAUSIBLE_MAX_LR = 0.1
+
+
+def check_optim(optim) -> None:
+    """``optim.lr`` is a number > 0 (a warning above :data:`PLAUSIBLE_MAX_LR`), ``optim.weight_decay >= 0``,
+    ``0 <= optim.warmup_ratio < 1``.
+
+    Raises:
+        ConfigError: names the key, the value and what was expected.
+    """
+    checks = (("lr", lambda v: v > 0, "a number > 0 (the papers use 1e-5 .. 3e-2)"),
+              ("weight_decay", lambda v: v >= 0, "a number >= 0"),
+              ("warmup_ratio", lambda v: 0 <= v < 1, "a fraction of the training steps in [0, 1)"))
+    for key, ok, expected in checks:
+        value = optim.get(key, 0.0 if key != "lr" else None)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != value or not ok(value):
+            raise ConfigError(f"optim.{key}={value!r}: expected {expected}")
+    if optim.lr > PLAUSIBLE_MAX_LR:
+        log.warning("optim.lr=%g is far above the papers' learning rates (1e-5 for full fine-tuning .. 3e-2 for "
+                    "soft prompts): training will probably diverge; check the value", optim.lr)
 
 
 def resolve_ckpt_path(ckpt_path: str | None, output_dir: str | Path) -> str | None:
@@ -150,17 +174,25 @@ def compile_backbone(method, options) -> None:
 
 
 def check_data_files(cfg: DictConfig) -> None:
-    """The training file (``data.path``) exists and is readable, checked before the backbone is loaded.
+    """Every input file, checked before the backbone is loaded (:mod:`cselab.data.checks`): the training file
+    (``data.path``: exists, readable, not empty, not mostly undecodable, the NLI header) and the STS files of
+    every test task and of the dev task (names known, files parse).
 
     Raises:
-        FileNotFoundError: it is missing (names the path, ``data.path`` and how to get the data).
-        PermissionError: it is not readable.
+        FileNotFoundError: a file is missing (names the path, the config key and how to get the data).
+        PermissionError: the training file is not readable.
+        ValueError: an unknown task name (names ``eval.test_tasks`` / ``eval.dev_task``) or a bad training file
+            (names it and the counts); ``cselab.data.sts.STSFormatError`` for a malformed STS file.
     """
-    if not cfg.train:
-        return
-    path = str(cfg.data.path)
-    what = "NLI triplets csv" if cfg.setting.name == "sup" else "unsup corpus"
-    require(path if path.startswith("/") else data_root(cfg.data_dir) / path, what, "data.path")
+    from cselab.data.checks import check_corpus, check_nli, check_sts_tasks
+
+    if cfg.train:
+        path = str(cfg.data.path)
+        what = "NLI triplets csv" if cfg.setting.name == "sup" else "unsup corpus"
+        found = require(path if path.startswith("/") else data_root(cfg.data_dir) / path, what, "data.path")
+        share = float(cfg.data.get("max_undecodable_share", 0.01))
+        (check_nli if cfg.setting.name == "sup" else check_corpus)(found, max_undecodable_share=share)
+    check_sts_tasks(data_root(cfg.data_dir), list(cfg.eval.test_tasks), cfg.eval.dev_task)
 
 
 def build_method(cfg: DictConfig):
@@ -217,8 +249,6 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     """Train (if ``train``) and evaluate one configuration; returns the results dict also written to disk."""
     start = time.perf_counter()
     output_dir = Path(output_dir)
-    validate(cfg)
-    check_data_files(cfg)
     if (output_dir / "results.json").exists() and not cfg.get("overwrite", False):
         raise RunFinished(
             f"{output_dir / 'results.json'} exists: this run already finished. Pass overwrite=true to run it "
@@ -229,6 +259,8 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
             (output_dir / "checkpoints" / "last.ckpt").is_file() or any(output_dir.glob("hpc_ckpt_*.ckpt"))):
         raise ConfigError(f"resume={cfg.resume}: no checkpoints/last.ckpt in that directory to resume from "
                           "(a run writes it at its first validation)")
+    validate(cfg)
+    check_data_files(cfg)  # every input file, before the backbone loads and long before fit ends
     L.seed_everything(cfg.seed, workers=True)
     method = build_method(cfg)
     if cfg.get("activation_checkpointing", False):
