@@ -29,6 +29,7 @@ from cselab.evaluation.callback import DEV_METRIC, STSCallback
 from cselab.evaluation.sts import PAPER_NAMES, format_table
 from cselab.loggers import build_loggers, close_loggers
 from cselab.methods import method_class
+from cselab.progress import ProgressLog, interactive, progress_bar
 from cselab.report.results import build_results, write_results
 
 log = logging.getLogger(__name__)
@@ -272,8 +273,12 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         dev_task=cfg.eval.dev_task,
         aggregation=cfg.eval.aggregation,
         batch_size=cfg.eval.batch_size,
+        progress_every_s=float(cfg.trainer.get("progress_log_s", 60)),
     )
     callbacks: list[L.Callback] = [sts]
+    # a terminal gets bars (training bounded by max_steps, one per STS task at evaluation); a log file lines
+    bars = bool(cfg.trainer.get("enable_progress_bar", True)) and interactive()
+    callbacks.append(progress_bar() if bars else ProgressLog(float(cfg.trainer.get("progress_log_s", 60))))
     checkpoint = None
     if cfg.train:
         callbacks.append(L.pytorch.callbacks.ThroughputMonitor(batch_size_fn=_batch_size, window_size=5))
@@ -306,6 +311,8 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     tcfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     tcfg.pop("save_last", None)
     tcfg.pop("save_every_n_steps", None)
+    tcfg.pop("progress_log_s", None)
+    tcfg["enable_progress_bar"] = bars
     trainer = L.Trainer(
         **{**tcfg, "precision": resolve_precision(tcfg.get("precision", "auto"))},
         callbacks=callbacks,
