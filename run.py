@@ -46,7 +46,7 @@ def main(cfg: DictConfig) -> float | None:
         path = record_failure(output_dir, err)
         if multirun:
             log.error("job %s failed (%s: %s); details in %s; the sweep continues",
-                      hydra_cfg.job.num, type(err).__name__, err, path)
+                      hydra_cfg.job.num, type(err).__name__, err, path or "the log above")
             return None
         raise
     return results["test"].get("avg")

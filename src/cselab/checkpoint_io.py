@@ -3,28 +3,35 @@ that a resume never reads past an unfinished validation."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
+import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from cselab.files import remove_stale_temporaries, staged
+
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's ``TorchCheckpointIO`` writing to ``.<name>.tmp`` and renaming over the target.
+    """Lightning's ``TorchCheckpointIO`` writing to a temporary file beside the target and renaming it over.
 
-    A process killed while saving leaves the previous checkpoint intact (plus at most a stray ``.tmp`` file,
-    removed on the next save).  Local filesystems only; remote paths fall back to the plain writer.
+    The checkpoint is staged in its own folder (``checkpoints/.<name>.<pid>.<random>.tmp``: the same filesystem,
+    never ``/tmp``, where Lightning's writer stages through fsspec) and streamed to disk by ``torch.save`` (no
+    in-memory copy).  Any failure -- a full disk (ENOSPC), a kill signal turned into an exception -- removes the
+    temporary file; a process killed outright leaves the previous checkpoint intact and a stray temporary file
+    that the next save of that name removes.  Files get the process umask (:mod:`cselab.files`).  Remote paths
+    (``s3://`` ...) fall back to Lightning's writer.
     """
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
-        target = Path(path)
-        if "://" in str(path):
+        if "://" in str(path) or storage_options is not None:
             return super().save_checkpoint(checkpoint, path, storage_options)
-        tmp = target.with_name(f".{target.name}.tmp")
-        super().save_checkpoint(checkpoint, tmp, storage_options)
-        os.replace(tmp, target)
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(target)
+        with staged(target, "wb") as f:
+            torch.save(checkpoint, f)
         return None
 
 

@@ -418,16 +418,25 @@ def _read_json(path: Path) -> dict:
         return {}
 
 
-def record_failure(output_dir: str | Path, err: BaseException) -> Path:
-    """Write ``failed.json`` (error type, message, traceback) in a run's directory; the report lists it."""
+def record_failure(output_dir: str | Path, err: BaseException) -> Path | None:
+    """Write ``failed.json`` (error type, message, traceback) in a run's directory; the report lists it.
+
+    Never raises: when the file cannot be written (a full disk, a read-only folder), the failure and the reason
+    are logged instead and ``None`` is returned, so a sweep's handler goes on with the next job.
+    """
     import json
     import traceback
 
     from cselab.report.results import atomic_write_text
 
-    info = {
-        "error": type(err).__name__,
-        "message": str(err),
-        "traceback": "".join(traceback.format_exception(type(err), err, err.__traceback__)),
-    }
-    return atomic_write_text(Path(output_dir) / "failed.json", json.dumps(info, indent=2) + "\n")
+    try:
+        info = {
+            "error": type(err).__name__,
+            "message": str(err),
+            "traceback": "".join(traceback.format_exception(type(err), err, err.__traceback__)),
+        }
+        return atomic_write_text(Path(output_dir) / "failed.json", json.dumps(info, indent=2) + "\n")
+    except Exception as write_err:
+        log.error("could not write %s (%s: %s); the run failed with %s: %s", Path(output_dir) / "failed.json",
+                  type(write_err).__name__, write_err, type(err).__name__, err)
+        return None
