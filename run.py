@@ -4,8 +4,10 @@
     python run.py method=baseline pooler=avg train=false  # evaluate a raw backbone
     python run.py -m method=simcse,promptbert backbone=roberta_base
 
-In a -m sweep a failing job writes ``failed.json`` in its directory and the sweep goes on with the next job;
-a single run re-raises (non-zero exit).
+Runs live in ``outputs/<run_name>`` (sweeps in ``multirun/<run_name>/<job>``), a name derived from the command's
+overrides: re-running the same command resumes an interrupted run from ``checkpoints/last.ckpt`` and skips a
+finished one (logged once).  In a -m sweep a failing job writes ``failed.json`` in its directory and the sweep
+goes on with the next job; a single run re-raises (non-zero exit).
 """
 
 import logging
@@ -22,20 +24,29 @@ log = logging.getLogger("cselab")
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
-    from cselab.pipeline import record_failure, run
+    from cselab.pipeline import ConfigError, RunFinished, record_failure, run
 
     hydra_cfg = HydraConfig.get()
     output_dir = hydra_cfg.runtime.output_dir
     if cfg.get("variant") is None:  # the W&B variant tag: this job's overrides that change the model
         with open_dict(cfg):
             cfg.variant = variant_name(list(hydra_cfg.overrides.task))
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    if multirun and cfg.get("group") is None:  # the W&B group of an ad-hoc sweep: the sweep's name
+        with open_dict(cfg):
+            cfg.group = cfg.run_name
     try:
+        if multirun and cfg.get("resume"):
+            raise ConfigError("resume=... continues one run; to continue a -m sweep, re-run the sweep's command")
         results = run(cfg, output_dir)
+    except RunFinished as done:  # re-running a finished run (or a sweep's finished job): nothing to do
+        log.info("skipped %s: already finished (results.json; overwrite=true runs it again)", output_dir)
+        return (done.results.get("test") or {}).get("avg")
     except Exception as err:
         path = record_failure(output_dir, err)
-        if hydra_cfg.mode == RunMode.MULTIRUN:
+        if multirun:
             log.error("job %s failed (%s: %s); details in %s; the sweep continues",
-                      hydra_cfg.job.num, type(err).__name__, err, path)
+                      hydra_cfg.job.num, type(err).__name__, err, path or "the log above")
             return None
         raise
     return results["test"].get("avg")

@@ -105,3 +105,104 @@ def test_missing_training_file_is_refused_before_the_backbone_loads(tmp_path):
         cfg = compose(config_name="config", overrides=[f"data.path={tmp_path}/none.txt"])
     with pytest.raises(FileNotFoundError, match=r"unsup corpus not found at .*none.txt \(config key data.path\)"):
         check_data_files(cfg)
+
+
+# ------------------------------------------------------------------ every input checked before the backbone loads
+
+def _compose(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    import cselab.config  # noqa: F401  (resolvers)
+
+    conf = str(Path(__file__).resolve().parents[1] / "conf")
+    with initialize_config_dir(config_dir=conf, version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+@pytest.fixture
+def no_backbone(monkeypatch):
+    """``run`` fails loudly if it gets as far as loading the backbone."""
+    import cselab.pipeline
+
+    def refuse(cfg):
+        raise AssertionError("the backbone was loaded before the bad input was found")
+
+    monkeypatch.setattr(cselab.pipeline, "build_method", refuse)
+
+
+def _run(tmp_path, *overrides: str):
+    from cselab.pipeline import run
+
+    return run(_compose(*overrides), tmp_path / "run")
+
+
+def _sts_dir(tmp_path: Path, gold_lines: int = 3) -> Path:
+    """A data dir with STS12 (MSRpar only would be incomplete: all five subsets, 3 pairs each) and STS-B dev."""
+    from cselab.data.sts import STS_SUBSETS
+
+    year = tmp_path / "data" / "senteval" / "downstream" / "STS" / "STS12-en-test"
+    year.mkdir(parents=True)
+    for subset in STS_SUBSETS["sts12"]:
+        (year / f"STS.input.{subset}.txt").write_text("a cat\ta dog\nit rains\tit pours\ntwo men\ttwo women\n")
+        (year / f"STS.gs.{subset}.txt").write_text("".join(f"{i}.5\n" for i in range(gold_lines)))
+    stsb = year.parent / "STSBenchmark"
+    stsb.mkdir()
+    (stsb / "sts-dev.csv").write_text("".join(f"g\tf\t2012\t{i}\t{i}.0\ta cat {i}\ta dog {i}\n" for i in range(3)))
+    return tmp_path / "data"
+
+
+def test_truncated_sts_gold_file_fails_before_the_backbone_loads(tmp_path, no_backbone):
+    data = _sts_dir(tmp_path, gold_lines=2)  # the gold file lost its last line
+    with pytest.raises(ValueError, match=r"STS.input.MSRpar.txt has 3 lines but .*STS.gs.MSRpar.txt has 2; .*"
+                                         r"\(STS task sts12, test split\)"):
+        _run(tmp_path, "method=baseline", "pooler=avg", f"data_dir={data}", "eval.test_tasks=[sts12]")
+
+
+def test_unknown_test_task_fails_before_the_backbone_loads(tmp_path, no_backbone):
+    with pytest.raises(ValueError, match=r"eval.test_tasks: unknown STS task 'sts17'; valid tasks: sts12"):
+        _run(tmp_path, "method=baseline", "pooler=avg", "eval.test_tasks=[stsb,sts17]")
+
+
+def test_wrong_nli_header_fails_before_the_backbone_loads(tmp_path, no_backbone, sts_data_dir):
+    path = tmp_path / "nli.csv"
+    path.write_text("premise,hypothesis,label\na,b,c\n")
+    with pytest.raises(ValueError, match=r"nli.csv \(config key data.path, NLI triplets csv\): expected the header "
+                                         r"sent0,sent1,hard_neg .* found \['premise', 'hypothesis', 'label'\]"):
+        _run(tmp_path, "method=simcse", "setting=sup", f"data.path={path}", f"data_dir={sts_data_dir}")
+
+
+def test_negative_learning_rate_fails_before_the_backbone_loads(tmp_path, no_backbone, sts_data_dir):
+    from cselab.pipeline import ConfigError
+
+    with pytest.raises(ConfigError, match=r"optim.lr=-3e-05: expected a number > 0"):
+        _run(tmp_path, "method=simcse", "optim.lr=-3e-5", f"data_dir={sts_data_dir}")
+
+
+def test_implausible_learning_rate_warns_naming_the_key(tmp_path, no_backbone, sts_data_dir, caplog):
+    with pytest.raises(AssertionError, match="the backbone was loaded"), caplog.at_level("WARNING"):
+        _run(tmp_path, "method=simcse", "optim.lr=1e4", f"data_dir={sts_data_dir}")  # a warning, then it goes on
+    assert "optim.lr=10000 is far above the papers' learning rates" in caplog.text
+
+
+def test_empty_corpus_fails_before_the_backbone_loads_naming_the_file(tmp_path, no_backbone, sts_data_dir):
+    path = tmp_path / "empty.txt"
+    path.write_bytes(b"")
+    with pytest.raises(ValueError, match=r"empty.txt \(config key data.path, unsup corpus\): no usable line: 0 lines"):
+        _run(tmp_path, "method=simcse", f"data.path={path}", f"data_dir={sts_data_dir}")
+
+
+def test_random_bytes_corpus_fails_before_the_backbone_loads_with_the_counts(tmp_path, no_backbone, sts_data_dir):
+    import random
+
+    path = tmp_path / "random.bin"
+    rng = random.Random(0)
+    path.write_bytes(bytes(rng.randrange(256) for _ in range(200_000)))
+    from cselab.data.checks import scan_lines
+
+    stats = scan_lines(path)
+    nonempty = stats.lines - stats.empty
+    assert stats.undecodable > 0.9 * nonempty  # random bytes: almost no line is valid UTF-8
+    with pytest.raises(ValueError, match=rf"random.bin \(config key data.path, unsup corpus\): "
+                                         rf"{stats.undecodable:,} of {nonempty:,} non-empty lines are not UTF-8 "
+                                         rf"\(.*%, above data.max_undecodable_share=0.01\)"):
+        _run(tmp_path, "method=simcse", f"data.path={path}", f"data_dir={sts_data_dir}")

@@ -203,6 +203,23 @@ def test_non_empty_output_is_refused(make_method, tmp_path):
     assert (tmp_path / "st" / "x").read_text() == "keep"
 
 
+def test_non_empty_output_is_refused_before_the_checkpoint_loads(tmp_path, monkeypatch):
+    (tmp_path / "st").mkdir()
+    (tmp_path / "st" / "x").write_text("keep")
+    monkeypatch.setattr(cselab, "load", lambda *a, **k: pytest.fail("the checkpoint was loaded first"))
+    with pytest.raises(ExportError, match="not empty"):
+        export(tmp_path / "best.ckpt", tmp_path / "st", verify=False)
+
+
+def test_exported_folder_gets_the_process_umask(make_method, tmp_path):
+    old = os.umask(0o022)
+    try:
+        export(make_method("simcse", "bert", pooler="cls"), tmp_path / "st", verify=False)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "st").stat().st_mode & 0o777 == 0o755  # not mkdtemp's 0700
+
+
 def test_cli_and_folder_loads_without_cselab(make_method, tmp_path, capsys):
     m = make_method("dcpcse", "bert", pooler="cls", tuning=_prefix(), mlp_only_train=False)
     ckpt = _checkpoint(m, tmp_path)

@@ -113,3 +113,98 @@ def test_a_failing_job_leaves_failed_json(tmp_path):
         path = record_failure(tmp_path, err)
     info = json.loads(path.read_text())
     assert info["error"] == "ValueError" and "temperature" in info["message"] and "Traceback" in info["traceback"]
+
+
+# ------------------------------------------------------------------ disk full, permissions
+
+
+def _enospc(*args, **kwargs):
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_checkpoint_write_on_a_full_disk_leaves_nothing_behind(tmp_path, monkeypatch):
+    io = AtomicCheckpointIO()
+    path = tmp_path / "checkpoints" / "best-step2.ckpt"
+    real_save = torch.save
+    staged_in = []
+
+    def full_disk(obj, f, *args, **kwargs):
+        staged_in.extend(p.name for p in path.parent.iterdir())  # where the bytes go while writing
+        f.write(b"\0" * 2**20)  # a megabyte went out before the disk filled up
+        _enospc()
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        io.save_checkpoint({"global_step": 2}, path)
+    monkeypatch.setattr(torch, "save", real_save)
+    assert len(staged_in) == 1 and staged_in[0].startswith(".best-step2.ckpt.")  # staged beside the target
+    assert staged_in[0].endswith(".tmp")  # (same filesystem, not /tmp)
+    assert list(path.parent.iterdir()) == []  # no checkpoint, no temporary file
+
+
+def test_a_killed_writer_s_temporary_file_is_removed_by_the_next_save(tmp_path):
+    stale = tmp_path / ".last.ckpt.999999999.deadbeef.tmp"  # a pid that does not run
+    stale.write_bytes(b"half a checkpoint")
+    (tmp_path / ".last.ckpt.tmp").write_bytes(b"the old naming")
+    AtomicCheckpointIO().save_checkpoint({"global_step": 3}, tmp_path / "last.ckpt")
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+def test_recording_a_failure_on_a_full_disk_never_raises(tmp_path, monkeypatch, caplog):
+    from cselab.pipeline import record_failure
+
+    monkeypatch.setattr(os, "fsync", _enospc)
+    try:
+        raise _enospc()
+    except OSError as err:
+        with caplog.at_level("ERROR"):
+            assert record_failure(tmp_path, err) is None
+    assert "could not write" in caplog.text and "failed.json" in caplog.text and "No space left" in caplog.text
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_outputs_are_created_with_the_process_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "results.json", "{}\n")
+        AtomicCheckpointIO().save_checkpoint({"global_step": 1}, tmp_path / "checkpoints" / "last.ckpt")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "results.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "checkpoints" / "last.ckpt").stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.integration
+def test_a_run_that_fills_the_disk_leaves_no_checkpoint_or_temporary_file(tmp_path, tiny_bert_dir, sts_data_dir,
+                                                                         monkeypatch, caplog):
+    """The first checkpoint write of a real run hits ENOSPC: the run fails with that error, the run directory
+    holds no checkpoint and no temporary file, and recording the failure (the disk still full) does not raise."""
+    from hydra import compose, initialize_config_dir
+
+    from cselab.pipeline import record_failure, run
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"sentence number {i} is here\n" for i in range(40)))
+    conf = str(Path(__file__).resolve().parents[1] / "conf")
+    with initialize_config_dir(config_dir=conf, version_base="1.3"):
+        cfg = compose("config", overrides=[
+            "method=simcse", f"backbone.name_or_path={tiny_bert_dir}", f"data.path={corpus}", "data.batch_size=8",
+            "trainer.max_steps=4", "trainer.val_check_interval=2", "eval.test_tasks=[stsb]",
+            "trainer.enable_progress_bar=false", f"data_dir={sts_data_dir}"])
+    out = tmp_path / "run"
+
+    def full_disk(obj, f, *args, **kwargs):
+        f.write(b"\0" * 2**20)
+        _enospc()
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(OSError, match="No space left on device") as caught:
+        run(cfg, out)
+    monkeypatch.setattr(os, "fsync", _enospc)  # the disk is still full when the failure is recorded
+    with caplog.at_level("ERROR"):
+        assert record_failure(out, caught.value) is None
+    left = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert not [p for p in left if p.endswith((".ckpt", ".tmp")) or "/." in p or p.startswith(".")], left
+    assert not (out / "failed.json").exists()

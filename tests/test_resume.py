@@ -97,6 +97,70 @@ def test_sigkill_at_a_random_step_then_resume_matches_an_uninterrupted_run(tmp_p
         assert b["test"][task] == pytest.approx(value, abs=1e-6), (killed_step, task)
 
 
+def _default_command(tiny_bert_dir: Path, corpus: Path) -> list[str]:
+    """A run with the default checkpoint settings: no save_every_n_steps, no ckpt_path, no hydra.run.dir."""
+    return [
+        sys.executable, str(ROOT / "run.py"), "method=simcse", f"backbone.name_or_path={tiny_bert_dir}",
+        f"data.path={corpus}", "data.batch_size=8", "trainer.max_epochs=3", "trainer.max_steps=12",
+        "trainer.val_check_interval=4",
+        "trainer.deterministic=true", "trainer.enable_progress_bar=false", "eval.test_tasks=[stsb,sickr]",
+    ]
+
+
+@pytest.mark.integration
+def test_sigkill_after_the_first_validation_and_the_same_command_resumes(tmp_path, tiny_bert_dir, sts_data_dir):
+    """Default settings: the first validation writes last.ckpt, and re-running the very same command (same
+    working directory, so the same outputs/<run_name>) resumes from it and ends as an uninterrupted run."""
+    corpus = _corpus(tmp_path / "corpus.txt")
+    command = _default_command(tiny_bert_dir, corpus)
+    (tmp_path / "straight").mkdir()
+    straight = subprocess.run(command, cwd=tmp_path / "straight", env=_env(sts_data_dir), capture_output=True,
+                              text=True, timeout=900)
+    assert straight.returncode == 0, straight.stderr[-4000:]
+    [straight_dir] = (tmp_path / "straight" / "outputs").iterdir()
+
+    cwd = tmp_path / "killed"
+    cwd.mkdir()
+    proc = subprocess.Popen(command, cwd=cwd, env=_env(sts_data_dir), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    killed_step = None
+    while proc.poll() is None and time.time() < deadline:
+        found = list(cwd.glob("outputs/*/checkpoints/last.ckpt"))
+        killed_step = _step_of(found[0]) if found else None
+        if killed_step is not None:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "the run ended before its first validation wrote last.ckpt"
+    [run_dir] = (cwd / "outputs").iterdir()
+    assert run_dir.name == straight_dir.name  # the name comes from the command, not the time
+    assert killed_step == _step_of(run_dir / "checkpoints" / "last.ckpt") == 4  # the first validation's
+    assert not (run_dir / "results.json").exists()
+
+    resumed = subprocess.run(command, cwd=cwd, env=_env(sts_data_dir), capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    console = resumed.stdout + resumed.stderr
+    assert f"ckpt_path=auto: resuming from {run_dir / 'checkpoints' / 'last.ckpt'}" in console
+    a = json.loads((straight_dir / "results.json").read_text())
+    b = json.loads((run_dir / "results.json").read_text())
+    assert b["global_step"] == a["global_step"] == 12
+    assert [p["step"] for p in b["val_curve"]] == [p["step"] for p in a["val_curve"]] == [4, 8, 12]
+    for pa, pb in zip(a["val_curve"], b["val_curve"], strict=True):
+        assert pb["stsb_dev"] == pytest.approx(pa["stsb_dev"], abs=1e-6)
+    assert b["best_dev"] == pytest.approx(a["best_dev"], abs=1e-6)
+    assert Path(b["best_checkpoint"]).name == Path(a["best_checkpoint"]).name
+    assert b["test"].keys() == a["test"].keys()
+    for task, value in a["test"].items():
+        assert b["test"][task] == pytest.approx(value, abs=1e-6), task
+
+    again = subprocess.run(command, cwd=cwd, env=_env(sts_data_dir), capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-4000:]  # finished: skipped, said once, results untouched
+    assert (again.stdout + again.stderr).count("already finished") == 1
+    assert json.loads((run_dir / "results.json").read_text()) == b
+
+
 def test_sampler_resumes_mid_epoch_and_only_in_that_epoch():
     data = list(range(23))
     full = ResumableSampler(data, seed=7)

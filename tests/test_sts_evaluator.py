@@ -275,3 +275,18 @@ def test_format_table() -> None:
     assert row.split()[-1] == "50.00"
     _, row = format_table({"sts12": 50.0}).splitlines()
     assert row.split()[-1] == "-"
+
+
+def test_progress_is_reported_per_task_and_each_sentence_still_encoded_once(synth_dir: Path, monkeypatch) -> None:
+    dev = synth_dir / "senteval" / "downstream" / "STS" / "STSBenchmark" / "sts-dev.csv"
+    (dev.parent / "sts-test.csv").write_text(dev.read_text(encoding="utf-8"), encoding="utf-8")
+    plain = STSEvaluator(synth_dir).evaluate(CountingEncoder(), tasks=("sts13", "stsb"))
+    monkeypatch.setattr(STSEvaluator, "PROGRESS_CHUNK", 4)
+    enc, calls = CountingEncoder(), []
+    res = STSEvaluator(synth_dir).evaluate(enc, tasks=("sts13", "stsb"), progress=lambda *a: calls.append(a))
+    assert res == pytest.approx(plain, abs=1e-12)
+    assert len(enc.seen) == len(set(enc.seen))  # "q" is in both tasks: encoded once, with sts13
+    sts13 = {"q"} | {f"p {c}" for s in (SUBSET_A, SUBSET_B, SUBSET_C) for c in s["c"]}
+    assert calls[0] == ("sts13", 0, len(sts13))
+    assert [c for c in calls if c[0] == "sts13"][1:] == [("sts13", d, len(sts13)) for d in (4, 8, 12, 13)]
+    assert [c for c in calls if c[0] == "stsb"] == [("stsb", 0, 1), ("stsb", 1, 1)]  # only "p 0.45" is new

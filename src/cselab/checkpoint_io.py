@@ -3,33 +3,46 @@ that a resume never reads past an unfinished validation."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
+import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from cselab.files import remove_stale_temporaries, staged
+
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's ``TorchCheckpointIO`` writing to ``.<name>.tmp`` and renaming over the target.
+    """Lightning's ``TorchCheckpointIO`` writing to a temporary file beside the target and renaming it over.
 
-    A process killed while saving leaves the previous checkpoint intact (plus at most a stray ``.tmp`` file,
-    removed on the next save).  Local filesystems only; remote paths fall back to the plain writer.
+    The checkpoint is staged in its own folder (``checkpoints/.<name>.<pid>.<random>.tmp``: the same filesystem,
+    never ``/tmp``, where Lightning's writer stages through fsspec) and streamed to disk by ``torch.save`` (no
+    in-memory copy).  Any failure -- a full disk (ENOSPC), a kill signal turned into an exception -- removes the
+    temporary file; a process killed outright leaves the previous checkpoint intact and a stray temporary file
+    that the next save of that name removes.  Files get the process umask (:mod:`cselab.files`).  Remote paths
+    (``s3://`` ...) fall back to Lightning's writer.
     """
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
-        target = Path(path)
-        if "://" in str(path):
+        if "://" in str(path) or storage_options is not None:
             return super().save_checkpoint(checkpoint, path, storage_options)
-        tmp = target.with_name(f".{target.name}.tmp")
-        super().save_checkpoint(checkpoint, tmp, storage_options)
-        os.replace(tmp, target)
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(target)
+        with staged(target, "wb") as f:
+            torch.save(checkpoint, f)
         return None
 
 
 class LastCheckpoint(ModelCheckpoint):
-    """``checkpoints/last.ckpt`` for resuming: written at every validation and every ``every_n_train_steps``.
+    """``checkpoints/last.ckpt`` for resuming: written at the end of every validation and every
+    ``every_n_train_steps`` optimizer steps, whatever the best-checkpoint callback decided.
+
+    Lightning's own ``save_last`` (2.6) writes ``last`` at a validation only when a top-k checkpoint was saved
+    at that step, so with ``save_top_k=0`` a validation never wrote it; this callback writes it at every one.
+    Placed after the best-checkpoint ``ModelCheckpoint`` (Lightning runs checkpoint callbacks last, in their
+    order), so ``last.ckpt`` holds that validation's dev score, dev curve and best checkpoint.
 
     Unlike a plain ``ModelCheckpoint(save_last=True, every_n_train_steps=N)``, it does not write at the end of
     a training step that a validation follows: Lightning resumes such a checkpoint *past* that validation
@@ -39,11 +52,12 @@ class LastCheckpoint(ModelCheckpoint):
 
     Args:
         dirpath: the run's ``checkpoints`` folder.
-        every_n_train_steps: also write every N optimizer steps (None: at validations only).
+        every_n_train_steps: also write every N optimizer steps (None or 0: at validations only).
     """
 
     def __init__(self, dirpath: str | Path, every_n_train_steps: int | None = None) -> None:
-        super().__init__(dirpath=dirpath, save_top_k=0, save_last=True, every_n_train_steps=every_n_train_steps)
+        super().__init__(dirpath=dirpath, save_top_k=0, save_last=True, every_n_train_steps=every_n_train_steps or 0,
+                         save_on_train_epoch_end=False)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         loop = trainer.fit_loop.epoch_loop
@@ -51,3 +65,8 @@ class LastCheckpoint(ModelCheckpoint):
         if fetcher is not None and loop._should_check_val_fx(fetcher):
             return  # a validation follows this step and writes last.ckpt after it
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if self._should_skip_saving_checkpoint(trainer):  # not fitting, sanity check, or already saved this step
+            return
+        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))

@@ -2,24 +2,49 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 from omegaconf import OmegaConf
 
 
 def register_resolvers() -> None:
-    """``${eq:a,b}`` -> ``a == b`` (e.g. SimCSE's ``mlp_only_train: ${eq:${setting.name},unsup}``)."""
+    """``${eq:a,b}`` -> ``a == b`` (e.g. SimCSE's ``mlp_only_train: ${eq:${setting.name},unsup}``);
+    ``${cselab_run_name:method,backbone,setting,overrides,mode}`` -> :func:`run_name` of this job or sweep; ``${cselab_or:a,b}`` -> ``a`` unless
+    it is null, else ``b`` (``hydra.run.dir: ${cselab_or:${resume},outputs/${run_name}}``)."""
     if not OmegaConf.has_resolver("eq"):
         OmegaConf.register_new_resolver("eq", lambda a, b: str(a) == str(b))
+    if not OmegaConf.has_resolver("cselab_or"):
+        OmegaConf.register_new_resolver("cselab_or", lambda a, b: b if a is None or a == "" else a)
+    if not OmegaConf.has_resolver("cselab_run_name"):
+        # cached in the config: a -m sweep resolves it once in the launcher, and Hydra copies that cache into
+        # every job's config (ConfigLoader.load_sweep_config), so the jobs share the sweep directory's name
+        OmegaConf.register_new_resolver("cselab_run_name", _run_name_resolver, use_cache=True)
 
 
-register_resolvers()
+def _run_name_resolver(method: str, backbone: str, setting: str, overrides=None, mode=None) -> str:
+    # overrides / mode: the config's own hydra.overrides.task and hydra.mode (a -m sweep's launcher resolves the
+    # sweep directory before Hydra's singleton holds any config); None in a job's task config, where the
+    # value cached when Hydra resolved the run directory answers first
+    if overrides is None:
+        try:
+            from hydra.core.hydra_config import HydraConfig
+
+            if HydraConfig.initialized():
+                hydra_cfg = HydraConfig.get()
+                overrides, mode = hydra_cfg.overrides.task, hydra_cfg.mode
+        except Exception:  # composed without Hydra's app (the compose API in tests): the base name only
+            pass
+    multirun = str(mode).upper().endswith("MULTIRUN")
+    return run_name([str(o) for o in overrides or []], method, backbone, setting, multirun=multirun)
 
 
 #: override keys (and their sub-keys) that change where or how a run runs, never its results
 OUTPUT_ONLY_KEYS: tuple[str, ...] = (
-    "group", "variant", "data_dir", "logger", "hydra", "ckpt_path", "overwrite", "compile",
+    "group", "variant", "run_name", "resume", "data_dir", "logger", "hydra", "ckpt_path", "overwrite", "compile",
     "activation_checkpointing",
     "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps",
-    "trainer.save_last", "trainer.save_every_n_steps", "eval.batch_size", "data.num_workers",
+    "trainer.save_last", "trainer.save_every_n_steps", "trainer.progress_log_s", "eval.batch_size", "data.num_workers",
 )
 #: override keys that name a run's coordinates (W&B tags of their own)
 COORDINATE_KEYS: tuple[str, ...] = ("method", "backbone", "setting", "seed", "experiment", "sweep")
@@ -46,3 +71,43 @@ def variant_name(overrides: list[str]) -> str:
     kept = [item.lstrip("+") for item in overrides
             if not key_matches(override_key(item), COORDINATE_KEYS + OUTPUT_ONLY_KEYS)]
     return ",".join(sorted(kept)) or "default"
+
+
+#: longest run directory name kept readable; a longer one keeps its start and a hash of the whole
+RUN_NAME_LIMIT = 96
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._,=+-]+", "-", text).strip("-")
+
+
+def run_name(overrides: list[str], method: str, backbone: str, setting: str, multirun: bool = False) -> str:
+    """The stable name of a run's directory (``outputs/<name>``) or of a ``-m`` sweep's (``multirun/<name>``),
+    so that re-running the same command continues the same run (``ckpt_path=auto``) or skips its finished jobs.
+
+    A single run: ``experiment=a/b`` -> ``a-b``, else ``<method>_<backbone>_<setting>``; then ``+`` and the other
+    overrides that change results, sorted (``simcse_minilm_l6_unsup+seed=1+trainer.max_steps=20``).  A sweep:
+    its ``sweep=`` / ``experiment=`` name and its overrides the same way, the swept values included
+    (``backbone=minilm_l6+method=simcse,promptbert``; ``sweep`` when there is nothing).  Left out: :data:`OUTPUT_ONLY_KEYS`
+    (logging, paths, resume, progress ...).  Characters outside ``[A-Za-z0-9._,=+-]`` become ``-``; a name over
+    :data:`RUN_NAME_LIMIT` characters keeps its start and gets ``~`` and a hash of the whole.
+    """
+    named = {override_key(o): o.split("=", 1)[1] if "=" in o else "" for o in overrides}
+    base = None
+    for key in ("sweep", "experiment") if multirun else ("experiment",):
+        if named.get(key):
+            base = named[key].replace("/", "-")
+            break
+    skip = {"sweep", "experiment"} | (set() if multirun else {"method", "backbone", "setting"})
+    extra = sorted(o.lstrip("+") for o in overrides
+                   if override_key(o) not in skip and not key_matches(override_key(o), OUTPUT_ONLY_KEYS))
+    if base is None and not multirun:
+        base = f"{method}_{backbone}_{setting}"
+    name = _slug("+".join([base, *extra] if base else extra)) or "sweep"
+    if len(name) > RUN_NAME_LIMIT:
+        digest = hashlib.sha1(name.encode()).hexdigest()[:8]
+        name = f"{name[: RUN_NAME_LIMIT - 9]}~{digest}"
+    return name
+
+
+register_resolvers()

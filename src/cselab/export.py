@@ -58,6 +58,8 @@ from safetensors.torch import load_file as _load_safetensors
 from safetensors.torch import save_file as _save_safetensors
 from torch import nn
 
+from cselab.files import umask
+
 try:  # sentence-transformers >= 5.x layout
     from sentence_transformers.base.modules import InputModule, Module
 except ImportError:  # pragma: no cover - older releases
@@ -734,15 +736,15 @@ def export(
     """
     from sentence_transformers import SentenceTransformer
 
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()) and not overwrite:  # refused before the model loads
+        raise ExportError(f"{out} exists and is not empty (pass overwrite=True / --overwrite)")
     if isinstance(source, (str, os.PathLike)):
         import cselab
 
         method, origin = cselab.load(source), str(source)
     else:
         method, origin = source, None
-    out = Path(out_dir)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise ExportError(f"{out} exists and is not empty (pass overwrite=True / --overwrite)")
     plan = describe(method)
     if plan["pooler"] == "cls" and not _cls_pooler_is_dense_tanh(method):
         raise ExportError("pooler=cls: the backbone's pooler layer is not dense + tanh; cannot reproduce it")
@@ -756,6 +758,7 @@ def export(
             out.parent.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-export-", dir=out.parent))  # same filesystem
             try:
+                staging.chmod(0o777 & ~umask())  # mkdtemp makes it 0700: the folder gets the process umask
                 st.save(str(staging), create_model_card=False)
                 custom = _fix_module_refs(staging)
                 if custom:

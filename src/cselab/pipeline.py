@@ -29,6 +29,7 @@ from cselab.evaluation.callback import DEV_METRIC, STSCallback
 from cselab.evaluation.sts import PAPER_NAMES, format_table
 from cselab.loggers import build_loggers, close_loggers
 from cselab.methods import method_class
+from cselab.progress import ProgressLog, interactive, progress_bar
 from cselab.report.results import build_results, write_results
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,18 @@ log = logging.getLogger(__name__)
 
 class ConfigError(ValueError):
     """A config value or combination that cannot run; the message names the keys."""
+
+
+class RunFinished(FileExistsError):
+    """The run directory already holds ``results.json``: the run finished, nothing to continue.
+
+    Attributes:
+        results: the finished run's parsed ``results.json`` (``{}`` when unreadable).
+    """
+
+    def __init__(self, message: str, results: dict | None = None) -> None:
+        super().__init__(message)
+        self.results = results or {}
 
 
 def resolve_precision(precision: str) -> str:
@@ -56,6 +69,7 @@ def validate(cfg: DictConfig) -> None:
     if cfg.loss.get("temperature", 1.0) <= 0:
         raise ConfigError(f"loss.temperature must be > 0, got {cfg.loss.temperature}")
     if cfg.train:
+        check_optim(cfg.optim)
         if cfg.data.batch_size < 2:
             raise ConfigError(f"data.batch_size must be >= 2 for a contrastive loss, got {cfg.data.batch_size}")
         if cfg.data.module != cfg.setting.name:
@@ -87,6 +101,29 @@ def validate(cfg: DictConfig) -> None:
             "Set activation_checkpointing=false, or use tuning.variant=input_layer")
     if cfg.pooler in ("mask", "topk") and not cfg.prompt:
         raise ConfigError(f"pooler={cfg.pooler} (a [MASK] representation) needs a template but prompt=none")
+
+
+#: learning rates above this are outside what any of the papers' configs use (largest: 3e-2, soft prompts)
+PLAUSIBLE_MAX_LR = 0.1
+
+
+def check_optim(optim) -> None:
+    """``optim.lr`` is a number > 0 (a warning above :data:`PLAUSIBLE_MAX_LR`), ``optim.weight_decay >= 0``,
+    ``0 <= optim.warmup_ratio < 1``.
+
+    Raises:
+        ConfigError: names the key, the value and what was expected.
+    """
+    checks = (("lr", lambda v: v > 0, "a number > 0 (the papers use 1e-5 .. 3e-2)"),
+              ("weight_decay", lambda v: v >= 0, "a number >= 0"),
+              ("warmup_ratio", lambda v: 0 <= v < 1, "a fraction of the training steps in [0, 1)"))
+    for key, ok, expected in checks:
+        value = optim.get(key, 0.0 if key != "lr" else None)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != value or not ok(value):
+            raise ConfigError(f"optim.{key}={value!r}: expected {expected}")
+    if optim.lr > PLAUSIBLE_MAX_LR:
+        log.warning("optim.lr=%g is far above the papers' learning rates (1e-5 for full fine-tuning .. 3e-2 for "
+                    "soft prompts): training will probably diverge; check the value", optim.lr)
 
 
 def resolve_ckpt_path(ckpt_path: str | None, output_dir: str | Path) -> str | None:
@@ -138,17 +175,25 @@ def compile_backbone(method, options) -> None:
 
 
 def check_data_files(cfg: DictConfig) -> None:
-    """The training file (``data.path``) exists and is readable, checked before the backbone is loaded.
+    """Every input file, checked before the backbone is loaded (:mod:`cselab.data.checks`): the training file
+    (``data.path``: exists, readable, not empty, not mostly undecodable, the NLI header) and the STS files of
+    every test task and of the dev task (names known, files parse).
 
     Raises:
-        FileNotFoundError: it is missing (names the path, ``data.path`` and how to get the data).
-        PermissionError: it is not readable.
+        FileNotFoundError: a file is missing (names the path, the config key and how to get the data).
+        PermissionError: the training file is not readable.
+        ValueError: an unknown task name (names ``eval.test_tasks`` / ``eval.dev_task``) or a bad training file
+            (names it and the counts); ``cselab.data.sts.STSFormatError`` for a malformed STS file.
     """
-    if not cfg.train:
-        return
-    path = str(cfg.data.path)
-    what = "NLI triplets csv" if cfg.setting.name == "sup" else "unsup corpus"
-    require(path if path.startswith("/") else data_root(cfg.data_dir) / path, what, "data.path")
+    from cselab.data.checks import check_corpus, check_nli, check_sts_tasks
+
+    if cfg.train:
+        path = str(cfg.data.path)
+        what = "NLI triplets csv" if cfg.setting.name == "sup" else "unsup corpus"
+        found = require(path if path.startswith("/") else data_root(cfg.data_dir) / path, what, "data.path")
+        share = float(cfg.data.get("max_undecodable_share", 0.01))
+        (check_nli if cfg.setting.name == "sup" else check_corpus)(found, max_undecodable_share=share)
+    check_sts_tasks(data_root(cfg.data_dir), list(cfg.eval.test_tasks), cfg.eval.dev_task)
 
 
 def dev_encoder(cfg: DictConfig) -> dict | None:
@@ -222,13 +267,18 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     """Train (if ``train``) and evaluate one configuration; returns the results dict also written to disk."""
     start = time.perf_counter()
     output_dir = Path(output_dir)
-    validate(cfg)
-    check_data_files(cfg)
     if (output_dir / "results.json").exists() and not cfg.get("overwrite", False):
-        raise FileExistsError(
+        raise RunFinished(
             f"{output_dir / 'results.json'} exists: this run already finished. Pass overwrite=true to run it "
-            "again in the same directory, or choose another hydra.run.dir"
+            "again in the same directory, or name another run with run_name=...",
+            _read_json(output_dir / "results.json"),
         )
+    if cfg.get("resume") and cfg.train and not (
+            (output_dir / "checkpoints" / "last.ckpt").is_file() or any(output_dir.glob("hpc_ckpt_*.ckpt"))):
+        raise ConfigError(f"resume={cfg.resume}: no checkpoints/last.ckpt in that directory to resume from "
+                          "(a run writes it at its first validation)")
+    validate(cfg)
+    check_data_files(cfg)  # every input file, before the backbone loads and long before fit ends
     L.seed_everything(cfg.seed, workers=True)
     method = build_method(cfg)
     if cfg.get("activation_checkpointing", False):
@@ -240,8 +290,12 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         dev_task=cfg.eval.dev_task,
         aggregation=cfg.eval.aggregation,
         batch_size=cfg.eval.batch_size,
+        progress_every_s=float(cfg.trainer.get("progress_log_s", 60)),
     )
     callbacks: list[L.Callback] = [sts]
+    # a terminal gets bars (training bounded by max_steps, one per STS task at evaluation); a log file lines
+    bars = bool(cfg.trainer.get("enable_progress_bar", True)) and interactive()
+    callbacks.append(progress_bar() if bars else ProgressLog(float(cfg.trainer.get("progress_log_s", 60))))
     checkpoint = None
     if cfg.train:
         callbacks.append(L.pytorch.callbacks.ThroughputMonitor(batch_size_fn=_batch_size, window_size=5))
@@ -256,7 +310,8 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         )
         callbacks.append(checkpoint)
         if cfg.trainer.get("save_last", False):
-            # checkpoints/last.ckpt: at every validation and every `trainer.save_every_n_steps` steps (resume)
+            # checkpoints/last.ckpt: at every validation and every `trainer.save_every_n_steps` steps (resume);
+            # after the best checkpoint's callback, so that it holds this validation's best
             callbacks.append(LastCheckpoint(output_dir / "checkpoints", cfg.trainer.get("save_every_n_steps") or None))
     tags = [cfg.method.name, cfg.backbone.get("name", str(cfg.backbone.name_or_path)), cfg.setting.name,
             f"loss={cfg.loss.name}", f"tuning={cfg.tuning.name}"]
@@ -273,6 +328,8 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     tcfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     tcfg.pop("save_last", None)
     tcfg.pop("save_every_n_steps", None)
+    tcfg.pop("progress_log_s", None)
+    tcfg["enable_progress_bar"] = bars
     trainer = L.Trainer(
         **{**tcfg, "precision": resolve_precision(tcfg.get("precision", "auto"))},
         callbacks=callbacks,
@@ -368,16 +425,35 @@ def _log_table(loggers, test: dict[str, float]) -> None:
                 log.warning("could not log the STS table to %s: %s", type(logger).__name__, err)
 
 
-def record_failure(output_dir: str | Path, err: BaseException) -> Path:
-    """Write ``failed.json`` (error type, message, traceback) in a run's directory; the report lists it."""
+def _read_json(path: Path) -> dict:
+    """A JSON file's object, or ``{}`` when it cannot be read."""
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def record_failure(output_dir: str | Path, err: BaseException) -> Path | None:
+    """Write ``failed.json`` (error type, message, traceback) in a run's directory; the report lists it.
+
+    Never raises: when the file cannot be written (a full disk, a read-only folder), the failure and the reason
+    are logged instead and ``None`` is returned, so a sweep's handler goes on with the next job.
+    """
     import json
     import traceback
 
     from cselab.report.results import atomic_write_text
 
-    info = {
-        "error": type(err).__name__,
-        "message": str(err),
-        "traceback": "".join(traceback.format_exception(type(err), err, err.__traceback__)),
-    }
-    return atomic_write_text(Path(output_dir) / "failed.json", json.dumps(info, indent=2) + "\n")
+    try:
+        info = {
+            "error": type(err).__name__,
+            "message": str(err),
+            "traceback": "".join(traceback.format_exception(type(err), err, err.__traceback__)),
+        }
+        return atomic_write_text(Path(output_dir) / "failed.json", json.dumps(info, indent=2) + "\n")
+    except Exception as write_err:
+        log.error("could not write %s (%s: %s); the run failed with %s: %s", Path(output_dir) / "failed.json",
+                  type(write_err).__name__, write_err, type(err).__name__, err)
+        return None

@@ -19,6 +19,7 @@ import time
 import lightning as L
 
 from cselab.evaluation.sts import TEST_TASKS, STSEvaluator
+from cselab.progress import EvalProgress
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,8 @@ class STSCallback(L.Callback):
         dev_task: the model-selection task, scored on its ``dev`` split (``stsb``).
         aggregation: ``all`` | ``mean`` | ``wmean`` for STS12-16.
         batch_size: sentences per forward pass (None: the module's ``eval_batch_size``).
+        progress_every_s: seconds between progress log lines when the output is not a terminal (a terminal gets a
+            bar per task: :class:`cselab.progress.EvalProgress`).
 
     Attributes:
         history: ``[{"step": int, "stsb_dev": float, "seconds": float}]``, one entry per validation (kept in
@@ -48,8 +51,10 @@ class STSCallback(L.Callback):
         dev_task: str = "stsb",
         aggregation: str = "all",
         batch_size: int | None = None,
+        progress_every_s: float = 60.0,
     ) -> None:
         self.evaluator = STSEvaluator(data_dir)
+        self.progress_every_s = progress_every_s
         self.test_tasks = tuple(test_tasks)
         self.dev_task = dev_task
         self.aggregation = aggregation
@@ -80,14 +85,16 @@ class STSCallback(L.Callback):
 
     def _score(self, trainer, pl_module, tasks, split, keep_pairs: bool = False) -> dict[str, float]:
         scores = None
-        if trainer.is_global_zero and keep_pairs:
-            report = self.evaluator.evaluate_detailed(self._encode(pl_module, split), tasks=tasks, split=split,
-                                                      aggregation=self.aggregation)
+        if trainer.is_global_zero:
+            progress = EvalProgress(trainer, split, every_s=self.progress_every_s)
+            try:
+                report = self.evaluator.evaluate_detailed(self._encode(pl_module, split), tasks=tasks, split=split,
+                                                          aggregation=self.aggregation, progress=progress)
+            finally:
+                progress.close()
             scores = dict(report.scores)
-            self.test_pairs = {t: (r.system, r.gold) for t, r in report.tasks.items()}
-        elif trainer.is_global_zero:
-            scores = self.evaluator.evaluate(self._encode(pl_module, split), tasks=tasks, split=split,
-                                             aggregation=self.aggregation)
+            if keep_pairs:
+                self.test_pairs = {t: (r.system, r.gold) for t, r in report.tasks.items()}
         return trainer.strategy.broadcast(scores, src=0)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -246,15 +246,20 @@ class STSEvaluator:
         return names
 
     # ------------------------------------------------------------------ encoding
-    def _encode_all(self, encode: EncodeFn, sentences: list[str]) -> torch.Tensor:
+    #: sentences per ``encode`` call when progress is reported (and no ``batch_size`` is set)
+    PROGRESS_CHUNK: int = 2048
+
+    def _encode_all(self, encode: EncodeFn, sentences: list[str], progress=None) -> torch.Tensor:
         if not sentences:
             raise ValueError("no sentences to encode")
-        size = self.batch_size or len(sentences)
+        size = self.batch_size or (self.PROGRESS_CHUNK if progress is not None else len(sentences))
         chunks = []
         for start in range(0, len(sentences), size):
             batch = sentences[start : start + size]
             out = encode(batch)
             chunks.append(_check_encoded(out, len(batch)))
+            if progress is not None:
+                progress(start + len(batch), len(sentences))
         dims = {c.shape[1] for c in chunks}
         if len(dims) != 1:
             raise ValueError(f"encode returned embeddings of different sizes across calls: {sorted(dims)}")
@@ -267,6 +272,7 @@ class STSEvaluator:
         tasks: Iterable[str] = TEST_TASKS,
         split: str = "test",
         aggregation: str = "all",
+        progress: Callable[[str, int, int], None] | None = None,
     ) -> STSReport:
         """Evaluate ``encode`` on ``tasks``; per-task, per-subset scores and pair counts.
 
@@ -277,6 +283,10 @@ class STSEvaluator:
             split: ``"test"`` (papers) or ``"dev"`` / ``"train"`` (stsb / sickr only).
             aggregation: STS12-16 aggregation for :attr:`STSReport.scores`: ``"all"``, ``"mean"``, ``"wmean"``
                 (all three are always computed in :attr:`STSReport.tasks`).
+            progress: ``progress(task, done, total)``, called as each task's sentences are encoded (``done`` of
+                ``total`` sentences new to this evaluation, after each call to ``encode`` of at most
+                :attr:`PROGRESS_CHUNK` sentences).  With it the sentences are encoded task by task, each distinct
+                sentence still once; without it, all in one call (or ``batch_size`` chunks).
 
         Returns:
             :class:`STSReport`; all scores are Spearman x 100 (python floats, unrounded).
@@ -289,13 +299,24 @@ class STSEvaluator:
         _check_aggregation(aggregation)
         data = self.load(tasks, split)
 
-        distinct: set[str] = set()
-        for subsets in data.values():
-            for pairs in subsets.values():
-                distinct.update(pairs.sent1)
-                distinct.update(pairs.sent2)
-        sentences = sorted(distinct)
-        emb = self._encode_all(encode, sentences)
+        if progress is None:
+            distinct: set[str] = set()
+            for subsets in data.values():
+                for pairs in subsets.values():
+                    distinct.update(pairs.sent1)
+                    distinct.update(pairs.sent2)
+            sentences = sorted(distinct)
+            emb = self._encode_all(encode, sentences)
+        else:  # task by task, so that the progress is per task; a sentence seen in an earlier task is not redone
+            sentences, parts = [], []
+            for task, subsets in data.items():
+                seen = set(sentences)
+                new = sorted({s for pairs in subsets.values() for s in (*pairs.sent1, *pairs.sent2)} - seen)
+                progress(task, 0, len(new))
+                if new:
+                    parts.append(self._encode_all(encode, new, lambda done, total, t=task: progress(t, done, total)))
+                    sentences.extend(new)
+            emb = torch.cat(parts)
         row = {s: i for i, s in enumerate(sentences)}
 
         results: dict[str, TaskScore] = {}
@@ -331,13 +352,14 @@ class STSEvaluator:
         tasks: Iterable[str] = TEST_TASKS,
         split: str = "test",
         aggregation: str = "all",
+        progress: Callable[[str, int, int], None] | None = None,
     ) -> dict[str, float]:
         """Evaluate ``encode``: ``{task: Spearman x 100, ..., "avg": mean over the requested tasks}``.
 
         See :meth:`evaluate_detailed` for the arguments and errors; this returns its ``scores`` dict
         (tasks in requested order, then ``"avg"``; python floats, unrounded).
         """
-        return dict(self.evaluate_detailed(encode, tasks, split, aggregation).scores)
+        return dict(self.evaluate_detailed(encode, tasks, split, aggregation, progress).scores)
 
 
 def _check_encoded(out: object, n: int) -> torch.Tensor:

@@ -11,27 +11,24 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from cselab.evaluation.sts import TEST_TASKS
+from cselab.files import staged
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file and ``os.replace`` (never a half-written file)."""
+    """Write ``text`` to ``path`` through a temporary file beside it and ``os.replace`` (never a half-written
+    file; the temporary file removed on any failure; created with the process umask, see :mod:`cselab.files`).
+
+    Raises:
+        OSError: the write failed (e.g. ENOSPC); ``path`` keeps its previous content.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with staged(path, "w") as f:
+        f.write(text)
     return path
 
 

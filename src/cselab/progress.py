@@ -1,0 +1,178 @@
+"""Progress a person can follow, in a terminal and in a log file.
+
+* In a terminal: Lightning's progress bar (Rich when installed, else tqdm) whose training total is bounded by
+  ``trainer.max_steps`` (Lightning bounds it only when ``max_epochs=-1``), and, at every validation and test, one
+  bar per STS task counting the sentences encoded (:class:`EvalProgress`, a task of the same Rich display).
+* Not a terminal (a log file, a batch job, a pipe): no bars; a log line every ``every_s`` seconds of training
+  (:class:`ProgressLog`: step / total, s/step, time left, loss) and, during an evaluation, a line when a task
+  starts, every ``every_s`` seconds and when it ends (:class:`EvalProgress`).  The lines go through ``logging``,
+  so they reach Hydra's ``<run dir>/<job>.log`` as well as the console.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+
+import lightning as L
+from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+
+log = logging.getLogger(__name__)
+
+
+def interactive() -> bool:
+    """Whether stderr (where the bars draw) is a terminal."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(round(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class _BoundedByMaxSteps:
+    """The training bar's total: this epoch's batches, but no more than ``trainer.max_steps`` allows."""
+
+    @property
+    def total_train_batches(self) -> int | float:
+        trainer = self.trainer
+        total = trainer.num_training_batches
+        if trainer.max_steps is not None and trainer.max_steps > 0:
+            loop = trainer.fit_loop.epoch_loop
+            done = loop.batch_progress.current.ready if loop.restarting else 0  # a resumed epoch's batches
+            left = (trainer.max_steps - trainer.global_step) * trainer.accumulate_grad_batches
+            total = min(total, done + max(left, 0))
+        return total
+
+
+class StepRichProgressBar(_BoundedByMaxSteps, RichProgressBar):
+    """Lightning's Rich progress bar, training total bounded by ``trainer.max_steps``."""
+
+
+class StepTQDMProgressBar(_BoundedByMaxSteps, TQDMProgressBar):
+    """Lightning's tqdm progress bar, training total bounded by ``trainer.max_steps``."""
+
+
+def progress_bar() -> L.Callback:
+    """The bar Lightning would pick (Rich when installed, else tqdm), bounded by ``trainer.max_steps``."""
+    try:
+        import rich  # noqa: F401
+
+        return StepRichProgressBar()
+    except ImportError:
+        return StepTQDMProgressBar()
+
+
+class ProgressLog(L.Callback):
+    """A log line every ``every_s`` seconds of training: ``step 40/187 (21%), 2.10 s/step, 0:05:13 left, loss 0.53``.
+
+    For output that is not a terminal (where the bars are off).  The rate counts only this process's steps
+    (a resumed run starts its clock at the resumed step).
+
+    Args:
+        every_s: seconds between lines (the first line comes ``every_s`` after training starts).
+    """
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        self.every_s = float(every_s)
+        self._start = self._last = 0.0
+        self._first_step = 0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start = self._last = time.monotonic()
+        self._first_step = trainer.global_step
+        total = trainer.estimated_stepping_batches
+        log.info("training: step %d of %s", trainer.global_step, f"{int(total):,}" if math.isfinite(total) else "?")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        now = time.monotonic()
+        if now - self._last < self.every_s or not trainer.is_global_zero:
+            return
+        self._last = now
+        step = trainer.global_step
+        total = trainer.estimated_stepping_batches
+        rate = (now - self._start) / max(step - self._first_step, 1)
+        loss = trainer.callback_metrics.get("train/loss")
+        parts = [f"training: step {step:,}/{int(total):,} ({100 * step / total:.0f}%)" if math.isfinite(total)
+                 else f"training: step {step:,}", f"{rate:.2f} s/step"]
+        if math.isfinite(total):
+            parts.append(f"{_duration(rate * (total - step))} left")
+        if loss is not None:
+            parts.append(f"loss {float(loss):.4f}")
+        log.info(", ".join(parts))
+
+
+class EvalProgress:
+    """``progress(task, done, total)`` for :meth:`cselab.evaluation.sts.STSEvaluator.evaluate_detailed`:
+    sentences encoded per task.
+
+    In a terminal with Lightning's Rich bar running: one line of that display per task (``sts12 test 2048/6216``);
+    with the tqdm bar: a tqdm bar per task; otherwise (not a terminal, bars off): log lines when a task starts,
+    every ``every_s`` seconds, and when it ends.
+
+    Args:
+        trainer: the trainer whose progress bar to draw on (None: log lines).
+        split: shown with each task name (``dev``, ``test``).
+        every_s: seconds between log lines.
+    """
+
+    def __init__(self, trainer: L.Trainer | None, split: str, every_s: float = 60.0) -> None:
+        self.split = split
+        self.every_s = float(every_s)
+        bar = getattr(trainer, "progress_bar_callback", None) if trainer is not None else None
+        self._bar = bar if bar is not None and bar.is_enabled and interactive() else None
+        self._task = None  # (task name, rich task id | tqdm bar | None)
+        self._start = self._last = 0.0
+
+    def __call__(self, task: str, done: int, total: int) -> None:
+        if self._task is None or self._task[0] != task:
+            self.close()
+            self._task = (task, self._open(task, total))
+            self._start = self._last = time.monotonic()
+            if self._task[1] is None:
+                log.info("evaluating %s %s: %s sentences to encode", task, self.split, f"{total:,}")
+        handle = self._task[1]
+        if isinstance(self._bar, RichProgressBar) and handle is not None:
+            self._bar.progress.update(handle, completed=done)
+            self._bar.refresh()
+        elif handle is not None:
+            handle.update(done - handle.n)
+        else:
+            now = time.monotonic()
+            if done >= total:
+                log.info("evaluated %s %s: %s sentences in %.1f s", task, self.split, f"{total:,}", now - self._start)
+            elif done and now - self._last >= self.every_s:
+                self._last = now
+                rate = (now - self._start) / done
+                log.info("evaluating %s %s: %s/%s sentences (%.0f%%), %s left", task, self.split, f"{done:,}",
+                         f"{total:,}", 100 * done / total, _duration(rate * (total - done)))
+
+    def _open(self, task: str, total: int):
+        if isinstance(self._bar, RichProgressBar) and self._bar.progress is not None:
+            return self._bar._add_task(total, f"{task} {self.split}")
+        if isinstance(self._bar, TQDMProgressBar):
+            from tqdm.auto import tqdm
+
+            return tqdm(total=total, desc=f"{task} {self.split}", unit="sent", leave=False, file=sys.stderr)
+        return None
+
+    def close(self) -> None:
+        """Remove the current task's bar (called between tasks and at the end)."""
+        if self._task is None:
+            return
+        handle = self._task[1]
+        if isinstance(self._bar, RichProgressBar) and handle is not None and self._bar.progress is not None:
+            self._bar.progress.remove_task(handle)
+            self._bar.refresh()
+        elif handle is not None and hasattr(handle, "close"):
+            handle.close()
+        self._task = None

@@ -1,0 +1,70 @@
+"""Progress: the training bar's total bounded by max_steps, and log lines when the output is not a terminal."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+from cselab.progress import EvalProgress, ProgressLog, StepRichProgressBar, StepTQDMProgressBar
+
+
+def _trainer(global_step=0, batches=187, max_steps=20, restarting=False, ready=0, accumulate=1, total=None):
+    loop = SimpleNamespace(restarting=restarting, batch_progress=SimpleNamespace(current=SimpleNamespace(ready=ready)))
+    return SimpleNamespace(num_training_batches=batches, max_steps=max_steps, global_step=global_step,
+                           accumulate_grad_batches=accumulate, fit_loop=SimpleNamespace(epoch_loop=loop),
+                           estimated_stepping_batches=total if total is not None else max_steps,
+                           is_global_zero=True, callback_metrics={}, progress_bar_callback=None)
+
+
+@pytest.mark.parametrize("bar_class", [StepRichProgressBar, StepTQDMProgressBar])
+def test_training_bar_total_is_bounded_by_max_steps(bar_class, monkeypatch):
+    bar = bar_class()
+    for trainer, expected in [
+        (_trainer(), 20),                                    # a 20-step run on a 187-batch epoch: 20, not 187
+        (_trainer(global_step=180, max_steps=200), 20),      # the second epoch of a 200-step run
+        (_trainer(max_steps=-1), 187),                       # epochs only: the epoch's batches
+        (_trainer(max_steps=500), 187),                      # max_steps beyond this epoch
+        (_trainer(global_step=8, restarting=True, ready=8), 20),  # resumed mid-epoch at batch 8 of 20
+        (_trainer(max_steps=10, accumulate=2), 20),          # 2 batches per optimizer step
+    ]:
+        monkeypatch.setattr(type(bar), "trainer", property(lambda self, t=trainer: t), raising=False)
+        assert bar.total_train_batches == expected
+
+
+def test_progress_log_lines_for_training(caplog, monkeypatch):
+    import cselab.progress as progress
+
+    clock = iter([0.0, 30.0, 61.0, 130.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    cb = ProgressLog(every_s=60)
+    trainer = _trainer(global_step=0, total=200)
+    with caplog.at_level(logging.INFO, logger="cselab.progress"):
+        cb.on_train_start(trainer, None)
+        for step in (10, 20, 40):  # at 30 s (too soon), 61 s and 130 s
+            trainer.global_step = step
+            trainer.callback_metrics = {"train/loss": 0.5}
+            cb.on_train_batch_end(trainer, None, None, None, step - 1)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["training: step 0 of 200",
+                     "training: step 20/200 (10%), 3.05 s/step, 9:09 left, loss 0.5000",
+                     "training: step 40/200 (20%), 3.25 s/step, 8:40 left, loss 0.5000"]
+
+
+def test_evaluation_progress_lines_when_not_a_terminal(caplog, monkeypatch):
+    import cselab.progress as progress
+
+    clock = iter([0.0, 0.0, 70.0, 100.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    report = EvalProgress(None, "test", every_s=60)
+    with caplog.at_level(logging.INFO, logger="cselab.progress"):
+        report("sts12", 0, 6000)
+        report("sts12", 2000, 6000)  # 70 s in: a line
+        report("sts12", 6000, 6000)  # done
+        report.close()
+    assert [r.getMessage() for r in caplog.records] == [
+        "evaluating sts12 test: 6,000 sentences to encode",
+        "evaluating sts12 test: 2,000/6,000 sentences (33%), 2:20 left",
+        "evaluated sts12 test: 6,000 sentences in 100.0 s",
+    ]
