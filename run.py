@@ -7,10 +7,12 @@
 Runs live in ``outputs/<run_name>`` (sweeps in ``multirun/<run_name>/<job>``), a name derived from the command's
 overrides: re-running the same command resumes an interrupted run from ``checkpoints/last.ckpt`` and skips a
 finished one (logged once).  In a -m sweep a failing job writes ``failed.json`` in its directory and the sweep
-goes on with the next job; a single run re-raises (non-zero exit).
+goes on with the next job; at its end the sweep prints a summary of its jobs and exits 1 if one failed
+(``cselab.sweep``).  A single run re-raises (non-zero exit).
 """
 
 import logging
+import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -18,13 +20,17 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
 
 from cselab.config import variant_name  # (importing cselab.config registers the resolvers)
+from cselab.logs import one_line_per_event
+from cselab.sweep import exit_status
 
 log = logging.getLogger("cselab")
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
-    from cselab.pipeline import ConfigError, RunFinished, record_failure, run
+    from cselab.pipeline import ConfigError, RunFinished, record_failure, run  # (imports Lightning, which adds its console handler)
+
+    one_line_per_event()  # Hydra has configured the job's logging: Lightning's records go through it, once
 
     hydra_cfg = HydraConfig.get()
     output_dir = hydra_cfg.runtime.output_dir
@@ -54,3 +60,4 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     main()
+    sys.exit(exit_status())  # a -m sweep with a failed job: 1 (a failing single run has exited 1 already)

@@ -98,6 +98,43 @@ def test_invalid_configs_are_refused_with_the_key(overrides, message):
         validate(_compose(*overrides))
 
 
+@pytest.mark.parametrize("prompt", ["promptbert", "promptbert_manual", "cot_bert", "cot_bert_only_prefix"])
+def test_prompt_template_on_a_named_prompt_says_what_to_type(prompt):
+    cfg = _compose("method=baseline", "pooler=mask", f"prompt={prompt}", "prompt.template='This [X] means [MASK] .'")
+    with pytest.raises(ConfigError) as err:
+        validate(cfg)
+    message = str(err.value)
+    assert f"prompt.template='This [X] means [MASK] .' is read only by prompt=custom, but prompt={prompt}" in message
+    assert "type: prompt=custom prompt.template='This [X] means [MASK] .'" in message
+    family, views = next(iter(cfg.prompt.templates.items()))
+    assert f"prompt.templates.{family}.{next(iter(views))}='This [X] means [MASK] .'" in message
+    # what the message says to type composes and validates
+    validate(_compose("method=baseline", "pooler=mask", "prompt=custom", "prompt.template='This [X] means [MASK] .'"))
+    validate(_compose("method=baseline", "pooler=mask", f"prompt={prompt}",
+                      f"prompt.templates.{family}.{next(iter(views))}='This [X] means [MASK] .'"))
+
+
+def test_prompt_template_on_prompt_none_says_what_to_type():
+    cfg = _compose("method=baseline", "pooler=mask", "+prompt.template='[X] means [MASK] .'")
+    with pytest.raises(ConfigError, match=r"but prompt=none\. .*type: prompt=custom prompt.template='\[X\] means"):
+        validate(cfg)
+
+
+def test_run_help_lists_the_groups_and_the_most_used_keys():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "run.py", "--help"], cwd=Path(CONF).parent, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for group in ("method:", "backbone:", "prompt:", "setting:", "sweep:", "experiment:"):
+        assert f"\n{group} " in proc.stdout, group
+    for key in ("train=", "pooler=", "prompt.template=", "data.batch_size=", "optim.lr=", "trainer.max_steps=",
+                "eval.test_tasks=", "seed="):
+        assert key in proc.stdout, key
+    assert "simcse" in proc.stdout and "promptbert_table4" in proc.stdout
+
+
 def test_precision_auto_is_bf16_on_gpu_and_32_on_cpu(monkeypatch):
     import torch
 

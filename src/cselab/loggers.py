@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 from typing import Any
@@ -24,6 +25,9 @@ def build_loggers(cfg: dict[str, Any], output_dir: str, tags: list[str], group: 
     if cfg.get("csv", True):
         loggers.append(CSVLogger(save_dir=output_dir, name="csv", version=""))
     wb = cfg.get("wandb")
+    if wb and importlib.util.find_spec("wandb") is None:  # an optional extra
+        log.warning("logger=wandb but wandb is not installed (pip install 'cselab[wandb]'): logging to CSV only")
+        wb = None
     if wb:
         try:
             from lightning.pytorch.loggers import WandbLogger

@@ -79,6 +79,7 @@ def validate(cfg: DictConfig) -> None:
             )
     if cfg.train and cfg.setting.name == "unsup" and cfg.data.get("streaming") and cfg.trainer.max_steps <= 0:
         raise ConfigError("data.streaming=true has no epoch length: set trainer.max_steps (e.g. 1M / batch_size)")
+    _check_template_override(cfg)
     if cfg.denoise not in ("none", "position", "pad"):
         raise ConfigError(f"denoise={cfg.denoise!r}: expected none, position or pad")
     if cfg.denoise != "none" and not cfg.prompt:
@@ -124,6 +125,30 @@ def check_optim(optim) -> None:
     if optim.lr > PLAUSIBLE_MAX_LR:
         log.warning("optim.lr=%g is far above the papers' learning rates (1e-5 for full fine-tuning .. 3e-2 for "
                     "soft prompts): training will probably diverge; check the value", optim.lr)
+
+
+def _check_template_override(cfg: DictConfig) -> None:
+    """``prompt.template`` is the template of ``prompt=custom`` only: on another prompt (``template: null`` in
+    its file) or on ``prompt=none`` (``+prompt.template=...``), refuse with the overrides to type instead.
+
+    Raises:
+        ConfigError: names the prompt, its views and the two ways to use the template.
+    """
+    prompt = cfg.get("prompt") or {}
+    template = prompt.get("template")
+    name = prompt.get("name") or "none"
+    if template is None or name == "custom":
+        return
+    views = {family: list(views) for family, views in (prompt.get("templates") or {}).items()}
+    one_view = ""
+    if views:
+        family, names = next(iter(views.items()))
+        one_view = (f", or change one view of prompt={name} (its views: "
+                    + "; ".join(f"{f}: {', '.join(v)}" for f, v in views.items())
+                    + f"): prompt.templates.{family}.{names[0]}='{template}'")
+    raise ConfigError(
+        f"prompt.template='{template}' is read only by prompt=custom, but prompt={name}. To evaluate or train "
+        f"with this template, type: prompt=custom prompt.template='{template}'{one_view}")
 
 
 def resolve_ckpt_path(ckpt_path: str | None, output_dir: str | Path) -> str | None:

@@ -1,0 +1,68 @@
+"""The ``cselab`` console command: one entry point for the package's command-line tools.
+
+    cselab report multirun/2026-11-21/12-00-00 --format markdown     # = python -m cselab.report ...
+    cselab export CHECKPOINT OUT_DIR [--push-to-hub ID]              # = python -m cselab.export ...
+    cselab --help                                                    # the list of commands
+
+Each command runs its module's own ``main(argv)`` (same arguments and exit status as ``python -m``).  Training
+stays ``python run.py ...`` in a clone (Hydra composes ``conf/`` beside it).  This module is a CLI: library
+modules never import it; it imports the commands' modules only when one is called.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+#: command -> (module with ``main(argv) -> int``, one-line description)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "report": ("cselab.report.__main__", "results.json files pooled over seeds beside the papers' numbers"),
+    "export": ("cselab.export", "a checkpoint as a sentence-transformers folder (optionally pushed to the Hub)"),
+    "data": ("cselab.data.download", "link ../shared/data or fetch SimCSE's data files"),
+    "analysis": ("cselab.analysis.__main__", "static / top-k token analyses (PromptBERT Tables 5, 7, 9)"),
+    "cxc": ("cselab.evaluation.cxc", "PromCSE's CxC evaluation"),
+    "nli-convert": ("cselab.data.nli_convert", "SNLI / MultiNLI / SICK -> sent0,sent1,hard_neg triplets"),
+}
+
+#: optional module -> the extra that installs it (a command that needs one says which to install)
+EXTRAS: dict[str, str] = {"sentence_transformers": "export", "mteb": "mteb", "wandb": "wandb",
+                          "matplotlib": "notebooks"}
+
+
+def usage() -> str:
+    """The ``cselab --help`` text: the commands and one line each."""
+    width = max(len(c) for c in COMMANDS)
+    lines = [f"  {name.ljust(width)}  {desc}" for name, (_, desc) in COMMANDS.items()]
+    return ("usage: cselab COMMAND [ARGS...]   (cselab COMMAND --help for a command's arguments)\n\n"
+            "commands:\n" + "\n".join(lines) + "\n\nTraining: python run.py [OVERRIDES...] (python run.py --help)\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Dispatch ``cselab COMMAND ARGS...`` to the command's ``main(ARGS)``; returns its exit status.
+
+    Exit status 2 (with the usage on stderr) for a missing or unknown command, or (with the ``pip install``
+    line to type) when the command needs an extra that is not installed.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        (sys.stdout if args else sys.stderr).write(usage())
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command not in COMMANDS:
+        sys.stderr.write(f"cselab: unknown command {command!r}\n\n{usage()}")
+        return 2
+    try:
+        module = importlib.import_module(COMMANDS[command][0])
+    except ModuleNotFoundError as err:
+        extra = EXTRAS.get(err.name.split(".")[0]) if err.name else None
+        if extra is None:
+            raise
+        sys.stderr.write(f"cselab {command}: needs {err.name}, an optional dependency: "
+                         f"pip install 'cselab[{extra}]'\n")
+        return 2
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Packaging: pyproject.toml declares what the code imports, requirements.txt pins inside those ranges, the
+console commands resolve, and optional extras stay optional."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import logging
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "cselab"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+
+#: import name -> distribution name, where they differ
+DIST_OF = {"hydra": "hydra-core", "yaml": "pyyaml", "sentence_transformers": "sentence-transformers",
+           "huggingface_hub": "huggingface-hub"}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirements(items) -> dict[str, Requirement]:
+    return {_norm(r.name): r for r in map(Requirement, items)}
+
+
+def _imports(path: Path) -> set[str]:
+    """Top-level modules imported anywhere in ``path`` (module level and inside functions)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_every_third_party_import_is_declared():
+    """A module of src/cselab imports only the stdlib, cselab, the runtime dependencies and the extras."""
+    runtime = _requirements(PYPROJECT["dependencies"])
+    extras = {_norm(r.name) for group in PYPROJECT["optional-dependencies"].values() for r in map(Requirement, group)}
+    undeclared = {}
+    for path in SRC.rglob("*.py"):
+        for name in _imports(path) - set(sys.stdlib_module_names) - {"cselab", "__future__"}:
+            dist = _norm(DIST_OF.get(name, name))
+            if dist not in runtime and dist not in extras:
+                undeclared.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"
+
+
+def test_optional_extras_are_not_imported_at_module_level_by_the_core():
+    """wandb / mteb are extras: no module imports them at import time (only inside the function using them)."""
+    for path in SRC.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top = set()
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                top.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                top.add(node.module.split(".")[0])
+        assert not top & {"wandb", "mteb"}, f"{path} imports an optional extra at module level"
+
+
+def test_requirements_pin_the_lower_bounds_of_the_ranges():
+    """requirements.txt (what CI tests) pins each declared package at the lower bound of its range."""
+    pins = {}
+    for line in (ROOT / "requirements.txt").read_text(encoding="utf-8").splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            req = Requirement(line)
+            (spec,) = req.specifier
+            assert spec.operator == "==", f"requirements.txt: {line!r} is not an exact pin"
+            pins[_norm(req.name)] = spec.version
+    declared = [*PYPROJECT["dependencies"], *(r for extra, group in PYPROJECT["optional-dependencies"].items()
+                                             if extra != "all" for r in group)]
+    for req in map(Requirement, declared):
+        name = _norm(req.name)
+        assert name in pins, f"{req.name} is declared in pyproject.toml but not pinned in requirements.txt"
+        assert req.specifier.contains(pins[name]), f"{req.name}=={pins[name]} is outside {req.specifier}"
+        lower = [s.version for s in req.specifier if s.operator == ">="]
+        assert lower == [pins[name]], f"{req.name}: lower bound {lower} is not the tested {pins[name]}"
+
+
+def test_console_scripts_resolve_to_callables():
+    for name, target in PYPROJECT["scripts"].items():
+        module, _, attr = target.partition(":")
+        assert callable(getattr(importlib.import_module(module), attr)), name
+
+
+def test_cselab_command_lists_and_dispatches(capsys):
+    from cselab.cli import COMMANDS, EXTRAS, main
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in COMMANDS)
+    assert main([]) == 2
+    assert main(["no-such-command"]) == 2
+    assert "unknown command 'no-such-command'" in capsys.readouterr().err
+    for module, _ in COMMANDS.values():
+        try:
+            assert callable(importlib.import_module(module).main)
+        except ModuleNotFoundError as err:  # only an optional extra may be missing (pip install -e .[dev])
+            assert err.name.split(".")[0] in EXTRAS, f"{module}: {err}"
+    # a command gets the rest of the arguments (the report refuses a missing directory with argparse's 2)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", "/no/such/dir"])
+    assert exit_info.value.code == 2
+
+
+def test_library_modules_do_not_import_the_cli():
+    for path in SRC.rglob("*.py"):
+        if path.name != "cli.py":
+            assert "cselab.cli" not in _imports_full(path), f"{path} imports cselab.cli"
+
+
+def _imports_full(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_wandb_logger_without_wandb_installed_falls_back_to_csv(tmp_path, monkeypatch, caplog):
+    import importlib.util
+
+    from cselab import loggers
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    with caplog.at_level(logging.WARNING, logger="cselab.loggers"):
+        built = loggers.build_loggers({"csv": True, "wandb": {"project": "p"}}, str(tmp_path), ["t"], None)
+    assert [type(x).__name__ for x in built] == ["CSVLogger"]
+    assert "pip install 'cselab[wandb]'" in caplog.text
+
+
+def test_a_command_whose_extra_is_missing_says_what_to_install(monkeypatch, capsys):
+    from cselab import cli
+
+    def missing(name):
+        raise ModuleNotFoundError("No module named 'sentence_transformers'", name="sentence_transformers")
+
+    monkeypatch.setattr(cli.importlib, "import_module", missing)
+    assert cli.main(["export", "x.ckpt", "out"]) == 2
+    assert "pip install 'cselab[export]'" in capsys.readouterr().err
