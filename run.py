@@ -28,7 +28,8 @@ log = logging.getLogger("cselab")
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
-    from cselab.pipeline import ConfigError, RunFinished, record_failure, run  # (imports Lightning, which adds its console handler)
+    # (importing cselab.pipeline imports Lightning, which adds its console handler)
+    from cselab.pipeline import ConfigError, RunFinished, record_failure, run
 
     one_line_per_event()  # Hydra has configured the job's logging: Lightning's records go through it, once
 
