@@ -130,6 +130,11 @@ class _FakeEvaluator:
         (self.out / f"evaluated_rank{rank}").write_text(str(tuple(emb.shape)))
         return {t: 50.0 + 10.0 * rank for t in tasks}
 
+    def evaluate_detailed(self, encode, tasks, split, aggregation, progress=None):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(scores=self.evaluate(encode, tasks, split, aggregation), tasks={})
+
 
 class _History(L.Callback):
     def __init__(self, sts: STSCallback, out: Path):
