@@ -253,9 +253,11 @@ def test_sts_callback_rank0_only_unit() -> None:
     calls = []
 
     class Evaluator:
-        def evaluate(self, encode, tasks, split, aggregation):
+        def evaluate_detailed(self, encode, tasks, split, aggregation, progress=None):
+            from types import SimpleNamespace
+
             calls.append(split)
-            return {"stsb": 77.0}
+            return SimpleNamespace(scores={"stsb": 77.0}, tasks={})
 
     cb = STSCallback(data_dir=".")
     cb.evaluator = Evaluator()
