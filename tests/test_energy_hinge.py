@@ -155,6 +155,7 @@ def test_config_file_builds() -> None:
         "hard_negative_weight": 0.0,
         "margin": 0.2,
         "eh_weight": 10.0,
+        "groups": 1,
     }
     assert isinstance(build_loss(cfg), InfoNCEWithEnergyHinge)
 
