@@ -27,7 +27,7 @@ from cselab.data.paths import data_root, require
 from cselab.data.unsup import UnsupDataModule
 from cselab.evaluation.callback import DEV_METRIC, STSCallback
 from cselab.evaluation.sts import PAPER_NAMES, format_table
-from cselab.loggers import build_loggers, close_loggers
+from cselab.loggers import build_loggers, close_loggers, log_test_charts, logged_config, run_display_name
 from cselab.methods import method_class
 from cselab.progress import ProgressLog, interactive, progress_bar
 from cselab.report.results import build_results, write_results
@@ -301,11 +301,13 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     if cfg.prompt:
         tags.append(f"prompt={cfg.prompt.name}")
     tags.append(_short_tag(f"variant={cfg.get('variant') or 'default'}"))
+    name = run_display_name(cfg.method.name, cfg.backbone.get("name", str(cfg.backbone.name_or_path)),
+                            cfg.setting.name, cfg.get("variant"), cfg.seed)
     loggers = build_loggers(OmegaConf.to_container(cfg.logger, resolve=True), str(output_dir), tags,
-                            group=cfg.get("group"))
+                            group=cfg.get("group"), name=name)
     config = OmegaConf.to_container(cfg, resolve=True)
     for logger in loggers:
-        logger.log_hyperparams(config)
+        logger.log_hyperparams(logged_config(config))
         logger.log_metrics({"model/trainable_parameters": float(method.num_trainable_parameters())}, step=0)
 
     tcfg = OmegaConf.to_container(cfg.trainer, resolve=True)
@@ -363,23 +365,9 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     print(f"\n{cfg.method.name} | {cfg.backbone.name_or_path} | {cfg.setting.name} | STS (Spearman x 100)\n{table}")
     print(f"STS-B dev: {results['dev'].get('stsb', float('nan')):.2f}   trainable parameters: "
           f"{results['trainable_parameters']:,}   results: {path}")
-    _log_table(loggers, results["test"])
-    _log_cosine_by_gold_bin(loggers, by_bin)
+    log_test_charts(loggers, results["test"], by_bin, PAPER_NAMES)
     close_loggers(loggers)
     return results
-
-
-def _log_cosine_by_gold_bin(loggers, by_bin) -> None:
-    """STS-B test cosine of every pair, labelled with its gold-score bin (PromCSE Fig. 3), as a W&B table."""
-    if not by_bin:
-        return
-    rows = [[label, float(c)] for label, cosines in by_bin.items() for c in cosines]
-    for logger in loggers:
-        if hasattr(logger, "log_table"):
-            try:
-                logger.log_table(key="test/stsb_cosine_by_gold_bin", columns=["gold_bin", "cosine"], data=rows)
-            except Exception as err:  # never lose a finished run to a logger
-                log.warning("could not log the cosine table to %s: %s", type(logger).__name__, err)
 
 
 def _short_tag(tag: str, limit: int = 64) -> str:
@@ -395,17 +383,6 @@ def _short_tag(tag: str, limit: int = 64) -> str:
 def _batch_size(batch) -> int:
     """Examples in a batch (sentences or triplets) for Lightning's ThroughputMonitor."""
     return int(batch["input_ids"].shape[0]) if isinstance(batch, dict) else len(batch)
-
-
-def _log_table(loggers, test: dict[str, float]) -> None:
-    """The 7-task table as a W&B table (CSV already has the test/<task> metrics)."""
-    for logger in loggers:
-        if hasattr(logger, "log_table"):
-            cols = [PAPER_NAMES.get(k, k) for k in test]
-            try:
-                logger.log_table(key="test/sts_table", columns=cols, data=[[round(v, 2) for v in test.values()]])
-            except Exception as err:  # never lose a finished run to a logger
-                log.warning("could not log the STS table to %s: %s", type(logger).__name__, err)
 
 
 def _read_json(path: Path) -> dict:

@@ -1,7 +1,8 @@
 """The STS validation / test callback: the evaluator driven by Lightning's schedule.
 
 * Validation (every ``trainer.val_check_interval`` steps, SimCSE's 125): STS-B dev Spearman x 100, logged as
-  ``val/stsb_spearman``; a ``ModelCheckpoint`` monitoring it keeps the best model (SimCSE's model selection).
+  ``val/stsb_spearman`` at ``trainer.global_step`` (the step of ``results.json``'s ``val_curve`` and of the
+  checkpoint names); a ``ModelCheckpoint`` monitoring it keeps the best model (SimCSE's model selection).
 * Test: the 7 test tasks (STS12-16 "all", STS-B test, SICK-R test) and STS-B dev, logged as ``test/<task>``
   and kept in :attr:`STSCallback.test_scores` / :attr:`STSCallback.dev_scores` for ``results.json``.
 
@@ -98,7 +99,12 @@ class STSCallback(L.Callback):
         start = time.perf_counter()
         score = float(self._score(trainer, pl_module, (self.dev_task,), "dev")[self.dev_task])
         seconds = time.perf_counter() - start
-        pl_module.log(DEV_METRIC, score, prog_bar=True, sync_dist=False)
+        # for ModelCheckpoint's monitor and the bar only: Lightning would log it at the step counter before this
+        # step's increment (global_step - 1); the loggers get it at the step results.json and checkpoints use
+        pl_module.log(DEV_METRIC, score, prog_bar=True, logger=False, sync_dist=False)
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.log_metrics({DEV_METRIC: score}, step=int(trainer.global_step))
         self.history.append({"step": int(trainer.global_step), "stsb_dev": score, "seconds": round(seconds, 2)})
         log.info("step %d: STS-B dev Spearman %.2f (%.1f s)", trainer.global_step, score, seconds)
 
