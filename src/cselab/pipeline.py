@@ -274,6 +274,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         aggregation=cfg.eval.aggregation,
         batch_size=cfg.eval.batch_size,
         progress_every_s=float(cfg.trainer.get("progress_log_s", 60)),
+        started=start,
     )
     callbacks: list[L.Callback] = [sts]
     # a terminal gets bars (training bounded by max_steps, one per STS task at evaluation); a log file lines
@@ -354,7 +355,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
                   is not None else None),
         trainable_parameters=method.num_trainable_parameters(),
         global_step=int(trainer.global_step),
-        wall_time_s=round(time.perf_counter() - start, 1),
+        wall_time_s=round(time.perf_counter() - start + sts.elapsed_before, 1),  # + earlier processes (resume)
         stsb_test_cosine_by_gold_bin=bins,
     )
     if not trainer.is_global_zero:  # under DDP only rank 0 writes and prints
@@ -363,8 +364,8 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     path = write_results(output_dir / "results.json", results)
     table = format_table(results["test"])
     print(f"\n{cfg.method.name} | {cfg.backbone.name_or_path} | {cfg.setting.name} | STS (Spearman x 100)\n{table}")
-    print(f"STS-B dev: {results['dev'].get('stsb', float('nan')):.2f}   trainable parameters: "
-          f"{results['trainable_parameters']:,}   results: {path}")
+    trained = f"   trainable parameters: {results['trainable_parameters']:,}" if cfg.train else ""
+    print(f"STS-B dev: {results['dev'].get('stsb', float('nan')):.2f}{trained}   results: {path}")
     log_test_charts(loggers, results["test"], by_bin, PAPER_NAMES)
     close_loggers(loggers)
     return results
