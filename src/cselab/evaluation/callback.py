@@ -98,13 +98,16 @@ class STSCallback(L.Callback):
         if trainer.is_global_zero:
             progress = EvalProgress(trainer, split, every_s=self.progress_every_s)
             try:
-                report = self.evaluator.evaluate_detailed(self._encode(pl_module), tasks=tasks, split=split,
-                                                          aggregation=self.aggregation, progress=progress)
+                if keep_pairs:
+                    report = self.evaluator.evaluate_detailed(self._encode(pl_module), tasks=tasks, split=split,
+                                                              aggregation=self.aggregation, progress=progress)
+                    scores = dict(report.scores)
+                    self.test_pairs = {t: (r.system, r.gold) for t, r in report.tasks.items()}
+                else:
+                    scores = self.evaluator.evaluate(self._encode(pl_module), tasks=tasks, split=split,
+                                                     aggregation=self.aggregation, progress=progress)
             finally:
                 progress.close()
-            scores = dict(report.scores)
-            if keep_pairs:
-                self.test_pairs = {t: (r.system, r.gold) for t, r in report.tasks.items()}
         return trainer.strategy.broadcast(scores, src=0)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
