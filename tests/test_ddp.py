@@ -122,7 +122,7 @@ class _FakeEvaluator:
     def __init__(self, out: Path):
         self.out = out
 
-    def evaluate(self, encode, tasks, split, aggregation):
+    def evaluate(self, encode, tasks, split, aggregation, progress=None):
         import torch.distributed as dist
 
         rank = dist.get_rank()

@@ -93,7 +93,7 @@ def test_notebook_executes_and_draws(path: Path, kernel_name: str, tmp_path: Pat
         pytest.skip(f"{path.name} needs {missing} (run `make data` / `make install`)")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("MKL_NUM_THREADS", "1")
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's inline backend: figures shown in the notebook
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     nb = nbformat.read(path, as_version=4)
     figures = tmp_path / "figures"
@@ -108,8 +108,32 @@ def test_notebook_executes_and_draws(path: Path, kernel_name: str, tmp_path: Pat
     elapsed = time.perf_counter() - start
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert f"python: {sys.executable}" in printed, "the kernel did not run this interpreter"
+    inline = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
+    assert inline, f"{path.name} shows no figure inline"
     for name in FIGURES[path.stem]:
         png = figures / name
         assert png.is_file() and png.stat().st_size > 5000, f"{path.name} did not draw {name}"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     print(f"{path.name}: {elapsed:.1f} s")
+
+
+def test_readme_command_keeps_the_notebook_and_writes_the_executed_copy_apart(kernel_name, tmp_path):
+    """The README's `jupyter execute --output='executed/{notebook_name}' x.ipynb`: the source stays as it is
+    (no outputs), the executed copy lands in executed/ with the figure inline."""
+    import subprocess
+
+    source = tmp_path / "plot.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nplt.plot([1, 2], [3, 1])\nplt.show()")]
+    nbformat.write(nb, source)
+    before = source.read_bytes()
+    (tmp_path / "executed").mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    jupyter = Path(sys.executable).with_name("jupyter")
+    proc = subprocess.run([str(jupyter), "execute", f"--kernel_name={kernel_name}",
+                           "--output=executed/{notebook_name}", str(source)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert source.read_bytes() == before
+    executed = nbformat.read(tmp_path / "executed" / "plot.ipynb", as_version=4)
+    assert any("image/png" in o.get("data", {}) for o in executed.cells[0].outputs)

@@ -183,6 +183,7 @@ def test_a_run_that_fills_the_disk_leaves_no_checkpoint_or_temporary_file(tmp_pa
     holds no checkpoint and no temporary file, and recording the failure (the disk still full) does not raise."""
     from hydra import compose, initialize_config_dir
 
+    import cselab.config  # noqa: F401  (resolvers)
     from cselab.pipeline import record_failure, run
 
     corpus = tmp_path / "corpus.txt"
@@ -206,5 +207,6 @@ def test_a_run_that_fills_the_disk_leaves_no_checkpoint_or_temporary_file(tmp_pa
     with caplog.at_level("ERROR"):
         assert record_failure(out, caught.value) is None
     left = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    print(f"ENOSPC: {caught.value!r}; files left in the run directory: {left}")
     assert not [p for p in left if p.endswith((".ckpt", ".tmp")) or "/." in p or p.startswith(".")], left
     assert not (out / "failed.json").exists()

@@ -171,8 +171,14 @@ def test_failed_run_is_listed_with_log_tail(sweep):
     assert failed.log_tail == {"run.log": ["line 28", "line 29", "RuntimeError: CUDA out of memory"]}
     assert _group(report, "simcse").failed == [failed]       # same configuration: counted beside the group
     md = render_markdown(report)
-    assert "Failed runs (1)" in md and "CUDA out of memory" in md and "6_simcse_bert_base_unsup" in md
+    # no failed.json (run.py writes one for every error it sees): still running, or killed -- not "failed"
+    assert failed.status == "unfinished" and failed.error.startswith("unfinished: no results.json and no failed.json")
+    assert "Unfinished runs (running or interrupted) (1)" in md and "Failed runs" not in md
+    assert "CUDA out of memory" in md and "6_simcse_bert_base_unsup" in md
     assert "3 (+1 failed)" in md
+    (failed.path / "failed.json").write_text(json.dumps({"error": "RuntimeError", "message": "CUDA out of memory"}))
+    again = collect([sweep["root"]], log_lines=3)
+    assert again.failed[0].status == "failed" and "Failed runs (1)" in render_markdown(again)
 
 
 def test_unreadable_results_is_a_failed_run(tmp_path):
@@ -263,14 +269,14 @@ def test_latex_table_is_well_formed(sweep):
     assert len(body) == 3
     for row in [header, *body]:
         assert row.endswith("\\\\") and row.count(" & ") == n_cols - 1
-    assert "bert\\_base" in tex and "$\\pm$" in tex and "% FAILED:" in tex
+    assert "bert\\_base" in tex and "$\\pm$" in tex and "% UNFINISHED:" in tex
     assert tex.count("{") == tex.count("}")
 
 
 def test_csv_parses_and_carries_the_numbers(sweep):
     report = collect([sweep["root"]])
     rows = list(csv.DictReader(io.StringIO(render_csv(report))))
-    assert [r["status"] for r in rows].count("ok") == 3 and [r["status"] for r in rows].count("failed") == 1
+    assert [r["status"] for r in rows].count("ok") == 3 and [r["status"] for r in rows].count("unfinished") == 1
     base = next(r for r in rows if r["status"] == "ok" and r["method"] == "simcse" and not r["label"])
     values = [s["avg"] for s in sweep["runs"]["simcse"]]
     assert float(base["avg_mean"]) == pytest.approx(np.mean(values))
@@ -278,7 +284,7 @@ def test_csv_parses_and_carries_the_numbers(sweep):
     assert int(base["avg_n"]) == 3 and base["seeds"] == "1 2 3" and base["n_failed"] == "1"
     assert float(base["avg_paper"]) == 76.25
     assert float(base["avg_diff"]) == pytest.approx(np.mean(values) - 76.25)
-    failed = next(r for r in rows if r["status"] == "failed")
+    failed = next(r for r in rows if r["status"] == "unfinished")
     assert "CUDA out of memory" in failed["log_tail"]
     assert render(report, "csv") == render_csv(report)
     with pytest.raises(ValueError, match="unknown format"):

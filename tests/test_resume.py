@@ -138,6 +138,9 @@ def test_sigkill_after_the_first_validation_and_the_same_command_resumes(tmp_pat
     assert run_dir.name == straight_dir.name  # the name comes from the command, not the time
     assert killed_step == _step_of(run_dir / "checkpoints" / "last.ckpt") == 4  # the first validation's
     assert not (run_dir / "results.json").exists()
+    saved = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    elapsed_at_kill = saved["callbacks"]["STSCallback"]["elapsed_s"]  # the run's time up to that checkpoint
+    assert elapsed_at_kill > 0
 
     resumed = subprocess.run(command, cwd=cwd, env=_env(sts_data_dir), capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
@@ -151,6 +154,7 @@ def test_sigkill_after_the_first_validation_and_the_same_command_resumes(tmp_pat
         assert pb["stsb_dev"] == pytest.approx(pa["stsb_dev"], abs=1e-6)
     assert b["best_dev"] == pytest.approx(a["best_dev"], abs=1e-6)
     assert Path(b["best_checkpoint"]).name == Path(a["best_checkpoint"]).name
+    assert b["wall_time_s"] > elapsed_at_kill  # the whole run's time, not only the resumed part
     assert b["test"].keys() == a["test"].keys()
     for task, value in a["test"].items():
         assert b["test"][task] == pytest.approx(value, abs=1e-6), task

@@ -27,7 +27,7 @@ from cselab.data.paths import data_root, require
 from cselab.data.unsup import UnsupDataModule
 from cselab.evaluation.callback import DEV_METRIC, STSCallback
 from cselab.evaluation.sts import PAPER_NAMES, format_table
-from cselab.loggers import build_loggers, close_loggers
+from cselab.loggers import build_loggers, close_loggers, log_test_charts, logged_config, run_display_name
 from cselab.methods import method_class
 from cselab.progress import ProgressLog, interactive, progress_bar
 from cselab.report.results import build_results, write_results
@@ -316,6 +316,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         aggregation=cfg.eval.aggregation,
         batch_size=cfg.eval.batch_size,
         progress_every_s=float(cfg.trainer.get("progress_log_s", 60)),
+        started=start,
     )
     callbacks: list[L.Callback] = [sts]
     # a terminal gets bars (training bounded by max_steps, one per STS task at evaluation); a log file lines
@@ -343,11 +344,13 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     if cfg.prompt:
         tags.append(f"prompt={cfg.prompt.name}")
     tags.append(_short_tag(f"variant={cfg.get('variant') or 'default'}"))
+    name = run_display_name(cfg.method.name, cfg.backbone.get("name", str(cfg.backbone.name_or_path)),
+                            cfg.setting.name, cfg.get("variant"), cfg.seed)
     loggers = build_loggers(OmegaConf.to_container(cfg.logger, resolve=True), str(output_dir), tags,
-                            group=cfg.get("group"))
+                            group=cfg.get("group"), name=name)
     config = OmegaConf.to_container(cfg, resolve=True)
     for logger in loggers:
-        logger.log_hyperparams(config)
+        logger.log_hyperparams(logged_config(config))
         logger.log_metrics({"model/trainable_parameters": float(method.num_trainable_parameters())}, step=0)
 
     tcfg = OmegaConf.to_container(cfg.trainer, resolve=True)
@@ -394,7 +397,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
                   is not None else None),
         trainable_parameters=method.num_trainable_parameters(),
         global_step=int(trainer.global_step),
-        wall_time_s=round(time.perf_counter() - start, 1),
+        wall_time_s=round(time.perf_counter() - start + sts.elapsed_before, 1),  # + earlier processes (resume)
         stsb_test_cosine_by_gold_bin=bins,
     )
     if not trainer.is_global_zero:  # under DDP only rank 0 writes and prints
@@ -403,25 +406,11 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     path = write_results(output_dir / "results.json", results)
     table = format_table(results["test"])
     print(f"\n{cfg.method.name} | {cfg.backbone.name_or_path} | {cfg.setting.name} | STS (Spearman x 100)\n{table}")
-    print(f"STS-B dev: {results['dev'].get('stsb', float('nan')):.2f}   trainable parameters: "
-          f"{results['trainable_parameters']:,}   results: {path}")
-    _log_table(loggers, results["test"])
-    _log_cosine_by_gold_bin(loggers, by_bin)
+    trained = f"   trainable parameters: {results['trainable_parameters']:,}" if cfg.train else ""
+    print(f"STS-B dev: {results['dev'].get('stsb', float('nan')):.2f}{trained}   results: {path}")
+    log_test_charts(loggers, results["test"], by_bin, PAPER_NAMES)
     close_loggers(loggers)
     return results
-
-
-def _log_cosine_by_gold_bin(loggers, by_bin) -> None:
-    """STS-B test cosine of every pair, labelled with its gold-score bin (PromCSE Fig. 3), as a W&B table."""
-    if not by_bin:
-        return
-    rows = [[label, float(c)] for label, cosines in by_bin.items() for c in cosines]
-    for logger in loggers:
-        if hasattr(logger, "log_table"):
-            try:
-                logger.log_table(key="test/stsb_cosine_by_gold_bin", columns=["gold_bin", "cosine"], data=rows)
-            except Exception as err:  # never lose a finished run to a logger
-                log.warning("could not log the cosine table to %s: %s", type(logger).__name__, err)
 
 
 def _short_tag(tag: str, limit: int = 64) -> str:
@@ -437,17 +426,6 @@ def _short_tag(tag: str, limit: int = 64) -> str:
 def _batch_size(batch) -> int:
     """Examples in a batch (sentences or triplets) for Lightning's ThroughputMonitor."""
     return int(batch["input_ids"].shape[0]) if isinstance(batch, dict) else len(batch)
-
-
-def _log_table(loggers, test: dict[str, float]) -> None:
-    """The 7-task table as a W&B table (CSV already has the test/<task> metrics)."""
-    for logger in loggers:
-        if hasattr(logger, "log_table"):
-            cols = [PAPER_NAMES.get(k, k) for k in test]
-            try:
-                logger.log_table(key="test/sts_table", columns=cols, data=[[round(v, 2) for v in test.values()]])
-            except Exception as err:  # never lose a finished run to a logger
-                log.warning("could not log the STS table to %s: %s", type(logger).__name__, err)
 
 
 def _read_json(path: Path) -> dict:

@@ -1,7 +1,8 @@
 """The STS validation / test callback: the evaluator driven by Lightning's schedule.
 
 * Validation (every ``trainer.val_check_interval`` steps, SimCSE's 125): STS-B dev Spearman x 100, logged as
-  ``val/stsb_spearman``; a ``ModelCheckpoint`` monitoring it keeps the best model (SimCSE's model selection).
+  ``val/stsb_spearman`` at ``trainer.global_step`` (the step of ``results.json``'s ``val_curve`` and of the
+  checkpoint names); a ``ModelCheckpoint`` monitoring it keeps the best model (SimCSE's model selection).
   The dev split is encoded with the module's DEV encoder (``encode(..., encoder="dev")``: the official
   trainers' dev batcher under ``eval.dev_encoder=official``, see docs/fidelity.md).
 * Test: the 7 test tasks (STS12-16 "all", STS-B test, SICK-R test) with the TEST encoder, and STS-B dev with the
@@ -38,7 +39,11 @@ class STSCallback(L.Callback):
         progress_every_s: seconds between progress log lines when the output is not a terminal (a terminal gets a
             bar per task: :class:`cselab.progress.EvalProgress`).
 
+        started: ``time.perf_counter()`` when this process began the run (default: now).
+
     Attributes:
+        elapsed_before: seconds of the run spent before this process, up to the checkpoint it resumed from
+            (0 for a fresh run); ``results.json``'s ``wall_time_s`` adds it.
         history: ``[{"step": int, "stsb_dev": float, "seconds": float}]``, one entry per validation (kept in
             checkpoints: a resumed run continues the curve).
         test_scores / dev_scores: filled by the test loop.
@@ -52,9 +57,13 @@ class STSCallback(L.Callback):
         aggregation: str = "all",
         batch_size: int | None = None,
         progress_every_s: float = 60.0,
+        started: float | None = None,
     ) -> None:
         self.evaluator = STSEvaluator(data_dir)
         self.progress_every_s = progress_every_s
+        self.started = time.perf_counter() if started is None else started  # this process's run clock
+        self.elapsed_before = 0.0  # seconds the run had spent in earlier processes (a resumed run)
+        self._loaded_elapsed: float | None = None
         self.test_tasks = tuple(test_tasks)
         self.dev_task = dev_task
         self.aggregation = aggregation
@@ -66,17 +75,23 @@ class STSCallback(L.Callback):
         self.test_pairs: dict[str, tuple[list[float], list[float]]] = {}  # task -> (cosines, gold)
 
     def state_dict(self) -> dict:
-        """The STS-B dev curve so far: saved in every checkpoint, so a resumed run reports the whole curve."""
-        return {"history": list(self.history)}
+        """The STS-B dev curve so far and the run's wall time up to now: saved in every checkpoint, so a resumed
+        run reports the whole curve and the whole time."""
+        elapsed = self.elapsed_before + time.perf_counter() - self.started
+        return {"history": list(self.history), "elapsed_s": round(elapsed, 3)}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Keep the dev curve of a checkpoint; a resumed ``fit`` continues it (:meth:`on_fit_start`).  Loading
-        the best checkpoint to test restores it too, but must not cut the curve back to that step."""
+        """Keep the dev curve and wall time of a checkpoint; a resumed ``fit`` continues them
+        (:meth:`on_fit_start`).  Loading the best checkpoint to test restores them too, but must not cut the
+        curve back to that step."""
         self._loaded_history = list(state_dict.get("history", []))
+        self._loaded_elapsed = float(state_dict.get("elapsed_s", 0.0))
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._loaded_history is not None:
             self.history, self._loaded_history = self._loaded_history, None
+        if self._loaded_elapsed is not None:
+            self.elapsed_before, self._loaded_elapsed = self._loaded_elapsed, None
 
     def _encode(self, pl_module, split: str):
         """``encode`` for ``split``: the module's dev encoder on ``dev``, its test encoder otherwise."""
@@ -103,7 +118,12 @@ class STSCallback(L.Callback):
         start = time.perf_counter()
         score = float(self._score(trainer, pl_module, (self.dev_task,), "dev")[self.dev_task])
         seconds = time.perf_counter() - start
-        pl_module.log(DEV_METRIC, score, prog_bar=True, sync_dist=False)
+        # for ModelCheckpoint's monitor and the bar only: Lightning would log it at the step counter before this
+        # step's increment (global_step - 1); the loggers get it at the step results.json and checkpoints use
+        pl_module.log(DEV_METRIC, score, prog_bar=True, logger=False, sync_dist=False)
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.log_metrics({DEV_METRIC: score}, step=int(trainer.global_step))
         self.history.append({"step": int(trainer.global_step), "stsb_dev": score, "seconds": round(seconds, 2)})
         log.info("step %d: STS-B dev Spearman %.2f (%.1f s)", trainer.global_step, score, seconds)
 

@@ -116,7 +116,7 @@ class ContrastiveMethod(L.LightningModule):
         **extra: Any,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        self.save_hyperparameters(logger=False)  # in checkpoints; the loggers get the run's config (pipeline)
         if pooler not in POOLERS:
             raise ValueError(f"method.pooler={pooler!r}: expected one of {POOLERS}")
         if setting not in ("unsup", "sup"):

@@ -71,6 +71,14 @@ class Run:
         return self.results is not None
 
     @property
+    def status(self) -> str:
+        """``ok`` (results read), ``failed`` (``failed.json``, or an unreadable ``results.json``) or
+        ``unfinished`` (neither file: the job is still running, or was killed; re-running it resumes)."""
+        if self.ok:
+            return "ok"
+        return "unfinished" if (self.error or "").startswith("unfinished") else "failed"
+
+    @property
     def seed(self) -> Any:
         """The run's seed: ``config.seed``, else a ``seed=`` override, else ``None``."""
         if "seed" in self.config:
@@ -313,7 +321,9 @@ def read_run(run_dir: str | os.PathLike, log_lines: int = 10) -> Run:
         except (OSError, json.JSONDecodeError) as err:
             error = f"unreadable {RESULTS_FILE}: {err}"
     else:
-        error = f"no {RESULTS_FILE} (the job failed or is still running)"
+        last = run_dir / "checkpoints" / "last.ckpt"
+        error = (f"unfinished: no {RESULTS_FILE} and no failed.json (still running, or interrupted"
+                 + (": re-running its command resumes from checkpoints/last.ckpt)" if last.is_file() else ")"))
         failed = run_dir / "failed.json"  # written by run.py when a job raises (cselab.pipeline.record_failure)
         if failed.is_file():
             try:

@@ -120,9 +120,12 @@ def render_markdown(report: Report, dev: bool = False) -> str:
     notes = _notes(report.groups)
     if notes:
         out += ["", "Paper notes:", ""] + [f"- {n}" for n in notes]
-    if report.failed:
-        out += ["", f"### Failed runs ({len(report.failed)})", ""]
-        for run in report.failed:
+    for status, title in (("failed", "Failed runs"), ("unfinished", "Unfinished runs (running or interrupted)")):
+        runs = [r for r in report.failed if r.status == status]
+        if not runs:
+            continue
+        out += ["", f"### {title} ({len(runs)})", ""]
+        for run in runs:
             out.append(f"- `{run.path}` — {_md_escape(_failed_title(run))}: {run.error}")
             for log_name, tail in run.log_tail.items():
                 out += [f"  - last lines of `{log_name}`:", "", "    ```"]
@@ -180,7 +183,7 @@ def render_latex(report: Report, dev: bool = False) -> str:
     for note in _notes(report.groups):
         out.append(f"% paper note: {note}")
     for run in report.failed:
-        out.append(f"% FAILED: {run.path} ({_failed_title(run)}): {run.error}")
+        out.append(f"% {run.status.upper()}: {run.path} ({_failed_title(run)}): {run.error}")
         for log_name, tail in run.log_tail.items():
             out += [f"%   {log_name}: {line}" for line in tail]
     return "\n".join(out) + "\n"
@@ -191,7 +194,8 @@ def render_latex(report: Report, dev: bool = False) -> str:
 def table_records(report: Report) -> tuple[list[str], list[list[Any]]]:
     """The report as ``(columns, rows)`` of plain values (numbers unrounded; ``None`` when missing).
 
-    Group rows have ``status="ok"``; each failed run adds a row with ``status="failed"``, its ``run_dirs``,
+    Group rows have ``status="ok"``; each failed or unfinished run adds a row with ``status="failed"`` /
+    ``"unfinished"`` (no results.json, no failed.json: running or interrupted), its ``run_dirs``,
     ``error`` and ``log_tail`` (the last log lines, newline-joined).  Used for CSV and the W&B table.
     """
     cols = _columns(True)
@@ -217,7 +221,7 @@ def table_records(report: Report) -> tuple[list[str], list[list[Any]]]:
         names = [(c.get(k) or {}).get("name") if isinstance(c.get(k), dict) else None
                  for k in ("method", "backbone", "setting")]
         tail = "\n".join(f"[{name}] {line}" for name, lines in run.log_tail.items() for line in lines)
-        row = ["failed", *names, None, ", ".join(run.overrides or []), 0, 1,
+        row = [run.status, *names, None, ", ".join(run.overrides or []), 0, 1,
                "" if run.seed is None else str(run.seed)]
         row += [None] * (6 * len(cols))
         row += ["", "", str(run.path), run.error, tail]
