@@ -815,7 +815,8 @@ def _write_provenance(folder: Path, method, plan: dict[str, Any], origin: str | 
     (folder / "cselab_export.json").write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")
     results = _read_json(results_path) if results_path is not None else None
     card = model_card(method_class=type(method).__name__, backbone=dict(method.hparams.get("backbone", {})),
-                      plan=plan, trust_remote_code=bool(custom), results=results, repo_id=repo_id)
+                      plan=plan, trust_remote_code=bool(custom), results=results, repo_id=repo_id,
+                      hparams=dict(method.hparams))
     (folder / "README.md").write_text(card, encoding="utf-8")
 
 

@@ -24,6 +24,10 @@ CONFIG_KEYS: tuple[str, ...] = (
     "optim.lr", "data.batch_size", "data.path", "max_seq_len", "trainer.max_epochs", "trainer.max_steps", "seed",
 )
 
+#: the method hyper-parameters listed when the run's config is not at hand (no results.json)
+HPARAM_KEYS: tuple[str, ...] = ("setting", "pooler", "head", "denoise", "prompt.name", "loss.name",
+                                "loss.temperature", "tuning.name", "lr", "max_seq_len")
+
 
 def find_results(checkpoint: str | os.PathLike | None) -> Path | None:
     """The ``results.json`` of the run a checkpoint belongs to (``<run>/checkpoints/x.ckpt`` -> ``<run>/``),
@@ -80,6 +84,7 @@ def model_card(
     results: Mapping[str, Any] | None = None,
     repo_id: str | None = None,
     published: list | None = None,
+    hparams: Mapping[str, Any] | None = None,
 ) -> str:
     """The card's text: YAML metadata (``huggingface_hub.ModelCardData``) and the Markdown body.
 
@@ -91,6 +96,7 @@ def model_card(
         results: the run's ``results.json`` (its ``config``, ``test``, ``dev``), or ``None``.
         repo_id: the Hub id, used in the loading snippet (default: ``path/to/this/folder``).
         published: the published rows (default: the packaged ``published.yaml``).
+        hparams: the checkpoint's hyper-parameters (``method.hparams``), listed when there is no ``results``.
     """
     from huggingface_hub import ModelCardData
 
@@ -126,6 +132,8 @@ def model_card(
         "",
     ]
     chosen = [(k, _select(config, k)) for k in CONFIG_KEYS]
+    if not config and hparams:  # no results.json: the checkpoint's own hyper-parameters
+        chosen = [(f"method.{k}", _select(hparams, k)) for k in HPARAM_KEYS]
     chosen = [(k, v) for k, v in chosen if v is not None]
     if chosen:
         lines += ["## Configuration", "", "| key | value |", "|---|---|"]
