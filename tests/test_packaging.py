@@ -57,8 +57,11 @@ def test_every_third_party_import_is_declared():
 
 
 def test_optional_extras_are_not_imported_at_module_level_by_the_core():
-    """wandb / mteb are extras: no module imports them at import time (only inside the function using them)."""
+    """wandb / mteb are extras: no module imports them at import time (only inside the function using them),
+    except cselab.mteb, the MTEB integration itself."""
     for path in SRC.rglob("*.py"):
+        if path == SRC / "mteb.py":
+            continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         top = set()
         for node in tree.body:

@@ -2,6 +2,7 @@
 
     cselab report multirun/2026-11-21/12-00-00 --format markdown     # = python -m cselab.report ...
     cselab export CHECKPOINT OUT_DIR [--push-to-hub ID]              # = python -m cselab.export ...
+    cselab mteb CHECKPOINT_OR_BACKBONE --tasks STSBenchmark          # = python -m cselab.evaluate_mteb ...
     cselab --help                                                    # the list of commands
 
 Each command runs its module's own ``main(argv)`` (same arguments and exit status as ``python -m``).  Training
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("cselab.report.__main__", "results.json files pooled over seeds beside the papers' numbers"),
     "export": ("cselab.export", "a checkpoint as a sentence-transformers folder (optionally pushed to the Hub)"),
+    "mteb": ("cselab.evaluate_mteb", "score a checkpoint or a backbone on MTEB tasks"),
     "data": ("cselab.data.download", "link ../shared/data or fetch SimCSE's data files"),
     "analysis": ("cselab.analysis.__main__", "static / top-k token analyses (PromptBERT Tables 5, 7, 9)"),
     "cxc": ("cselab.evaluation.cxc", "PromCSE's CxC evaluation"),

@@ -1,6 +1,7 @@
 """Export a trained cselab method to a sentence-transformers folder with the SAME embeddings as ``encode``.
 
     python -m cselab.export outputs/.../checkpoints/best-step500.ckpt exported/promptbert-unsup
+    python -m cselab.export CHECKPOINT OUT_DIR --push-to-hub me/promptbert-unsup   # + upload (token, network)
 
     from sentence_transformers import SentenceTransformer
     model = SentenceTransformer("exported/promptbert-unsup", trust_remote_code=True)   # see below
@@ -715,6 +716,8 @@ def export(
     *,
     overwrite: bool = False,
     verify: Sequence[str] | bool = True,
+    results: str | os.PathLike | None = None,
+    repo_id: str | None = None,
 ) -> dict[str, Any]:
     """Write a sentence-transformers folder that embeds like ``cselab.load(source).encode``.
 
@@ -725,16 +728,22 @@ def export(
         overwrite: replace an existing non-empty folder.
         verify: sentences to encode both ways after writing (``True``: :data:`PROBE_SENTENCES`; ``False``:
             skip); the largest absolute difference is returned.
+        results: the run's ``results.json`` for the model card (default: the one of the checkpoint's run,
+            ``<run>/checkpoints/x.ckpt`` -> ``<run>/results.json``, if any).
+        repo_id: the Hub id the card's loading snippet names (``--push-to-hub``).
 
     Returns:
         :func:`describe`'s plan plus ``"path"``, ``"modules"`` (the ``modules.json`` types),
-        ``"trust_remote_code"`` (whether loading needs it) and ``"max_abs_diff"`` (None without ``verify``).
+        ``"trust_remote_code"`` (whether loading needs it), ``"max_abs_diff"`` (None without ``verify``) and
+        ``"results"`` (the ``results.json`` in the model card, or None).
 
     Raises:
         ExportError: the method cannot be exported faithfully (module docstring), or ``out_dir`` is not empty.
         FileNotFoundError: no such checkpoint.
     """
     from sentence_transformers import SentenceTransformer
+
+    from cselab.model_card import find_results
 
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not overwrite:  # refused before the model loads
@@ -763,7 +772,8 @@ def export(
                 custom = _fix_module_refs(staging)
                 if custom:
                     (staging / MODULE_FILE).write_text(standalone_source(), encoding="utf-8")
-                _write_provenance(staging, method, plan, origin, custom)
+                results_path = Path(results) if results is not None else find_results(origin)
+                _write_provenance(staging, method, plan, origin, custom, results_path, repo_id)
                 if out.exists():  # empty, or overwrite (checked above): replaced only once the new one is complete
                     shutil.rmtree(out)
                 os.replace(staging, out)
@@ -771,7 +781,8 @@ def export(
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
         result = {**plan, "path": str(out), "modules": [m["type"] for m in _read_json(out / "modules.json")],
-                  "trust_remote_code": bool(custom), "max_abs_diff": None}
+                  "trust_remote_code": bool(custom), "max_abs_diff": None,
+                  "results": str(results_path) if results_path else None}
         if verify:
             sentences = list(PROBE_SENTENCES if verify is True else verify)
             loaded = SentenceTransformer(str(out), device="cpu", trust_remote_code=bool(custom))
@@ -801,39 +812,73 @@ def _fix_module_refs(folder: Path) -> list[str]:
     return custom
 
 
-def _write_provenance(folder: Path, method, plan: dict[str, Any], origin: str | None, custom: list[str]) -> None:
-    """``cselab_export.json`` (what was exported, from where) and a short README."""
+def _write_provenance(folder: Path, method, plan: dict[str, Any], origin: str | None, custom: list[str],
+                      results_path: Path | None = None, repo_id: str | None = None) -> None:
+    """``cselab_export.json`` (what was exported, from where) and the model card ``README.md``
+    (:func:`cselab.model_card.model_card`: method, backbone, config, the STS table beside the paper's row)."""
     import cselab
+    from cselab.model_card import model_card
 
     info = {"cselab_version": cselab.__version__, "checkpoint": origin,
             "method_class": f"{type(method).__module__}.{type(method).__qualname__}",
-            "backbone": dict(method.hparams.get("backbone", {})), "plan": plan}
+            "backbone": dict(method.hparams.get("backbone", {})), "plan": plan,
+            "results": str(results_path) if results_path else None}
     (folder / "cselab_export.json").write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")
-    load = "SentenceTransformer(path, trust_remote_code=True)" if custom else "SentenceTransformer(path)"
-    (folder / "README.md").write_text(
-        f"# {type(method).__name__} exported by cselab\n\n"
-        f"Embeddings equal `cselab.load(checkpoint).encode(sentences)`.  Load with `{load}`"
-        + (f" (custom modules in `{MODULE_FILE}`: {', '.join(custom)}; no cselab needed)" if custom else "")
-        + f".\n\nPlan: `{json.dumps(plan, default=str)}`\n", encoding="utf-8")
+    results = _read_json(results_path) if results_path is not None else None
+    card = model_card(method_class=type(method).__name__, backbone=dict(method.hparams.get("backbone", {})),
+                      plan=plan, trust_remote_code=bool(custom), results=results, repo_id=repo_id,
+                      hparams=dict(method.hparams))
+    (folder / "README.md").write_text(card, encoding="utf-8")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m cselab.export CHECKPOINT OUT_DIR [--overwrite] [--no-verify]``."""
+    """``python -m cselab.export CHECKPOINT OUT_DIR [--overwrite] [--no-verify] [--results RESULTS_JSON]
+    [--push-to-hub ID [--private]]``.
+
+    ``--push-to-hub`` (off by default) checks the token and the network BEFORE loading the checkpoint, then
+    uploads the folder (with its model card) with ``huggingface_hub``.  Exit status: 0; 1 when the export's
+    check fails (max abs difference > 1e-5: nothing is pushed) or the upload fails; 2 on a refused export
+    or push (no token, offline, bad id).
+    """
+    from cselab.hub import HubError, check_push_access, push_folder
+
     parser = argparse.ArgumentParser(prog="python -m cselab.export", description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", help="a cselab checkpoint (.ckpt)")
     parser.add_argument("out_dir", help="the sentence-transformers folder to write")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
     parser.add_argument("--no-verify", action="store_true", help="skip the comparison on probe sentences")
+    parser.add_argument("--results", default=None, metavar="RESULTS_JSON",
+                        help="the run's results.json for the model card (default: the checkpoint's run's)")
+    parser.add_argument("--push-to-hub", default=None, metavar="ID",
+                        help="upload OUT_DIR to the Hugging Face model repository ID (owner/name); needs a token "
+                             "(hf auth login / HF_TOKEN) and the network")
+    parser.add_argument("--private", action="store_true", help="with --push-to-hub: create the repository private")
     args = parser.parse_args(argv)
+    token = None
+    if args.push_to_hub:
+        try:
+            token = check_push_access(args.push_to_hub)
+        except HubError as err:
+            print(f"cselab.export: {err}", file=sys.stderr)
+            return 2
     try:
-        result = export(args.checkpoint, args.out_dir, overwrite=args.overwrite, verify=not args.no_verify)
+        result = export(args.checkpoint, args.out_dir, overwrite=args.overwrite, verify=not args.no_verify,
+                        results=args.results, repo_id=args.push_to_hub)
     except (ExportError, FileNotFoundError) as err:
         print(f"cselab.export: {err}", file=sys.stderr)
         return 2
     print(json.dumps(result, indent=2, default=str))
     if result["max_abs_diff"] is not None and result["max_abs_diff"] > 1e-5:
-        print(f"cselab.export: WARNING max abs difference {result['max_abs_diff']:.3g} > 1e-5", file=sys.stderr)
+        print(f"cselab.export: WARNING max abs difference {result['max_abs_diff']:.3g} > 1e-5"
+              + ("; not pushed" if args.push_to_hub else ""), file=sys.stderr)
         return 1
+    if args.push_to_hub:
+        try:
+            url = push_folder(args.out_dir, args.push_to_hub, token, private=args.private)
+        except HubError as err:
+            print(f"cselab.export: {err}", file=sys.stderr)
+            return 1
+        print(f"cselab.export: pushed {args.out_dir} to {args.push_to_hub}: {url}", file=sys.stderr)
     return 0
 
 

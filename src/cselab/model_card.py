@@ -1,0 +1,164 @@
+"""The model card (``README.md``) of an exported cselab model: Hugging Face metadata, method, backbone, config,
+the 7-task STS table of the run's ``results.json`` beside the paper's row, and how to load the model.
+
+:func:`model_card` builds the text from plain data (no model needed, so it is tested offline);
+``cselab.export`` writes it into the folder it exports, and ``--push-to-hub`` uploads the folder with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cselab.report.published import COLUMN_NAMES, SCORE_KEYS, TASKS, load_published, lookup, variant_of
+
+__all__ = ["CONFIG_KEYS", "find_results", "model_card", "sts_table"]
+
+#: the config keys the card lists (dotted; those absent from the run's config are skipped)
+CONFIG_KEYS: tuple[str, ...] = (
+    "method.name", "setting.name", "backbone.name", "backbone.name_or_path", "pooler", "prompt.name",
+    "prompt.template", "denoise", "loss.name", "loss.temperature", "tuning.name", "tuning.pre_seq_len",
+    "optim.lr", "data.batch_size", "data.path", "max_seq_len", "trainer.max_epochs", "trainer.max_steps", "seed",
+)
+
+#: the method hyper-parameters listed when the run's config is not at hand (no results.json)
+HPARAM_KEYS: tuple[str, ...] = ("setting", "pooler", "head", "denoise", "prompt.name", "loss.name",
+                                "loss.temperature", "tuning.name", "lr", "max_seq_len")
+
+
+def find_results(checkpoint: str | os.PathLike | None) -> Path | None:
+    """The ``results.json`` of the run a checkpoint belongs to (``<run>/checkpoints/x.ckpt`` -> ``<run>/``),
+    or ``None`` when there is none."""
+    if checkpoint is None:
+        return None
+    ckpt = Path(checkpoint).resolve()
+    for folder in (ckpt.parent, ckpt.parent.parent):
+        if (folder / "results.json").is_file():
+            return folder / "results.json"
+    return None
+
+
+def _select(cfg: Mapping | None, dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.2f}"
+
+
+def sts_table(test: Mapping[str, float], paper: Any | None = None, label: str = "this model") -> str:
+    """Markdown table: STS12 ... SICK-R, Avg (Spearman x 100) for ``test``, and the published row beside it.
+
+    Args:
+        test: ``results["test"]`` (task -> score; ``avg`` when all 7 were run).
+        paper: a :class:`cselab.report.published.PublishedRow` or ``None``.
+    """
+    head = "| | " + " | ".join(COLUMN_NAMES[k] for k in SCORE_KEYS) + " |"
+    rule = "|---|" + "---:|" * len(SCORE_KEYS)
+    rows = [f"| {label} | " + " | ".join(_fmt(test.get(k)) for k in SCORE_KEYS) + " |"]
+    if paper is not None:
+        rows.append(f"| paper ({paper.source}) | " + " | ".join(_fmt(paper.scores.get(k)) for k in SCORE_KEYS) + " |")
+        if all(test.get(k) is not None and paper.scores.get(k) is not None for k in TASKS):
+            diff = [float(test[k]) - float(paper.scores[k]) for k in TASKS]
+            avg = (float(test["avg"]) - float(paper.scores["avg"])) if test.get("avg") is not None and \
+                paper.scores.get("avg") is not None else None
+            rows.append("| ours - paper | " + " | ".join(f"{d:+.2f}" for d in diff) + f" | "
+                        f"{'-' if avg is None else f'{avg:+.2f}'} |")
+    return "\n".join([head, rule, *rows])
+
+
+def model_card(
+    *,
+    method_class: str,
+    backbone: Mapping[str, Any],
+    plan: Mapping[str, Any],
+    trust_remote_code: bool,
+    results: Mapping[str, Any] | None = None,
+    repo_id: str | None = None,
+    published: list | None = None,
+    hparams: Mapping[str, Any] | None = None,
+) -> str:
+    """The card's text: YAML metadata (``huggingface_hub.ModelCardData``) and the Markdown body.
+
+    Args:
+        method_class: the method's class name (``PromptBERT`` ...).
+        backbone: ``{"name_or_path", "family"}`` from the checkpoint.
+        plan: :func:`cselab.export.describe`'s plan (pooler, template, head, denoise, prompt kind).
+        trust_remote_code: whether loading needs ``trust_remote_code=True`` (custom modules in the folder).
+        results: the run's ``results.json`` (its ``config``, ``test``, ``dev``), or ``None``.
+        repo_id: the Hub id, used in the loading snippet (default: ``path/to/this/folder``).
+        published: the published rows (default: the packaged ``published.yaml``).
+        hparams: the checkpoint's hyper-parameters (``method.hparams``), listed when there is no ``results``.
+    """
+    from huggingface_hub import ModelCardData
+
+    config = (results or {}).get("config") or {}
+    method = _select(config, "method.name") or method_class.lower()
+    setting = _select(config, "setting.name")
+    backbone_name = _select(config, "backbone.name")
+    name_or_path = str(backbone.get("name_or_path") or _select(config, "backbone.name_or_path") or "")
+    is_hub_id = bool(name_or_path) and not Path(name_or_path).exists() and \
+        not name_or_path.startswith(("package:", "/", ".", "~"))
+    base_model = name_or_path if is_hub_id else None  # a Hugging Face id (not a folder, not a package)
+    data = ModelCardData(
+        library_name="sentence-transformers", pipeline_tag="sentence-similarity", base_model=base_model,
+        tags=["sentence-transformers", "sentence-similarity", "feature-extraction", "cselab", method]
+        + ([setting] if setting else []),
+    )
+    where = repo_id or "path/to/this/folder"
+    load = (f'SentenceTransformer("{where}", trust_remote_code=True)  # custom modules: cselab_st.py'
+            if trust_remote_code else f'SentenceTransformer("{where}")')
+    lines = [
+        "---", data.to_yaml(), "---", "",
+        f"# {repo_id or method_class} ({method_class}, cselab)", "",
+        f"A sentence-embedding model trained with **{method_class}** (`method={method}`"
+        + (f", `setting={setting}`" if setting else "") + f") on the backbone `{name_or_path}`"
+        + (f" (`backbone={backbone_name}`)" if backbone_name else "") + " with "
+        "cselab, exported to sentence-transformers.  Its embeddings equal "
+        "`cselab.load(checkpoint).encode(sentences)` (the evaluation's template, prompt, pooling, head and "
+        "template bias; checked on probe sentences at export).", "",
+        "## Representation", "",
+        f"* pooler: `{plan.get('pooler')}`; head at test: `{plan.get('head') if plan.get('use_head') else 'none'}`",
+        f"* template: `{plan.get('template')}`" if plan.get("template") else "* template: none (the sentence alone)",
+        f"* continuous prompt: `{plan.get('prompt_kind')}`; template denoising at test: `{plan.get('denoise')}`",
+        "",
+    ]
+    chosen = [(k, _select(config, k)) for k in CONFIG_KEYS]
+    if not config and hparams:  # no results.json: the checkpoint's own hyper-parameters
+        chosen = [(f"method.{k}", _select(hparams, k)) for k in HPARAM_KEYS]
+    chosen = [(k, v) for k, v in chosen if v is not None]
+    if chosen:
+        lines += ["## Configuration", "", "| key | value |", "|---|---|"]
+        lines += [f"| `{k}` | `{json.dumps(v) if not isinstance(v, str) else v}` |" for k, v in chosen]
+        lines += ["", "The whole resolved config is in the run's `results.json` (`config`) and `.hydra/`.", ""]
+    lines += ["## Evaluation: SentEval STS (Spearman x 100)", ""]
+    test = (results or {}).get("test") or {}
+    if test:
+        rows = load_published() if published is None else published
+        paper = lookup(rows, method, backbone_name, setting, variant_of(config)) if backbone_name and setting \
+            else None
+        lines += [sts_table(test, paper), ""]
+        if paper is None:
+            lines += [f"No published row for (`{method}`, `{backbone_name}`, `{setting}`, variant "
+                      f"`{variant_of(config)}`) in cselab's `published.yaml`.", ""]
+        dev = ((results or {}).get("dev") or {}).get("stsb")
+        lines += ["Cosine similarity, SentEval's protocol (STS12-16 \"all\", STS-B and SICK-R test); model "
+                  "selection on STS-B dev" + (f" ({float(dev):.2f})" if dev is not None else "") + ".", ""]
+    else:
+        lines += ["No `results.json` was found beside the checkpoint: no scores here.", ""]
+    lines += [
+        "## Usage", "", "```python", "from sentence_transformers import SentenceTransformer", "",
+        f"model = {load}", 'embeddings = model.encode(["A man is playing a guitar.", "Someone plays an instrument."])',
+        "```", "",
+        "With cselab: `cselab.load(CHECKPOINT).encode(sentences)`; on MTEB: "
+        "`python -m cselab.evaluate_mteb CHECKPOINT --tasks STSBenchmark`.", "",
+    ]
+    return "\n".join(lines)
