@@ -7,6 +7,7 @@ Also: the data position of a map-style corpus and of the streamed corpus resumes
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import random
@@ -158,11 +159,21 @@ def test_sigkill_after_the_first_validation_and_the_same_command_resumes(tmp_pat
     assert b["test"].keys() == a["test"].keys()
     for task, value in a["test"].items():
         assert b["test"][task] == pytest.approx(value, abs=1e-6), task
+    # the CSV keeps the killed process's rows up to the checkpoint: the same dev curve as the uninterrupted run
+    resumed_curve, straight_curve = _csv_dev_curve(run_dir), _csv_dev_curve(straight_dir)
+    assert [step for step, _ in resumed_curve] == [step for step, _ in straight_curve] == [4, 8, 12]
+    assert [v for _, v in resumed_curve] == pytest.approx([v for _, v in straight_curve], abs=1e-6)
 
     again = subprocess.run(command, cwd=cwd, env=_env(sts_data_dir), capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stderr[-4000:]  # finished: skipped, said once, results untouched
     assert (again.stdout + again.stderr).count("already finished") == 1
     assert json.loads((run_dir / "results.json").read_text()) == b
+
+
+def _csv_dev_curve(run_dir: Path) -> list[tuple[int, float]]:
+    with open(run_dir / "csv" / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return [(int(r["step"]), float(r["val/stsb_spearman"])) for r in rows if r.get("val/stsb_spearman")]
 
 
 def test_sampler_resumes_mid_epoch_and_only_in_that_epoch():
@@ -238,3 +249,25 @@ def test_each_rank_resumes_its_own_shard():
         assert list(resumed) == order[8:]
     a, b = (ResumableSampler(data, num_replicas=2, rank=r, seed=5) for r in (0, 1))
     assert not set(a) & set(b) and set(a) | set(b) == set(data)  # the shards partition the data
+
+
+def test_csv_rows_after_the_resumed_checkpoint_are_dropped_and_a_fresh_run_starts_empty(tmp_path):
+    from cselab.loggers import keep_csv_rows
+
+    path = tmp_path / "metrics.csv"
+    path.write_text("step,train/loss,val/stsb_spearman\n0,,\n4,1.5,\n4,,60.0\n6,1.2,\n8,,61.0\n")
+    assert keep_csv_rows(path, 4) == ["step", "train/loss", "val/stsb_spearman"]
+    assert [r["step"] for r in csv.DictReader(path.open())] == ["0", "4", "4"]
+    assert keep_csv_rows(path, None) == [] and not path.exists()
+    assert keep_csv_rows(tmp_path / "absent.csv", 3) == []
+
+
+def test_a_resumed_run_continues_its_wandb_run_id_and_a_fresh_run_gets_a_new_one(tmp_path):
+    pytest.importorskip("wandb")
+    from cselab.loggers import WANDB_ID_FILE, wandb_run_id
+
+    first = wandb_run_id(tmp_path, resuming=False)
+    assert (tmp_path / WANDB_ID_FILE).read_text().strip() == first
+    assert wandb_run_id(tmp_path, resuming=True) == first
+    fresh = wandb_run_id(tmp_path, resuming=False)  # overwrite=true / no checkpoint: a new W&B run
+    assert fresh != first and wandb_run_id(tmp_path, resuming=True) == fresh

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import logging
 import os
+import secrets
+import string
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -41,15 +45,76 @@ def logged_config(config: dict[str, Any]) -> dict[str, Any]:
     return clean
 
 
-def build_loggers(cfg: dict[str, Any], output_dir: str, tags: list[str], group: str | None,
-                  name: str | None = None) -> list:
-    """Lightning loggers from the ``logger`` config: ``{"csv": bool, "wandb": {project, mode, ...} | None}``;
-    ``group`` and ``name`` are the W&B run's group (the sweep or experiment) and display name."""
-    from lightning.pytorch.loggers import CSVLogger
+WANDB_ID_FILE = "wandb_id"
 
+
+def keep_csv_rows(path: str | os.PathLike, resume_step: int | None) -> list[str]:
+    """Prepare ``metrics.csv`` for a run that starts (``resume_step=None``: the file is removed) or resumes from
+    the checkpoint of ``resume_step`` (rows logged after that step, by the process that was killed, are dropped:
+    the resumed run logs those steps again).  Returns the header kept (``[]`` when no file is kept)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    if resume_step is None:
+        path.unlink()
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        header, rows = list(reader.fieldnames or []), list(reader)
+    rows = [row for row in rows if row.get("step") in (None, "") or int(float(row["step"])) <= resume_step]
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(rows)
+    return header
+
+
+def resumable_csv_logger(output_dir: str, resume_step: int | None):
+    """Lightning's ``CSVLogger`` at ``<output_dir>/csv/metrics.csv`` that keeps a resumed run's earlier rows.
+
+    Lightning's writer deletes an existing ``metrics.csv`` when it starts; here the file is first trimmed by
+    :func:`keep_csv_rows` and the writer continues it (appending, with the kept header as its first keys)."""
+    from lightning.pytorch.loggers import CSVLogger
+    from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+
+    class _Writer(ExperimentWriter):
+        def _check_log_dir_exists(self) -> None:  # the file was prepared by keep_csv_rows
+            self.metrics_keys = keep_csv_rows(self.metrics_file_path, resume_step)
+
+    class _CSVLogger(CSVLogger):
+        @property
+        def experiment(self):
+            if self._experiment is None:
+                self._fs.makedirs(self.root_dir, exist_ok=True)
+                self._experiment = _Writer(log_dir=self.log_dir)
+            return self._experiment
+
+    return _CSVLogger(save_dir=output_dir, name="csv", version="")
+
+
+def wandb_run_id(output_dir: str | os.PathLike, resuming: bool) -> str:
+    """The W&B run id of the run in ``output_dir``: the one recorded in ``<output_dir>/wandb_id`` when the run
+    resumes (so a resumed run continues its W&B run, ``resume="allow"``), otherwise a new id, recorded there."""
+    path = Path(output_dir) / WANDB_ID_FILE
+    if resuming and path.is_file():
+        run_id = path.read_text(encoding="utf-8").strip()
+        if run_id:
+            return run_id
+    run_id = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))  # W&B's id form
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(run_id + "\n", encoding="utf-8")
+    return run_id
+
+
+def build_loggers(cfg: dict[str, Any], output_dir: str, tags: list[str], group: str | None,
+                  name: str | None = None, resume_step: int | None = None) -> list:
+    """Lightning loggers from the ``logger`` config: ``{"csv": bool, "wandb": {project, mode, ...} | None}``;
+    ``group`` and ``name`` are the W&B run's group (the sweep or experiment) and display name.  ``resume_step``
+    (the global step of the checkpoint the run resumes from, ``None`` for a fresh run): the CSV keeps its rows up
+    to that step and the W&B run continues under its recorded id."""
     loggers: list = []
     if cfg.get("csv", True):
-        loggers.append(CSVLogger(save_dir=output_dir, name="csv", version=""))
+        loggers.append(resumable_csv_logger(output_dir, resume_step))
     wb = cfg.get("wandb")
     if wb and importlib.util.find_spec("wandb") is None:  # an optional extra
         log.warning("logger=wandb but wandb is not installed (pip install 'cselab[wandb]'): logging to CSV only")
@@ -65,6 +130,8 @@ def build_loggers(cfg: dict[str, Any], output_dir: str, tags: list[str], group: 
                     entity=wb.get("entity"),
                     group=wb.get("group") or group,
                     name=name,
+                    id=wandb_run_id(output_dir, resume_step is not None),
+                    resume="allow",
                     tags=tags,
                     save_dir=output_dir,
                     offline=mode == "offline",

@@ -178,6 +178,15 @@ def resolve_ckpt_path(ckpt_path: str | None, output_dir: str | Path) -> str | No
     return ckpt_path
 
 
+def checkpoint_step(ckpt_path: str | None) -> int | None:
+    """The global step stored in the checkpoint file ``ckpt_path`` (memory-mapped: the weights are not read), or
+    ``None`` when there is no file to resume from (``None``, or Lightning's ``last`` / ``best`` / ... keywords)."""
+    if ckpt_path is None or not Path(ckpt_path).is_file():
+        return None
+    state = torch.load(ckpt_path, map_location="cpu", mmap=True, weights_only=False)
+    return int(state.get("global_step", 0))
+
+
 def compile_backbone(method, options) -> None:
     """``compile.enabled=true``: ``torch.compile`` the backbone's forward in place (``nn.Module.compile``, so
     parameter names and checkpoints do not change) with ``compile.backend``, ``compile.mode`` and
@@ -346,12 +355,20 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     tags.append(_short_tag(f"variant={cfg.get('variant') or 'default'}"))
     name = run_display_name(cfg.method.name, cfg.backbone.get("name", str(cfg.backbone.name_or_path)),
                             cfg.setting.name, cfg.get("variant"), cfg.seed)
+    ckpt_path = None
+    if cfg.train:
+        ckpt_path = cfg.get("ckpt_path")
+        if ckpt_path == "auto" and (output_dir / "results.json").exists():  # overwrite=true: a fresh run
+            ckpt_path = None
+        ckpt_path = resolve_ckpt_path(ckpt_path, output_dir)
+    resume_step = checkpoint_step(ckpt_path)
     loggers = build_loggers(OmegaConf.to_container(cfg.logger, resolve=True), str(output_dir), tags,
-                            group=cfg.get("group"), name=name)
+                            group=cfg.get("group"), name=name, resume_step=resume_step)
     config = OmegaConf.to_container(cfg, resolve=True)
     for logger in loggers:
         logger.log_hyperparams(logged_config(config))
-        logger.log_metrics({"model/trainable_parameters": float(method.num_trainable_parameters())}, step=0)
+        if resume_step is None:  # a resumed run's CSV / W&B run has it already
+            logger.log_metrics({"model/trainable_parameters": float(method.num_trainable_parameters())}, step=0)
 
     tcfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     tcfg.pop("save_last", None)
@@ -371,10 +388,6 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     best = None
     if cfg.train:
         datamodule = build_datamodule(cfg, method)
-        ckpt_path = cfg.get("ckpt_path")
-        if ckpt_path == "auto" and (output_dir / "results.json").exists():  # overwrite=true: a fresh run
-            ckpt_path = None
-        ckpt_path = resolve_ckpt_path(ckpt_path, output_dir)
         trainer.fit(method, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=False)
         best = checkpoint.best_model_path or None if checkpoint is not None else None
         trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)

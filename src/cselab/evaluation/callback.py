@@ -124,6 +124,7 @@ class STSCallback(L.Callback):
         if trainer.is_global_zero:
             for logger in trainer.loggers:
                 logger.log_metrics({DEV_METRIC: score}, step=int(trainer.global_step))
+                logger.save()  # on disk before this validation's checkpoints: a resumed run keeps these rows
         self.history.append({"step": int(trainer.global_step), "stsb_dev": score, "seconds": round(seconds, 2)})
         log.info("step %d: STS-B dev Spearman %.2f (%.1f s)", trainer.global_step, score, seconds)
 
