@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import cselab.config  # noqa: F401  (resolvers)
-from cselab.pipeline import ConfigError, resolve_precision, validate
+from cselab.pipeline import ConfigError, prompt_config, resolve_precision, validate
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 BACKBONES = ["minilm_l6", "bert_base", "bert_large", "roberta_base", "roberta_large"]
@@ -68,7 +68,7 @@ def test_simcse_mlp_only_train_follows_setting():
 
 def test_prompt_follows_method_and_can_be_overridden():
     assert _compose("method=promptbert").prompt.name == "promptbert"
-    assert not _compose("method=simcse").prompt
+    assert prompt_config(_compose("method=simcse")) is None
     assert _compose("method=baseline", "prompt=promptbert_manual", "pooler=mask").prompt.name == "promptbert_manual"
 
 
@@ -115,7 +115,7 @@ def test_prompt_template_on_a_named_prompt_says_what_to_type(prompt):
 
 
 def test_prompt_template_on_prompt_none_says_what_to_type():
-    cfg = _compose("method=baseline", "pooler=mask", "+prompt.template='[X] means [MASK] .'")
+    cfg = _compose("method=baseline", "pooler=mask", "prompt.template='[X] means [MASK] .'")
     with pytest.raises(ConfigError, match=r"but prompt=none\. .*type: prompt=custom prompt.template='\[X\] means"):
         validate(cfg)
 

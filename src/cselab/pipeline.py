@@ -60,6 +60,12 @@ def resolve_precision(precision: str) -> str:
     return "32-true"
 
 
+def prompt_config(cfg: DictConfig) -> DictConfig | None:
+    """The ``prompt`` group's config, or ``None`` for ``prompt=none`` (whose file holds only ``template: null``)."""
+    prompt = cfg.get("prompt")
+    return prompt if prompt and prompt.get("templates") else None
+
+
 def validate(cfg: DictConfig) -> None:
     """Refuse impossible configs early, naming the keys.
 
@@ -82,7 +88,7 @@ def validate(cfg: DictConfig) -> None:
     _check_template_override(cfg)
     if cfg.denoise not in ("none", "position", "pad"):
         raise ConfigError(f"denoise={cfg.denoise!r}: expected none, position or pad")
-    if cfg.denoise != "none" and not cfg.prompt:
+    if cfg.denoise != "none" and not prompt_config(cfg):
         raise ConfigError(f"denoise={cfg.denoise} needs a template but prompt=none (choose a prompt)")
     allowed = cfg.method.get("tunings")
     if cfg.train and allowed is not None and cfg.tuning.name not in allowed:
@@ -100,7 +106,7 @@ def validate(cfg: DictConfig) -> None:
             f"activation_checkpointing=true with tuning=prefix, tuning.variant={cfg.tuning.get('variant', 'deep')}: "
             "the prefixes reach every layer as past_key_values, which Hugging Face's checkpointed layers drop. "
             "Set activation_checkpointing=false, or use tuning.variant=input_layer")
-    if cfg.pooler in ("mask", "topk") and not cfg.prompt:
+    if cfg.pooler in ("mask", "topk") and not prompt_config(cfg):
         raise ConfigError(f"pooler={cfg.pooler} (a [MASK] representation) needs a template but prompt=none")
 
 
@@ -129,7 +135,7 @@ def check_optim(optim) -> None:
 
 def _check_template_override(cfg: DictConfig) -> None:
     """``prompt.template`` is the template of ``prompt=custom`` only: on another prompt (``template: null`` in
-    its file) or on ``prompt=none`` (``+prompt.template=...``), refuse with the overrides to type instead.
+    its file) or on ``prompt=none``, refuse with the overrides to type instead.
 
     Raises:
         ConfigError: names the prompt, its views and the two ways to use the template.
@@ -263,7 +269,7 @@ def build_method(cfg: DictConfig):
         dev_encoder=dev_encoder(cfg),
         denoise_positions=cfg.get("denoise_positions", "official"),
         loss=OmegaConf.to_container(cfg.loss, resolve=True),
-        prompt=OmegaConf.to_container(cfg.prompt, resolve=True) if cfg.prompt else None,
+        prompt=OmegaConf.to_container(cfg.prompt, resolve=True) if prompt_config(cfg) else None,
         denoise=cfg.denoise,
         max_seq_len=cfg.max_seq_len,
         eval_max_seq_len=cfg.eval.max_seq_len,
@@ -350,7 +356,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
             callbacks.append(LastCheckpoint(output_dir / "checkpoints", cfg.trainer.get("save_every_n_steps") or None))
     tags = [cfg.method.name, cfg.backbone.get("name", str(cfg.backbone.name_or_path)), cfg.setting.name,
             f"loss={cfg.loss.name}", f"tuning={cfg.tuning.name}"]
-    if cfg.prompt:
+    if prompt_config(cfg):
         tags.append(f"prompt={cfg.prompt.name}")
     tags.append(_short_tag(f"variant={cfg.get('variant') or 'default'}"))
     name = run_display_name(cfg.method.name, cfg.backbone.get("name", str(cfg.backbone.name_or_path)),
