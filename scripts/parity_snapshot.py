@@ -130,6 +130,30 @@ def snapshot(dirs: dict[str, Path]) -> dict[str, dict]:
     return results
 
 
+def mismatches(new: dict, old: dict, tol: float = 1e-5) -> list[str]:
+    """The cases where ``new`` differs from ``old``: a case added or dropped, a build error on one side, a loss /
+    gradient norm / test embedding differing by more than ``tol`` (absolute), or a different parameter count."""
+    out = []
+    for name in sorted(set(new) | set(old)):
+        a, b = old.get(name), new.get(name)
+        if a is None or b is None:
+            out.append(f"{name}: {'added' if a is None else 'dropped'}")
+        elif ("error" in a) != ("error" in b):
+            out.append(f"{name}: error {a.get('error')} -> {b.get('error')}")
+        elif "error" in a:
+            continue
+        elif a["trainable"] != b["trainable"]:
+            out.append(f"{name}: trainable parameters {a['trainable']} -> {b['trainable']}")
+        elif abs(a["loss"] - b["loss"]) > tol or abs(a["grad_norm"] - b["grad_norm"]) > tol * max(1.0, a["grad_norm"]):
+            out.append(f"{name}: loss {a['loss']:.6f} -> {b['loss']:.6f}, grad norm {a['grad_norm']:.6f} -> "
+                       f"{b['grad_norm']:.6f}")
+        else:
+            ea, eb = torch.tensor(a["embeddings"]), torch.tensor(b["embeddings"])
+            if ea.shape != eb.shape or (ea - eb).abs().max().item() > tol:
+                out.append(f"{name}: test embeddings differ ({tuple(ea.shape)} vs {tuple(eb.shape)})")
+    return out
+
+
 def compare(new: dict, old: dict) -> None:
     print(f"{'case':52s} {'loss old -> new':>26s} {'max|d emb|':>11s} {'trainable':>20s}")
     for name in sorted(set(new) | set(old)):
