@@ -8,7 +8,7 @@ Everything is built here from configs (no network, no real weights):
   small corpus, saved so that ``AutoTokenizer`` returns a RoBERTa tokenizer whose ``<mask>`` has
   ``lstrip=True`` (as ``roberta-base``).
 
-Both folders load with :func:`cselab.encoders.backbone.load_backbone`.
+Both folders load with :func:`cselab.model.loading.load_backbone`.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from cselab.analysis import (
 )
 from cselab.analysis.__main__ import main, make_encode_fn, read_corpus
 from cselab.analysis.static import biased_tokens_for
-from cselab.encoders.backbone import load_backbone
+from cselab.model.loading import load_backbone
 
 #: every word is in the tiny BERT vocabulary and the tiny RoBERTa corpus (tests/conftest.py)
 SENTENCES = [

@@ -27,7 +27,7 @@ from cselab.analysis import (
     wiki_sample_sentences,
 )
 from cselab.data.sts import STSPairs
-from cselab.encoders.backbone import load_backbone
+from cselab.model.loading import load_backbone
 from tests.conftest import SENTENCES
 
 PAIRS = STSPairs(

@@ -40,7 +40,7 @@ def test_topk_representation_with_and_without_denoising(tiny_mlm_dir):
 def test_topk_needs_a_prompt_and_an_mlm_head(make_method, tiny_bert_dir):
     with pytest.raises(ValueError, match="choose a prompt"):
         make_method("baseline", "bert", pooler="topk", head="none")
-    from cselab.encoders.backbone import BackboneUnavailableError
+    from cselab.model.loading import BackboneUnavailableError
 
     with pytest.raises(BackboneUnavailableError, match="no masked-LM head"):
         make_method("baseline", "bert", pooler="topk", head="none", prompt="promptbert")

@@ -161,7 +161,7 @@ def _sweep_values(name: str) -> dict[str, list]:
 
 
 def test_table4_prompt_search_sweeps_eight_valid_templates():
-    from cselab.prompts.template import Template
+    from cselab.model.template import Template
 
     templates = _sweep_values("promptbert_table4")["prompt.template"]
     assert len(templates) == 8
@@ -185,7 +185,7 @@ def test_table8_objective_switch():
 @pytest.mark.parametrize("variant", ["only_prefix", "only_suffix", "irrelevant_prefix", "static_prefix",
                                      "suffix_prefix"])
 def test_cot_bert_table3_prompts_parse_for_both_families(variant):
-    from cselab.prompts.template import Template
+    from cselab.model.template import Template
 
     cfg = _compose("method=cot_bert", f"prompt=cot_bert_{variant}")
     for family in ("bert", "roberta"):

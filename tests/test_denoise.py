@@ -6,9 +6,9 @@ import pytest
 import torch
 from transformers.models.roberta.modeling_roberta import RobertaEmbeddings
 
-from cselab.data.collate import ViewCollate, ViewSpec
-from cselab.prompts.denoise import bias_inputs
-from cselab.prompts.template import TokenizedTemplate
+from cselab.model.template import TokenizedTemplate
+from cselab.model.template_bias import bias_inputs
+from cselab.model.template_input import ViewCollate, ViewSpec
 
 FAMILIES = ["bert", "roberta"]
 COT = {

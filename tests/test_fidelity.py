@@ -16,8 +16,8 @@ from hydra import compose, initialize_config_dir
 from safetensors.torch import load_file
 
 import cselab.config  # noqa: F401  (resolvers)
-from cselab.encoders.backbone import BackboneUnavailableError
 from cselab.losses import build_loss
+from cselab.model.loading import BackboneUnavailableError
 from cselab.pipeline import build_method, dev_encoder
 
 ROOT = Path(__file__).resolve().parents[1]

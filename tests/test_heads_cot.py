@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from cselab.encoders.heads import MLMTransformHead, build_head
 from cselab.losses.cot_infonce import CoTInfoNCE
+from cselab.model.heads import MLMTransformHead, build_head
 
 ROWS = [
     {"sent0": "a man is playing a guitar", "sent1": "a man plays", "hard_neg": "a cat sat"},

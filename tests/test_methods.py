@@ -7,8 +7,8 @@ import warnings
 import pytest
 import torch
 
-from cselab.encoders.backbone import BackboneUnavailableError, load_backbone
-from cselab.encoders.heads import MLPHead, build_head
+from cselab.model.heads import MLPHead, build_head
+from cselab.model.loading import BackboneUnavailableError, load_backbone
 
 FAMILIES = ["bert", "roberta"]
 SENTS = ["a man is playing a guitar", "birds fly", "the cat sat on the mat", "it is raining today", "the dog ran"]
@@ -218,7 +218,7 @@ def test_missing_view_names_the_config_key(make_method) -> None:
 
 
 def test_denoise_without_template_on_a_view_is_refused(bert_tokenizer) -> None:
-    from cselab.data.collate import ViewCollate, ViewSpec
+    from cselab.model.template_input import ViewCollate, ViewSpec
 
     with pytest.raises(ValueError, match="needs a template on every view"):
         ViewCollate(bert_tokenizer, [ViewSpec("text")], denoise="position")

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cselab.data.collate import ViewCollate, ViewSpec
-from cselab.prompts.template import Template, tokenize_template
+from cselab.model.template import Template, tokenize_template
+from cselab.model.template_input import ViewCollate, ViewSpec
 from tests.conftest import SENTENCES
 
 PROMPTS = Path(__file__).resolve().parents[1] / "conf" / "prompt"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cselab.encoders.backbone import load_backbone
-from cselab.encoders.poolers import POOLERS, needs_hidden_states, pool
+from cselab.model.loading import load_backbone
+from cselab.model.pooling import POOLERS, needs_hidden_states, pool
 
 
 @pytest.fixture(scope="module")

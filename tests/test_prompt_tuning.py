@@ -10,7 +10,8 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from cselab.encoders.backbone import BackboneUnavailableError, Encoder, load_backbone
+from cselab.model.backbone import Encoder
+from cselab.model.loading import BackboneUnavailableError, load_backbone
 from tests.conftest import PROMPTBERT_PROMPT
 
 SENTS = ["a man is playing a guitar", "the dog ran to the park", "a woman is slicing an onion", "a cat sat"]

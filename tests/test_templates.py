@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cselab.data.collate import ViewCollate, ViewSpec
-from cselab.prompts.template import Template, TemplateError, append_period, tokenize_template
+from cselab.model.template import Template, TemplateError, append_period, tokenize_template
+from cselab.model.template_input import ViewCollate, ViewSpec
 
 READABLE = 'This sentence : "[X]" means [MASK] .'
 OFFICIAL = '*cls*_This_sentence_:_"*sent_0*"_means*mask*.*sep+*'

@@ -17,7 +17,7 @@ What the folder holds, per method family (``modules.json`` lists the modules in 
   the custom :class:`CselabPooling`.
 * **template methods** (PromptBERT, CoT-BERT, baselines with a prompt): the custom input module
   :class:`CselabPromptEncoder` wraps each sentence in the eval template exactly as
-  :class:`cselab.data.collate.ViewCollate` does (PromptBERT's period rule, the sentence tokenized on its own, no
+  :class:`cselab.model.template_input.ViewCollate` does (PromptBERT's period rule, the sentence tokenized on its own, no
   truncation beyond the backbone's length), runs the backbone and hands the representation [MASK] index to
   :class:`CselabPooling`, which takes that state and applies the head when the method applies it at test.  The
   template bias of sup PromptBERT (``denoise_at_eval``: ``head(h - h_hat)`` or ``head(h) - head(h_hat)``) is
@@ -135,7 +135,7 @@ class CselabPromptEncoder(InputModule):
     ``add_period``, the sentence tokenized alone (``add_special_tokens=False``) and cut to
     ``max_sentence_tokens``, wrapped as ``prefix_ids + sentence + suffix_ids`` (``[CLS] ... [SEP]`` included),
     right-padded; ``rep_index`` is the representation [MASK] (0 = [CLS] without a template).  ``forward``
-    reproduces ``cselab.encoders.backbone.Encoder.forward`` for each ``prompt_kind``:
+    reproduces ``cselab.model.backbone.Encoder.forward`` for each ``prompt_kind``:
 
     * ``none``: the backbone as is;
     * ``prefix``: ``prompt_table`` (P, layers * 2 * hidden) re-injected as past key/values, attention mask
@@ -310,7 +310,7 @@ class CselabPromptEncoder(InputModule):
                        getattr(out, "pooler_output", None))
 
     def template_bias(self, sent_len: torch.Tensor) -> torch.Tensor:
-        """(N, D): the bare template's [MASK] state for each sentence length (cselab.prompts.denoise)."""
+        """(N, D): the bare template's [MASK] state for each sentence length (cselab.model.template_bias)."""
         lengths = sorted(set(sent_len.tolist()))
         p, s = len(self.prefix_ids), len(self.suffix_ids)
         device = self.prompt_device()
@@ -409,7 +409,7 @@ class CselabPooling(Module):
     Args:
         hidden_size: D.
         pooler: ``mask`` (state at ``rep_index``), ``cls`` (``pooler_output``), ``cls_before_pooler``, ``avg``,
-            ``avg_first_last``, ``avg_first_last_legacy``, ``avg_top2`` (as :mod:`cselab.encoders.poolers`).
+            ``avg_first_last``, ``avg_first_last_legacy``, ``avg_top2`` (as :mod:`cselab.model.pooling`).
         head: ``none`` | ``mlp`` (Linear + Tanh) | ``mlm_transform`` (Linear + GELU + LayerNorm).
         use_head: apply the head (False for methods whose head trains only: ``mlp_only_train``).
         head_on: with a ``template_bias`` feature: ``difference`` = head(h - bias), ``each`` = head(h) - head(bias).
@@ -594,7 +594,7 @@ def describe(method) -> dict[str, Any]:
 
 def _head_name(head: nn.Module | None) -> str:
     """``none`` | ``mlp`` | ``mlm_transform`` from the head module (ExportError for another head)."""
-    from cselab.encoders.heads import MLMTransformHead, MLPHead
+    from cselab.model.heads import MLMTransformHead, MLPHead
 
     if head is None:
         return "none"

@@ -11,7 +11,7 @@ Commands:
 * ``align-uniform`` -- alignment (gold > 4.0 pairs) and uniformity (all sentences) on STS-B test.
 
 Representations (``--pooler``): SimCSE's poolers on ``[CLS] s [SEP]`` (``cls``, ``cls_before_pooler``, ``avg``,
-``avg_first_last``, ``avg_first_last_legacy``, ``avg_top2``; :func:`cselab.encoders.poolers.pool`), ``mask``
+``avg_first_last``, ``avg_first_last_legacy``, ``avg_top2``; :func:`cselab.model.pooling.pool`), ``mask``
 (last-layer [MASK] state of ``--template``, PromptBERT Eq. 2; ``--denoise`` subtracts the template bias),
 ``static_avg`` (Table 5; ``--remove-biased`` / ``--lowercase``) and ``topk`` (Eq. 3, ``--k``, ``--denoise``).
 
@@ -45,8 +45,8 @@ from cselab.analysis.topk import (
     topk_mask_tokens,
     topk_token_encoder,
 )
-from cselab.data.collate import ViewCollate, ViewSpec
-from cselab.encoders.poolers import POOLERS, needs_hidden_states, pool
+from cselab.model.pooling import POOLERS, needs_hidden_states, pool
+from cselab.model.template_input import ViewCollate, ViewSpec
 
 #: every ``--pooler`` value
 REPRESENTATIONS: tuple[str, ...] = (*POOLERS, "static_avg", "topk")
@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args: argparse.Namespace, mlm_head: bool):
-    from cselab.encoders.backbone import load_backbone
+    from cselab.model.loading import load_backbone
 
     encoder, tokenizer = load_backbone(args.backbone, args.family, mlm_head=mlm_head)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -386,7 +386,7 @@ def representation_encoders(
     """``{name: encode}`` for several representations of ONE loaded backbone (plus a trained checkpoint).
 
     Args:
-        backbone: hub id, folder or ``package:<module>`` (:func:`cselab.encoders.backbone.load_backbone`).
+        backbone: hub id, folder or ``package:<module>`` (:func:`cselab.model.loading.load_backbone`).
         representations: names of ``python -m cselab.analysis --pooler`` (SimCSE's poolers, ``mask`` = the
             manual template's [MASK] state, ``static_avg``; ``topk`` needs an MLM head).
         checkpoint: a cselab checkpoint: adds ``"checkpoint (<Method>)"`` = ``cselab.load(checkpoint).encode``.
@@ -397,7 +397,7 @@ def representation_encoders(
         ValueError: unknown representation.  BackboneUnavailableError: the backbone cannot be loaded.
     """
     from cselab.analysis.__main__ import make_encode_fn
-    from cselab.encoders.backbone import load_backbone
+    from cselab.model.loading import load_backbone
 
     encoder, tokenizer = load_backbone(backbone, family, mlm_head="topk" in representations)
     encoder.eval()

@@ -221,7 +221,7 @@ def static_avg_encoder(
     """PromptBERT's ``static avg`` (Table 5; Table 1 / Table 3) as an ``encode`` function.
 
     Args:
-        encoder: a :class:`cselab.encoders.backbone.Encoder`; its ``model.embeddings.word_embeddings`` is used.
+        encoder: a :class:`cselab.model.backbone.Encoder`; its ``model.embeddings.word_embeddings`` is used.
         tokenizer: the backbone's tokenizer.
         remove_biased: "static avg with biased tokens removed" (Table 11 tokens, subwords, punctuation).
         lowercase: lowercase sentences first (pass True for SICK-R, whose processed text keeps case).

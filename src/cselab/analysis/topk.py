@@ -16,7 +16,7 @@ Template denoising (``denoise=True``; Table 7 right column, Table 9 "denoising" 
 template denoising only as Eq. 4's ``h_i - h_hat_i`` and says (Sec. 6.1) that it "removes the bias from
 templates and improves the quality of top-k tokens predicted by MLM head"; the released code parses
 ``--mlm_head_predict`` but never uses it.  Here, precisely: ``h_hat`` is PromptBERT's position-denoising bias
-(:mod:`cselab.prompts.denoise`, ``mode="position"``) -- the last-layer [MASK] state of the template ALONE
+(:mod:`cselab.model.template_bias`, ``mode="position"``) -- the last-layer [MASK] state of the template ALONE
 (``[CLS] prefix suffix [SEP]``) with the suffix's position ids shifted by the sentence length L, so the template
 tokens keep the positions they have in the real input (depends only on template and L) -- and the MLM head is
 applied to the difference of last-layer hidden states::
@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
-from cselab.data.collate import ViewCollate, ViewSpec
+from cselab.model.template_input import ViewCollate, ViewSpec
 
 __all__ = [
     "MANUAL_TEMPLATES",

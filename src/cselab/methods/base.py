@@ -17,11 +17,11 @@ import lightning as L
 import torch
 from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 
-from cselab.data.collate import ViewCollate, ViewSpec
-from cselab.encoders.backbone import load_backbone, load_mlm_transform
-from cselab.encoders.heads import build_head
-from cselab.encoders.poolers import POOLERS, needs_hidden_states, pool
 from cselab.losses import build_loss
+from cselab.model.heads import build_head
+from cselab.model.loading import load_backbone, load_mlm_transform
+from cselab.model.pooling import POOLERS, needs_hidden_states, pool
+from cselab.model.template_input import ViewCollate, ViewSpec
 from cselab.report.results import atomic_write_text
 
 
@@ -35,12 +35,12 @@ class ContrastiveMethod(L.LightningModule):
     Args:
         backbone: ``{"name_or_path": str, "family": "bert"|"roberta"}`` (``conf/backbone``).
         setting: ``unsup`` (one sentence, dropout views) or ``sup`` (NLI triplets sent0, sent1, hard_neg).
-        pooler: representation: a name of :data:`cselab.encoders.poolers.POOLERS`; with ``head=mlp``,
+        pooler: representation: a name of :data:`cselab.model.pooling.POOLERS`; with ``head=mlp``,
             ``cls`` means SimCSE's [CLS] + MLP.
         head: ``mlp`` (Linear + Tanh) | ``mlm_transform`` (dense + GELU + LayerNorm) | ``none``.
         head_init: ``bert`` (N(0, ``initializer_range``) weights, zero biases: the official ``cl_init``),
             ``pretrained_mlm`` (the checkpoint's ``cls.predictions.transform``: PromptBERT sup BERT, OptiPrompt)
-            or ``pytorch`` (PyTorch's default init); see :mod:`cselab.encoders.heads`.
+            or ``pytorch`` (PyTorch's default init); see :mod:`cselab.model.heads`.
         mlp_only_train: apply the head in training only (SimCSE unsup; PromptBERT unsup).
         head_on: with a template bias, ``difference`` = head(h - h_hat) (PromptBERT unsup, RoBERTa sup) or
             ``each`` = head(h) - head(h_hat) (PromptBERT sup BERT, official code).
@@ -67,7 +67,7 @@ class ContrastiveMethod(L.LightningModule):
         train: False for methods evaluated without fine-tuning.
         tuning: what trains: ``{"name": "full"}`` (the whole backbone), ``frozen`` (heads only), ``prefix``
             (deep continuous prompts, P-tuning v2: ``pre_seq_len``, ``variant``, ``prefix_projection``,
-            ``prefix_hidden_size``, ``dropout``, ``prefix_positions``; see :mod:`cselab.encoders.prefix`) or
+            ``prefix_hidden_size``, ``dropout``, ``prefix_positions``; see :mod:`cselab.model.prefix`) or
             ``soft_prompt`` (the template tokens become trainable vectors initialised from their embeddings).
             Frozen backbones stay in train mode (dropout) and checkpoints hold only the trained tensors.
         mlm: DCPCSE's auxiliary MLM loss ``{"weight": 0.1, "decay": 0.95, "decay_steps": 100,

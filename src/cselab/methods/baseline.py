@@ -25,7 +25,7 @@ class Baseline(ContrastiveMethod):
     """No training: the backbone's representation as configured.
 
     Args:
-        pooler: a pooler of :data:`cselab.encoders.poolers.POOLERS`, or ``static_avg`` (mean of the input word
+        pooler: a pooler of :data:`cselab.model.pooling.POOLERS`, or ``static_avg`` (mean of the input word
             embeddings), ``static_avg_debiased`` (the same without the 36 most frequent tokens of Table 11,
             subword and punctuation-only tokens; text lowercased, which changes only SICK, as the paper does),
             ``topk`` (Eq. 3: top-k MLM tokens at the template's [MASK], needs an MLM head and a prompt).

@@ -2,7 +2,7 @@
 
 The views are the prompt's ``train_views`` (anchor, positive, hard negative template around the same
 sentence), the representation is the LAST [MASK] state (``prompt.mask_index=-1``), the bias is computed with
-``denoise=pad`` ([PAD] placeholders of the sentence's length, see :mod:`cselab.prompts.denoise`), the loss is
+``denoise=pad`` ([PAD] placeholders of the sentence's length, see :mod:`cselab.model.template_bias`), the loss is
 :class:`cselab.losses.cot_infonce.CoTInfoNCE`, and the test encodes the anchor template without denoising.
 """
 

@@ -12,8 +12,8 @@ Official behaviour kept (docs/fidelity.md):
 
 from __future__ import annotations
 
-from cselab.data.collate import ViewSpec
 from cselab.methods.base import ContrastiveMethod
+from cselab.model.template_input import ViewSpec
 
 
 class PromptBERT(ContrastiveMethod):

@@ -4,7 +4,7 @@ This is the only place that knows templates and the tokenizer (the architecture'
 describes its views as :class:`ViewSpec` (which text field, which template); the collate tokenizes each
 distinct field ONCE, truncates the sentence to ``max_seq_len`` tokens, wraps it in each view's template,
 pads dynamically to the longest row of the batch, and builds the template-denoising inputs once per distinct
-sentence length (see :mod:`cselab.prompts.denoise`).
+sentence length (see :mod:`cselab.model.template_bias`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from cselab.prompts.denoise import DENOISE_MODES, bias_inputs
-from cselab.prompts.template import Template, TokenizedTemplate, append_period, tokenize_template
+from .template import Template, TokenizedTemplate, append_period, tokenize_template
+from .template_bias import DENOISE_MODES, bias_inputs
 
 
 @dataclass(frozen=True)

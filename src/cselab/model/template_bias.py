@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from cselab.prompts.template import TokenizedTemplate
+from .template import TokenizedTemplate
 
 DENOISE_MODES = ("none", "position", "pad")
 

@@ -140,7 +140,7 @@ def apply_prefix_tuning(
         nn.init.normal_(encoder.embedding.weight, std=init_std)
     transform = getattr(encoder, "transform", None)  # prefix_projection: Linear-Tanh-Linear
     if transform is not None:
-        from cselab.encoders.heads import bert_init_
+        from .heads import bert_init_
 
         bert_init_(transform, init_std)
     draw = PrefixDraw(dropout)

