@@ -18,9 +18,10 @@ import torch
 from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 
 from cselab.losses import build_loss
+from cselab.model.embedding import EmbeddingModel
 from cselab.model.heads import build_head
 from cselab.model.loading import load_backbone, load_mlm_transform
-from cselab.model.pooling import POOLERS, needs_hidden_states, pool
+from cselab.model.pooling import POOLERS
 from cselab.model.template_input import ViewCollate, ViewSpec
 from cselab.report.results import atomic_write_text
 
@@ -126,15 +127,15 @@ class ContrastiveMethod(L.LightningModule):
         if denoise != "none" and not prompt:
             raise ValueError(f"denoise={denoise} needs a template: choose a prompt or set denoise=none")
         self.mlm = dict(mlm) if mlm else None
-        self.encoder, self.tokenizer = load_backbone(
+        encoder, tokenizer = load_backbone(
             backbone["name_or_path"], backbone.get("family"), mlm_head=self.mlm is not None
         )
-        self.encoder.train()  # from_pretrained returns eval mode; dropout makes the unsup views
+        encoder.train()  # from_pretrained returns eval mode; dropout makes the unsup views
         self.tuning = dict(tuning) if tuning else {"name": "full"}
         pretrained = (load_mlm_transform(backbone["name_or_path"])
                       if head_init == "pretrained_mlm" and head != "none" else None)
-        std = float(getattr(self.encoder.model.config, "initializer_range", 0.02))
-        self.head = build_head(head, self.encoder.hidden_size, init=head_init, std=std, pretrained=pretrained)
+        std = float(getattr(encoder.model.config, "initializer_range", 0.02))
+        head_module = build_head(head, encoder.hidden_size, init=head_init, std=std, pretrained=pretrained)
         self.loss_fn = build_loss(loss or {"name": "infonce"})
         self.setting = setting
         self.pooler = pooler
@@ -153,12 +154,8 @@ class ContrastiveMethod(L.LightningModule):
             raise ValueError(f"method.dev_encoder={self.dev_encoder}: expected keys add_period, denoise")
         self.prompt = dict(prompt) if prompt else None
         self.denoise = denoise
-        self.max_seq_len = max_seq_len
-        self.eval_max_seq_len = eval_max_seq_len
-        self.eval_batch_size = eval_batch_size
         if str(eval_precision) not in ("auto", "32", "bf16"):
             raise ValueError(f"eval.precision={eval_precision!r}: expected auto, 32 or bf16")
-        self.eval_precision = str(eval_precision)
         self.do_train = train
         if on_nonfinite not in ("stop", "skip"):
             raise ValueError(f"method.on_nonfinite={on_nonfinite!r}: expected 'stop' or 'skip'")
@@ -167,41 +164,62 @@ class ContrastiveMethod(L.LightningModule):
             raise ValueError(f"negatives={negatives!r}: expected 'global' or 'per_device'")
         self.negatives = negatives
         self.skipped_nonfinite = 0
-        self._train_collate: ViewCollate | None = None
-        self._eval_collate: ViewCollate | None = None
-        self._dev_collate: ViewCollate | None = None
-        self._soft_templates: list[str] | None = None
-        self._apply_tuning()
+        self._family = encoder.family
+        prompt_cfg = self.prompt or {}
+        dev = None
+        if self.dev_encoder is not None:
+            dev = {"add_period": bool(self.dev_encoder.get("add_period", False)),
+                   "denoise": bool(self.dev_encoder.get("denoise", False)) and denoise != "none"}
+        self.model = EmbeddingModel(encoder, tokenizer, head_module, {
+            "pooler": pooler, "use_head_at_eval": not mlp_only_train, "head_on": head_on,
+            "train_views": [[v.field, v.template] for v in self.train_views()],
+            "eval_view": [self.eval_view().field, self.eval_view().template],
+            "mask_index": int(prompt_cfg.get("mask_index", -1)),
+            "add_period_at_eval": bool(prompt_cfg.get("add_period_at_eval", False)),
+            "denoise": denoise, "denoise_at_eval": bool(denoise_at_eval), "denoise_positions": denoise_positions,
+            "dev_encoder": dev, "max_seq_len": max_seq_len, "eval_max_seq_len": eval_max_seq_len,
+            "eval_batch_size": eval_batch_size, "eval_precision": str(eval_precision),
+            "mlm_probability": float(self.mlm.get("probability", 0.15)) if self.mlm else 0.0,
+            "tuning": self.tuning,
+        })
+        self._apply_training_units()
 
-    # ----------------------------------------------------------------- tuning
-    def _apply_tuning(self) -> None:
-        """Freeze the backbone and add prompts as ``tuning`` says; unfreeze the MLM head's own layers."""
-        cfg = dict(self.tuning)
-        name = cfg.pop("name", "full")
-        cfg.pop("_doc", None)
-        if name == "full":
-            pass
-        elif name == "frozen":
-            self.encoder.freeze_backbone()
-        elif name == "prefix":
-            self.encoder.add_prefix(
-                int(cfg.get("pre_seq_len", 16)),
-                variant=cfg.get("variant", "deep"),
-                positions=cfg.get("prefix_positions", "shifted"),
-                prefix_projection=bool(cfg.get("prefix_projection", False)),
-                prefix_hidden_size=int(cfg.get("prefix_hidden_size", 512)),
-                dropout=float(cfg.get("dropout", 0.1)),
-            )
-        elif name == "soft_prompt":
-            if self.denoise != "none":
-                raise ValueError("tuning=soft_prompt with template denoising is not supported (set denoise=none)")
-            views = [v.template for v in [*self.train_views(), self.eval_view()]]
-            if any(t is None for t in views):
-                raise ValueError("tuning=soft_prompt needs a template on every view (choose a prompt)")
-            self._soft_templates = list(dict.fromkeys(views))
-            self.encoder.add_soft_template(self.train_collate.soft_init_ids)
-        else:
-            raise ValueError(f"tuning.name={name!r}: expected full, frozen, prefix or soft_prompt")
+    # ----------------------------------------------------------------- the embedding model's parts
+    @property
+    def encoder(self):
+        """The backbone module (:class:`cselab.model.backbone.Encoder`) of :attr:`model`."""
+        return self.model.backbone
+
+    @property
+    def head(self) -> torch.nn.Module | None:
+        """The projection head of :attr:`model` (None without one)."""
+        return self.model.head
+
+    @property
+    def tokenizer(self):
+        """The backbone's tokenizer."""
+        return self.model.tokenizer
+
+    @property
+    def max_seq_len(self) -> int:
+        """Sentence truncation in training (tokens)."""
+        return self.model.config["max_seq_len"]
+
+    @property
+    def eval_batch_size(self) -> int | None:
+        """Sentences per forward pass in :meth:`encode` (None: 256 on a GPU, 128 on CPU)."""
+        return self.model.config.get("eval_batch_size")
+
+    @property
+    def eval_precision(self) -> str:
+        """:meth:`encode`'s arithmetic: ``auto`` | ``32`` | ``bf16``."""
+        return self.model.config.get("eval_precision", "auto")
+
+    # ----------------------------------------------------------------- training units
+    def _apply_training_units(self) -> None:
+        """The MLM auxiliary head (untied or tied decoder, unfrozen on a frozen backbone) and the freezing of the
+        layers no training step uses.  The prompt module itself is the embedding model's (``tuning``)."""
+        name = self.tuning.get("name", "full")
         if self.mlm is not None:
             if self.encoder.mlm is None:
                 raise ValueError("method.mlm needs the backbone's MLM head")
@@ -297,7 +315,7 @@ class ContrastiveMethod(L.LightningModule):
         """
         if not self.prompt:
             raise KeyError(f"no prompt configured; view {view!r} needs one")
-        family = self.encoder.family
+        family = self._family
         templates = self.prompt.get("templates", {})
         if family not in templates or view not in templates[family]:
             raise KeyError(
@@ -321,106 +339,36 @@ class ContrastiveMethod(L.LightningModule):
     @property
     def representation_pooler(self) -> str:
         """The pooler applied to encoder outputs (SimCSE's ``cls`` with an MLP head is [CLS] then the head)."""
-        return "cls_before_pooler" if self.pooler == "cls" and self.head is not None else self.pooler
+        return self.model.representation_pooler
 
-    # ----------------------------------------------------------------- collates
-    def _collate(self, views: Sequence[ViewSpec], training: bool, add_period: bool | None = None,
-                 denoise: bool | None = None, official_test: bool = False) -> ViewCollate:
-        """A collate for ``views``: training (truncation, denoising, MLM) or evaluation (the period rule and
-        denoising as the test encoder, unless ``add_period`` / ``denoise`` say otherwise: the dev encoder).
-        ``official_test``: tokenize as the official TEST encoder (the template with the sentence inside as one
-        string, docs/fidelity.md #5); training and the in-training dev batcher tokenize the pieces apart."""
-        prompt = self.prompt or {}
-        if add_period is None:
-            add_period = bool(prompt.get("add_period_at_eval", False)) and not training
-        if denoise is None:
-            denoise = training or self.denoise_at_eval
-        return ViewCollate(
-            self.tokenizer,
-            views,
-            max_seq_len=self.max_seq_len if training else self.eval_max_seq_len,
-            denoise=self.denoise if denoise else "none",
-            mask_index=int(prompt.get("mask_index", -1)),
-            add_period=add_period,
-            position_offset=self.encoder.position_offset if self.denoise_positions == "aligned" else 0,
-            max_positions=self.encoder.max_positions,
-            soft_templates=self._soft_templates,
-            # the official TEST encoder tokenizes the template with the sentence inside as one string
-            # (docs/fidelity.md #5); training and the in-training dev batcher tokenize the pieces apart
-            official_test_tokenization=official_test,
-            mlm_probability=float(self.mlm.get("probability", 0.15)) if self.mlm and training else 0.0,
-        )
-
+    # ----------------------------------------------------------------- template input (the model's collates)
     @property
     def train_collate(self) -> ViewCollate:
-        """The collate the DataModule uses for training batches."""
-        if self._train_collate is None:
-            self._train_collate = self._collate(self.train_views(), training=True)
-        return self._train_collate
+        """The collate the DataModule uses for training batches (``model.collate("train")``)."""
+        return self.model.collate("train")
 
     @property
     def eval_collate(self) -> ViewCollate:
-        """The collate :meth:`encode` uses at test (eval template, the eval period rule, no denoising unless
-        ``denoise_at_eval``)."""
-        if self._eval_collate is None:
-            self._eval_collate = self._collate([self.eval_view()], training=False, official_test=True)
-        return self._eval_collate
+        """The test encoder's collate (``model.collate("test")``)."""
+        return self.model.collate("test")
 
     @property
     def dev_collate(self) -> ViewCollate:
-        """The collate of ``encode(..., encoder="dev")``: the official in-training dev batcher when
-        ``dev_encoder`` is set (the eval template, with its own period rule and denoising), else the test one.
+        """The dev encoder's collate (``model.collate("dev")``; the test one without ``dev_encoder``).
 
-        Source: Prompt-BERT ``prompt_bert/trainers.py:105-116`` -> ``models.py:290-368`` (``sentemb_forward``:
-        ``[CLS] s [SEP]`` re-wrapped in the template without the period rule, the template bias subtracted
-        unless ``--mask_embedding_sentence_delta_no_delta_eval``); CoT-BERT ``trainers.py:78-91``.
+        Source: Prompt-BERT ``prompt_bert/trainers.py:105-116`` -> ``models.py:290-368``; CoT-BERT
+        ``trainers.py:78-91`` (docs/fidelity.md).
         """
-        if self.dev_encoder is None:
-            return self.eval_collate
-        if self._dev_collate is None:
-            denoise = bool(self.dev_encoder.get("denoise", False)) and self.denoise != "none"
-            self._dev_collate = self._collate([self.eval_view()], training=False,
-                                              add_period=bool(self.dev_encoder.get("add_period", False)),
-                                              denoise=denoise)
-        return self._dev_collate
+        return self.model.collate("dev")
 
     # ----------------------------------------------------------------- forward
-    def _forward_views(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Representations (B, V, D) and, with denoising, the matching template biases (B, V, D)."""
-        ids, mask = batch["input_ids"], batch["attention_mask"]
-        b, v, t = ids.shape
-        pooler = self.representation_pooler
-        tpl = batch.get("template_index")
-        out = self.encoder(ids.view(b * v, t), mask.view(b * v, t), output_hidden_states=needs_hidden_states(pooler),
-                           template_index=tpl.view(b * v, t) if tpl is not None else None)
-        h = pool(pooler, out, mask.view(b * v, t), batch["rep_index"].view(-1)).view(b, v, -1)
-        if "bias_input_ids" not in batch:
-            return h, None
-        bias_out = self.encoder(
-            batch["bias_input_ids"], batch["bias_attention_mask"], position_ids=batch.get("bias_position_ids")
-        )
-        last = bias_out.last_hidden_state
-        bias = last[torch.arange(last.shape[0], device=last.device), batch["bias_rep_index"]]  # (R, D)
-        return h, bias[batch["bias_row"]]
-
     def represent(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Sentence representations before the head: (B, V, D), template bias already subtracted."""
-        h, bias = self._forward_views(batch)
-        return h if bias is None else h - bias
+        return self.model.represent(batch)
 
     def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Representations after the head as the current mode wants them: (B, V, D).
-
-        PromptBERT Eq. 4 with its heads: ``head(h - h_hat)`` (``head_on=difference``) or
-        ``head(h) - head(h_hat)`` (``head_on=each``, official sup BERT).
-        """
-        h, bias = self._forward_views(batch)
-        use_head = self.head is not None and (self.training or not self.mlp_only_train)
-        if bias is not None and use_head and self.head_on == "each":
-            return self.head(h) - self.head(bias)
-        if bias is not None:
-            h = h - bias
-        return self.head(h) if use_head else h
+        """Embeddings (B, V, D) of a collated batch (:meth:`cselab.model.embedding.EmbeddingModel.forward`)."""
+        return self.model(batch)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
         """The loss of one batch (see :meth:`_training_step`).  Under a trainer, sets :attr:`flops_per_batch`:
@@ -544,56 +492,10 @@ class ContrastiveMethod(L.LightningModule):
         return None
 
     # ----------------------------------------------------------------- evaluation
-    @torch.inference_mode()
     def encode(self, sentences: Sequence[str], batch_size: int | None = None, encoder: str = "test") -> torch.Tensor:
-        """Embed sentences as at test time (``encoder="test"``) or as the in-training dev evaluation that selects
-        the checkpoint (``encoder="dev"``, :attr:`dev_collate`): (N, D) float32 on CPU, rows in input order.
-
-        Sentences are tokenized once, sorted by token length (less padding), encoded in batches under
-        ``torch.inference_mode`` under ``eval_precision`` (bf16 autocast on GPU by default); the module's
-        train/eval mode is restored after.
-        The tokenization and length order of the last few sentence lists are cached (the STS-B dev set is
-        encoded at every validation): a list equal to a cached one skips the tokenizer.
-        """
-        if encoder not in ("test", "dev"):
-            raise ValueError(f"encode(encoder={encoder!r}): expected 'test' or 'dev'")
-        collate = self.eval_collate if encoder == "test" else self.dev_collate
-        batch_size = batch_size or self.eval_batch_size or (256 if self.device.type == "cuda" else 128)
-        tokens, order = self._tokenized(collate, tuple(sentences))
-        was_training = self.training
-        self.eval()
-        device = self.device
-        bf16 = self.eval_precision == "bf16" or (self.eval_precision == "auto" and device.type == "cuda")
-        autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
-        chunks = []
-        try:
-            for start in range(0, len(order), batch_size):
-                idx = order[start : start + batch_size]
-                batch = collate.build({collate.views[0].field: [tokens[i] for i in idx]})
-                batch = {k: t.to(device, non_blocking=True) for k, t in batch.items()}
-                with autocast:
-                    chunks.append(self.embed(batch)[:, 0].float().cpu())
-        finally:
-            self.train(was_training)
-        if not chunks:
-            return torch.zeros(0, self.encoder.hidden_size)
-        out = torch.cat(chunks)
-        result = torch.empty_like(out)
-        result[torch.tensor(order, dtype=torch.long)] = out
-        return result
-
-    def _tokenized(self, collate: ViewCollate, sentences: tuple[str, ...]) -> tuple[list, list[int]]:
-        """(token ids per sentence, indices sorted by length) for ``encode``, from a small cache (4 lists)
-        keyed by the collate and the exact sentence tuple."""
-        cache = self.__dict__.setdefault("_token_cache", {})
-        key = (id(collate), sentences)
-        hit = cache.get(key)
-        if hit is None or hit[0] is not collate:  # the collate itself is kept, so its id is never reused
-            tokens = collate.tokenize(list(sentences))
-            hit = cache[key] = (collate, tokens, sorted(range(len(tokens)), key=lambda i: len(tokens[i])))
-            while len(cache) > 4:
-                cache.pop(next(iter(cache)))
-        return hit[1], hit[2]
+        """(N, D) float32 CPU embeddings in input order: :meth:`cselab.model.embedding.EmbeddingModel.encode`
+        (``encoder="test"`` the test encoder, ``"dev"`` the checkpoint-selection one)."""
+        return self.model.encode(sentences, batch_size=batch_size, encoder=encoder)
 
     # ----------------------------------------------------------------- optimization
     def configure_optimizers(self):

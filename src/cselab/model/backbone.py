@@ -44,6 +44,11 @@ class Encoder(nn.Module):
         self.prefix_positions = "shifted"
         self.soft_template: nn.Module | None = None  # tuning=soft_prompt
 
+    @property
+    def base_model(self) -> nn.Module:
+        """The untouched transformer (the model inside a PEFT prefix wrapper, or the model itself)."""
+        return self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+
     # ----------------------------------------------------------------------------------------- tuning
     def freeze_backbone(self) -> None:
         """Freeze every backbone weight (the MLM head included).  The module stays in train mode, so dropout
