@@ -263,7 +263,7 @@ def test_gradient_flows_through_the_bias(denoise: str, make_method) -> None:
     g_full = grads(lambda: (method.represent(batch) * w).sum())
     g_plain = grads(lambda: (method.represent(plain) * w).sum())
     g_bias = grads(bias_only)
-    emb = "encoder.model.embeddings.word_embeddings.weight"
+    emb = "model.backbone.model.embeddings.word_embeddings.weight"
     assert float((g_full[emb] - g_plain[emb]).abs().sum()) > 1e-4  # the bias term contributes gradient
     assert float(g_bias[emb].abs().sum()) > 1e-4
     for name in g_full:

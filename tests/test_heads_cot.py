@@ -27,7 +27,7 @@ def test_sup_promptbert_each_head_and_eval_denoising(make_method, family):
     batch = m.train_collate(ROWS)
     assert batch["input_ids"].shape[1] == 3 and "bias_input_ids" in batch
     with torch.no_grad():
-        h, bias = m._forward_views(batch)
+        h, bias = m.model.forward_views(batch)
         z = m.embed(batch)
     expected = m.head(h) - m.head(bias) if head_on == "each" else m.head(h - bias)
     torch.testing.assert_close(z, expected)

@@ -55,7 +55,7 @@ def test_trainable_parameters_are_the_prompt_and_the_head(make_method, variant, 
     prompt = {True: p * layers * 2 * h, False: p * 2 * h, None: p * h}[per_layer]
     assert m.num_trainable_parameters() == prompt + h * h + h  # + SimCSE's MLP
     trainable = [n for n, q in m.named_parameters() if q.requires_grad]
-    assert all("prompt_encoder" in n or n.startswith("head.") for n in trainable), trainable
+    assert all("prompt_encoder" in n or n.startswith("model.head.") for n in trainable), trainable
     out = m.encoder(*[t[:, 0] for t in (lambda b: (b["input_ids"], b["attention_mask"]))(m.eval_collate(SENTS))])
     assert out.last_hidden_state.shape[1] == m.eval_collate(SENTS)["input_ids"].shape[2]  # virtual tokens removed
 
@@ -119,7 +119,7 @@ def test_checkpoint_holds_only_trained_tensors_and_reloads(make_method, tmp_path
     assert ckpt["backbone"]["name_or_path"] == m.hparams.backbone["name_or_path"]
     names = set(ckpt["state_dict"])
     assert names == {n for n, p in m.named_parameters() if p.requires_grad}
-    assert not any(n.startswith("encoder.model.base_model.") and "prompt" not in n for n in names)
+    assert not any(n.startswith("model.backbone.model.base_model.") and "prompt" not in n for n in names)
     reloaded = type(m).load_from_checkpoint(path, weights_only=False)
     torch.testing.assert_close(reloaded.encode(SENTS), m.encode(SENTS))
     import cselab

@@ -212,8 +212,18 @@ class ContrastiveMethod(L.LightningModule):
 
     @property
     def eval_precision(self) -> str:
-        """:meth:`encode`'s arithmetic: ``auto`` | ``32`` | ``bf16``."""
+        """:meth:`encode`'s arithmetic: ``auto`` | ``32`` | ``bf16`` (settable)."""
         return self.model.config.get("eval_precision", "auto")
+
+    @eval_precision.setter
+    def eval_precision(self, value: str) -> None:
+        if str(value) not in ("auto", "32", "bf16"):
+            raise ValueError(f"eval.precision={value!r}: expected auto, 32 or bf16")
+        self.model.config["eval_precision"] = str(value)
+
+    @eval_batch_size.setter
+    def eval_batch_size(self, value: int | None) -> None:
+        self.model.config["eval_batch_size"] = value
 
     # ----------------------------------------------------------------- training units
     def _apply_training_units(self) -> None:
