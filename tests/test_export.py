@@ -17,7 +17,7 @@ pytest.importorskip("sentence_transformers")
 from sentence_transformers import SentenceTransformer  # noqa: E402
 
 import cselab  # noqa: E402
-from cselab.export import ExportError, describe, export, main, standalone_source  # noqa: E402
+from cselab.export import ExportError, describe, export, main, model_code_files  # noqa: E402
 from tests.conftest import PROMPTBERT_PROMPT  # noqa: E402
 
 TRAIN = [
@@ -77,7 +77,7 @@ def _checkpoint(m, tmp_path) -> str:
 
 def _roundtrip(ckpt: str, out) -> tuple[float, dict]:
     info = export(ckpt, out, verify=PROBES)
-    model = SentenceTransformer(str(out), device="cpu", trust_remote_code=info["trust_remote_code"])
+    model = SentenceTransformer(str(out), device="cpu", trust_remote_code=True)
     theirs = model.encode(PROBES, convert_to_tensor=True, batch_size=3).float().cpu()
     ours = cselab.load(ckpt).encode(PROBES)
     assert theirs.shape == ours.shape
@@ -89,19 +89,23 @@ def _roundtrip(ckpt: str, out) -> tuple[float, dict]:
 # ------------------------------------------------------------------------------------------------ the five methods
 
 
-def test_simcse_unsup_exports_to_stock_modules(make_method, tmp_path):
+def test_simcse_unsup_exports_the_runtime_code(make_method, tmp_path):
     m = make_method("simcse", "bert", pooler="cls", head="mlp", mlp_only_train=True)
     diff, info = _roundtrip(_checkpoint(m, tmp_path), tmp_path / "st")
     assert diff < TOL
-    assert info["input"] == "transformer" and info["output"] == "pooling" and not info["trust_remote_code"]
-    assert not (tmp_path / "st" / "cselab_st.py").exists()  # only sentence-transformers' own modules
+    assert info["modules"] == ["st_module.CselabEmbedding"] and info["trust_remote_code"]
+    assert info["pooler"] == "cls_before_pooler" and not info["use_head"]
+    shipped = {p.name: p.read_text() for p in model_code_files()}
+    assert {"embedding.py", "st_module.py", "template_input.py", "backbone.py", "pooling.py"} <= set(shipped)
+    for name, text in shipped.items():  # the exported code IS the runtime modules' code
+        assert (tmp_path / "st" / name).read_text() == text, name
 
 
 def test_promptbert_unsup_template_and_period_rule(make_method, tmp_path):
     m = make_method("promptbert", "bert", pooler="mask", denoise="position", prompt="promptbert")
     diff, info = _roundtrip(_checkpoint(m, tmp_path), tmp_path / "st")
     assert diff < TOL
-    assert info["input"] == "cselab" and info["add_period"] and info["denoise"] == "none"
+    assert info["add_period"] and info["denoise"] == "none"
     assert not info["use_head"]  # unsup PromptBERT: MLP in training only
 
 
@@ -172,14 +176,14 @@ def test_baseline_poolers(make_method, tmp_path, pooler):
     path = _checkpoint(m, tmp_path)
     diff, info = _roundtrip(path, tmp_path / "st")
     assert diff < TOL
-    assert (info["output"] == "pooling") == (pooler == "avg")
+    assert info["pooler"] == pooler and info["head"] == "none"
 
 
-def test_simcse_sup_uses_stock_dense(make_method, tmp_path):
+def test_simcse_sup_applies_the_head_at_test(make_method, tmp_path):
     m = make_method("simcse", "roberta", pooler="cls", head="mlp", mlp_only_train=False)
     diff, info = _roundtrip(_checkpoint(m, tmp_path), tmp_path / "st")
     assert diff < TOL
-    assert info["output"] == "pooling+dense" and not info["trust_remote_code"]
+    assert info["use_head"] and info["head"] == "MLPHead"
 
 
 # ------------------------------------------------------------------------------------------------ refusals, CLI
@@ -227,8 +231,9 @@ def test_cli_and_folder_loads_without_cselab(make_method, tmp_path, capsys):
     assert main([ckpt, str(out)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["max_abs_diff"] < TOL
-    assert (out / "cselab_st.py").read_text() == standalone_source()
-    assert "cselab" not in "".join(line for line in standalone_source().splitlines() if "import" in line)
+    for path in model_code_files():  # the runtime files, with no import of cselab outside the package
+        assert (out / path.name).read_text() == path.read_text()
+        assert not [line for line in path.read_text().splitlines() if "import cselab" in line or "from cselab" in line]
     expected = cselab.load(ckpt).encode(PROBES)
     code = (
         "import sys, json; sys.modules['cselab'] = None\n"  # any `import cselab` now fails
