@@ -114,7 +114,7 @@ def model_card(
         + ([setting] if setting else []),
     )
     where = repo_id or "path/to/this/folder"
-    load = (f'SentenceTransformer("{where}", trust_remote_code=True)  # custom modules: cselab_st.py'
+    load = (f'SentenceTransformer("{where}", trust_remote_code=True)  # the cselab.model code it ships'
             if trust_remote_code else f'SentenceTransformer("{where}")')
     lines = [
         "---", data.to_yaml(), "---", "",
