@@ -295,7 +295,10 @@ def test_each_batch_shape_counts_its_flops_for_the_throughput_monitor(make_metho
 
     monitor = L.pytorch.callbacks.ThroughputMonitor(batch_size_fn=lambda b: b["input_ids"].shape[0], window_size=2)
     csv = L.pytorch.loggers.CSVLogger(tmp_path, name="csv", version="")
-    trainer = L.Trainer(max_steps=4, logger=csv, callbacks=[Record(), monitor], enable_checkpointing=False,
+    from cselab.callbacks import FlopCounter
+
+    flops = FlopCounter()
+    trainer = L.Trainer(max_steps=4, logger=csv, callbacks=[flops, Record(), monitor], enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1,
                         limit_val_batches=0, accelerator="cpu")
     with warnings.catch_warnings():
@@ -308,7 +311,7 @@ def test_each_batch_shape_counts_its_flops_for_the_throughput_monitor(make_metho
             expected.append(3 * counter.get_total_flops())
     assert seen == expected  # forward counted per batch shape, x3 for the backward
     assert len(set(expected)) >= 3 and expected[3] == expected[0]
-    assert len(method._flops_by_shape) == len(set(expected))  # the repeated shape was not counted again
+    assert len(flops.by_shape) == len(set(expected))  # the repeated shape was not counted again
     assert "train/device/flops_per_sec" in (tmp_path / "csv" / "metrics.csv").read_text().splitlines()[0]
 
 

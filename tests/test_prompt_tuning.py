@@ -169,8 +169,8 @@ def test_dcpcse_mlm_auxiliary_loss(tiny_mlm_dir):
     cls_sep = torch.tensor([m.tokenizer.cls_token_id, m.tokenizer.sep_token_id, m.tokenizer.pad_token_id])
     assert not torch.isin(batch["input_ids"][sel], cls_sep).any()  # only sentence tokens are masked
     assert torch.equal(masked[~sel], batch["input_ids"][~sel])
-    assert m.mlm_weight() == pytest.approx(0.1)
-    assert torch.isfinite(m.mlm_loss(batch)) and m.mlm_loss(batch) > 0
+    assert m.aux_mlm.weight(m.global_step) == pytest.approx(0.1)
+    assert torch.isfinite(m.aux_mlm.loss(m.encoder, batch)) and m.aux_mlm.loss(m.encoder, batch) > 0
     # lm_head=tied: the MLM head's own layers train; the decoder tied to the word embeddings stays frozen
     # (the official untied decoder: tests/test_fidelity.py)
     head = m.encoder.mlm.cls
@@ -195,15 +195,12 @@ def test_prompt_tuning_methods_require_their_tuning(make_method):
 
 def test_mlm_weight_schedule_matches_its_equation(tiny_mlm_dir):
     """DCPCSE: lambda = 0.1 * 0.95 ** (global_step / 100)."""
-    from types import SimpleNamespace
-
     from cselab.methods import method_class
 
     m = method_class("dcpcse")(backbone={"name_or_path": str(tiny_mlm_dir), "family": "bert"}, pooler="cls",
                                tuning=_prefix(), mlm={"weight": 0.1, "decay": 0.95, "decay_steps": 100})
     for step in (0, 1, 100, 250, 1000):
-        m._trainer = SimpleNamespace(global_step=step)
-        assert m.mlm_weight() == pytest.approx(0.1 * 0.95 ** (step / 100))
+        assert m.aux_mlm.weight(step) == pytest.approx(0.1 * 0.95 ** (step / 100))
 
 
 def test_prompt_tuned_training_resumes_from_its_checkpoint(make_method, tmp_path):

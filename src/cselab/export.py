@@ -44,8 +44,8 @@ PROBE_SENTENCES: tuple[str, ...] = (
 )
 #: the module sentence-transformers loads from the folder (``st_module.py`` of ``cselab.model``)
 MODULE_TYPE = "st_module.CselabEmbedding"
-#: files of ``cselab.model`` not shipped (loading by hub name / package: the runtime of training only)
-NOT_SHIPPED = ("__init__.py", "loading.py")
+#: files of ``cselab.model`` not shipped (building from a backbone name: loading by hub id / package)
+NOT_SHIPPED = ("__init__.py", "loading.py", "factory.py")
 
 
 class ExportError(ValueError):

@@ -21,6 +21,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from cselab.callbacks import FlopCounter, RNGState
 from cselab.checkpoint_io import AtomicCheckpointIO, LastCheckpoint
 from cselab.data.nli import NLIDataModule
 from cselab.data.paths import data_root, require
@@ -339,7 +340,9 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     callbacks.append(progress_bar() if bars else ProgressLog(float(cfg.trainer.get("progress_log_s", 60))))
     checkpoint = None
     if cfg.train:
-        callbacks.append(L.pytorch.callbacks.ThroughputMonitor(batch_size_fn=_batch_size, window_size=5))
+        # FLOPs of each batch shape (before the throughput monitor, which reads them), the RNG state in checkpoints
+        callbacks += [FlopCounter(), RNGState(),
+                      L.pytorch.callbacks.ThroughputMonitor(batch_size_fn=_batch_size, window_size=5)]
         checkpoint = L.pytorch.callbacks.ModelCheckpoint(
             dirpath=output_dir / "checkpoints",
             filename="best-step{step}",

@@ -15,7 +15,7 @@ on restore, hands it to the epoch's order (:class:`ResumableSampler` for a memor
 :class:`cselab.data.unsup.StreamingSentences`), which skips exactly the samples already trained on in that epoch
 and only in that epoch.  The order of an epoch depends only on (seed, epoch), never on the global RNG, so the
 skipped prefix is the one the interrupted run saw.  The model's RNG (dropout) is restored by
-:meth:`cselab.methods.base.ContrastiveMethod.on_load_checkpoint`.
+:class:`cselab.callbacks.rng_state.RNGState` (a trainer callback).
 
 Limits: with ``data.num_workers > 0`` the data ORDER is still exact, but the random draws made inside the
 collate in worker processes (the MLM masks of ``method.mlm``) restart from the epoch's worker seed instead of

@@ -1,33 +1,28 @@
-"""The shared contrastive LightningModule: views -> encoder -> representation (- template bias) -> head -> loss.
+"""The shared contrastive LightningModule: views -> embedding model -> gather -> loss.
 
-Every method is this module plus a choice of views (which field, which template), representation (pooler or
-[MASK] state), denoising, head and loss.  Subclasses only say which views they train on and how they encode
-at test; the forward path, the optimizer (AdamW, linear decay, no warm-up, weight decay 0, as all the official
-implementations) and the evaluation ``encode`` live here.
+A method is this module plus its views (which field, which template: :meth:`ContrastiveMethod.train_views`,
+:meth:`ContrastiveMethod.eval_view`); the representation, template bias, prompt module and head are its
+:class:`~cselab.model.embedding.EmbeddingModel` (``self.model``, the one inference path), the MLM auxiliary task
+:class:`~cselab.methods.mlm.AuxiliaryMLM`, the NaN policy :class:`~cselab.methods.nonfinite.NonFinitePolicy`;
+RNG state and FLOP counting are trainer callbacks (:mod:`cselab.callbacks`).  The optimizer is AdamW with linear
+decay, no warm-up and weight decay 0, as all the official implementations.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 
 from cselab.losses import build_loss
-from cselab.model.embedding import EmbeddingModel
-from cselab.model.heads import build_head
-from cselab.model.loading import load_backbone, load_mlm_transform
+from cselab.methods.gather import NEGATIVES, gather_embeddings
+from cselab.methods.mlm import AuxiliaryMLM, mlm_head_own_parameters
+from cselab.methods.nonfinite import NonFinitePolicy
+from cselab.model.factory import build_embedding_model
 from cselab.model.pooling import POOLERS
-from cselab.model.template_input import ViewCollate, ViewSpec
-from cselab.report.results import atomic_write_text
-
-
-class NonFiniteLossError(FloatingPointError):
-    """The training loss became NaN or inf (the batch's sentences are saved beside the checkpoints)."""
+from cselab.model.template_input import ViewSpec
 
 
 class ContrastiveMethod(L.LightningModule):
@@ -36,285 +31,107 @@ class ContrastiveMethod(L.LightningModule):
     Args:
         backbone: ``{"name_or_path": str, "family": "bert"|"roberta"}`` (``conf/backbone``).
         setting: ``unsup`` (one sentence, dropout views) or ``sup`` (NLI triplets sent0, sent1, hard_neg).
-        pooler: representation: a name of :data:`cselab.model.pooling.POOLERS`; with ``head=mlp``,
-            ``cls`` means SimCSE's [CLS] + MLP.
-        head: ``mlp`` (Linear + Tanh) | ``mlm_transform`` (dense + GELU + LayerNorm) | ``none``.
-        head_init: ``bert`` (N(0, ``initializer_range``) weights, zero biases: the official ``cl_init``),
-            ``pretrained_mlm`` (the checkpoint's ``cls.predictions.transform``: PromptBERT sup BERT, OptiPrompt)
-            or ``pytorch`` (PyTorch's default init); see :mod:`cselab.model.heads`.
-        mlp_only_train: apply the head in training only (SimCSE unsup; PromptBERT unsup).
-        head_on: with a template bias, ``difference`` = head(h - h_hat) (PromptBERT unsup, RoBERTa sup) or
-            ``each`` = head(h) - head(h_hat) (PromptBERT sup BERT, official code).
-        denoise_at_eval: subtract the template bias at test too (PromptBERT sup, whose head sees it).
-        dev_encoder: how STS-B dev (checkpoint selection) encodes, when it differs from the test encoder:
-            ``{"add_period": bool, "denoise": bool}`` (the official trainers' dev batcher: PromptBERT without the
-            period rule and with the template bias subtracted, CoT-BERT without the period rule), or None: the
-            test encoder (``eval.dev_encoder=test``).  See :meth:`encode`.
-        loss: loss config (``name`` + its arguments, see :func:`cselab.losses.build_loss`).
-        prompt: template config or None (``templates`` per family, ``mask_index``, ``add_period_at_eval``).
-        denoise: ``none`` | ``position`` | ``pad`` (training only).
-        denoise_positions: position ids of the ``position`` bias rows: ``official`` (counted from 0 for every
-            family, as Prompt-BERT's ``get_delta``, ``prompt_bert/models.py:96, 293``: for RoBERTa that is NOT the
-            numbering of its real inputs, which starts at ``padding_idx + 1``) or ``aligned`` (the backbone's own
-            numbering, so every template token of the bias row has the position it has in the real input).
-            BERT: the same.
-        max_seq_len: sentence truncation in training (tokens).
-        eval_max_seq_len: sentence truncation at evaluation (None: none, as SimCSE's evaluator).
-        eval_batch_size: sentences per forward pass in :meth:`encode` (None: 256 on a GPU, 128 on CPU).
-        eval_precision: :meth:`encode`'s arithmetic: ``auto`` (bf16 autocast on a GPU, float32 on CPU), ``32``
-            (float32 everywhere: scores identical to SimCSE's evaluator) or ``bf16`` (bf16 autocast on GPU and
-            CPU; faster on CPUs with AVX512-BF16 / AMX, scores differ in the second decimal).
-        lr, weight_decay, warmup_ratio: AdamW and linear schedule.
+        pooler, head, head_init, mlp_only_train, head_on, prompt, denoise, denoise_at_eval, denoise_positions,
+            dev_encoder, max_seq_len, eval_max_seq_len, eval_batch_size, eval_precision, tuning: the embedding
+            model's (:func:`cselab.model.factory.build_embedding_model`; ``cls`` with a head is SimCSE's [CLS]
+            + MLP).
+        loss: loss config (``name`` + its arguments, :func:`cselab.losses.build_loss`).
+        lr, weight_decay, warmup_ratio: AdamW and the linear schedule.
         train: False for methods evaluated without fine-tuning.
-        tuning: what trains: ``{"name": "full"}`` (the whole backbone), ``frozen`` (heads only), ``prefix``
-            (deep continuous prompts, P-tuning v2: ``pre_seq_len``, ``variant``, ``prefix_projection``,
-            ``prefix_hidden_size``, ``dropout``, ``prefix_positions``; see :mod:`cselab.model.prefix`) or
-            ``soft_prompt`` (the template tokens become trainable vectors initialised from their embeddings).
-            Frozen backbones stay in train mode (dropout) and checkpoints hold only the trained tensors.
-        mlm: DCPCSE's auxiliary MLM loss ``{"weight": 0.1, "decay": 0.95, "decay_steps": 100,
-            "probability": 0.15, "lm_head": "untied"}`` or None: loss = CL + weight * decay^(step / decay_steps)
-            * MLM.  Needs a backbone with its MLM head (refused otherwise).  ``lm_head``: ``untied`` (official
-            DCPCSE: the whole LM head trains, its V x D decoder a separate copy of the pretrained one) or
-            ``tied`` (the decoder stays tied to the frozen word embeddings; only the head's own layers train).
-            The prefix is drawn once per step for the contrastive and the MLM pass (official ``get_prompt``).
-        on_nonfinite: ``stop`` (raise :class:`NonFiniteLossError`) or ``skip`` (no optimizer step) when the
-            loss is NaN / inf; either way the step and the batch's sentences are written to
-            ``<run dir>/nonfinite_step<N>.json``.
-        negatives: ``global`` (DDP: every rank's loss sees the embeddings of all ranks, gathered with
-            gradients, see :meth:`gather_embeddings`) or ``per_device`` (each rank's loss over its own batch).
+        mlm: DCPCSE's auxiliary MLM task (:class:`cselab.methods.mlm.AuxiliaryMLM`) or None.  The prefix is drawn
+            once per step for the contrastive and the MLM pass (official ``get_prompt``).
+        on_nonfinite: ``stop`` | ``skip`` (:class:`cselab.methods.nonfinite.NonFinitePolicy`).
+        negatives: ``global`` (DDP: the loss sees every rank's embeddings, :func:`gather_embeddings`) or
+            ``per_device``.
 
     Raises:
-        ValueError: unknown pooler / setting, or a config combination that cannot work (named keys).
+        ValueError: unknown pooler / setting / negatives, or a combination that cannot work (names the keys).
     """
 
-    def __init__(
-        self,
-        backbone: dict,
-        setting: str = "unsup",
-        pooler: str = "cls",
-        head: str = "mlp",
-        mlp_only_train: bool = True,
-        head_on: str = "difference",
-        denoise_at_eval: bool = False,
-        head_init: str = "bert",
-        dev_encoder: dict | None = None,
-        denoise_positions: str = "official",
-        loss: dict | None = None,
-        prompt: dict | None = None,
-        denoise: str = "none",
-        max_seq_len: int = 32,
-        eval_max_seq_len: int | None = None,
-        eval_batch_size: int | None = None,
-        eval_precision: str = "auto",
-        lr: float = 3e-5,
-        weight_decay: float = 0.0,
-        warmup_ratio: float = 0.0,
-        train: bool = True,
-        on_nonfinite: str = "stop",
-        negatives: str = "global",
-        tuning: dict | None = None,
-        mlm: dict | None = None,
-        **extra: Any,
-    ) -> None:
+    def __init__(self, backbone: dict, setting: str = "unsup", pooler: str = "cls", head: str = "mlp",
+                 mlp_only_train: bool = True, head_on: str = "difference", denoise_at_eval: bool = False,
+                 head_init: str = "bert", dev_encoder: dict | None = None, denoise_positions: str = "official",
+                 loss: dict | None = None, prompt: dict | None = None, denoise: str = "none", max_seq_len: int = 32,
+                 eval_max_seq_len: int | None = None, eval_batch_size: int | None = None,
+                 eval_precision: str = "auto", lr: float = 3e-5, weight_decay: float = 0.0,
+                 warmup_ratio: float = 0.0, train: bool = True, on_nonfinite: str = "stop",
+                 negatives: str = "global", tuning: dict | None = None, mlm: dict | None = None,
+                 **extra: Any) -> None:
         super().__init__()
         self.save_hyperparameters(logger=False)  # in checkpoints; the loggers get the run's config (pipeline)
-        if pooler not in POOLERS:
-            raise ValueError(f"method.pooler={pooler!r}: expected one of {POOLERS}")
-        if setting not in ("unsup", "sup"):
-            raise ValueError(f"setting.name={setting!r}: expected 'unsup' or 'sup'")
-        if pooler == "mask" and not prompt:
-            raise ValueError("method.pooler=mask needs a template: choose a prompt (prompt=promptbert ...)")
-        if denoise != "none" and not prompt:
-            raise ValueError(f"denoise={denoise} needs a template: choose a prompt or set denoise=none")
-        self.mlm = dict(mlm) if mlm else None
-        encoder, tokenizer = load_backbone(
-            backbone["name_or_path"], backbone.get("family"), mlm_head=self.mlm is not None
-        )
-        encoder.train()  # from_pretrained returns eval mode; dropout makes the unsup views
-        self.tuning = dict(tuning) if tuning else {"name": "full"}
-        pretrained = (load_mlm_transform(backbone["name_or_path"])
-                      if head_init == "pretrained_mlm" and head != "none" else None)
-        std = float(getattr(encoder.model.config, "initializer_range", 0.02))
-        head_module = build_head(head, encoder.hidden_size, init=head_init, std=std, pretrained=pretrained)
-        self.loss_fn = build_loss(loss or {"name": "infonce"})
-        self.setting = setting
-        self.pooler = pooler
-        self.mlp_only_train = mlp_only_train
-        if head_on not in ("difference", "each"):
-            raise ValueError(f"method.head_on={head_on!r}: expected 'difference' or 'each'")
-        if denoise_at_eval and denoise == "none":
-            raise ValueError("method.denoise_at_eval=true needs denoise=position or pad")
-        self.head_on = head_on
-        self.denoise_at_eval = denoise_at_eval
+        _check_args(pooler, setting, prompt, denoise, head_on, denoise_at_eval, denoise_positions, dev_encoder,
+                    eval_precision, negatives)
+        self.setting, self.pooler, self.mlp_only_train, self.head_on = setting, pooler, mlp_only_train, head_on
+        self.denoise, self.denoise_at_eval, self.denoise_positions = denoise, denoise_at_eval, denoise_positions
         self.dev_encoder = dict(dev_encoder) if dev_encoder else None
-        if denoise_positions not in ("official", "aligned"):
-            raise ValueError(f"denoise_positions={denoise_positions!r}: expected 'official' or 'aligned'")
-        self.denoise_positions = denoise_positions
-        if self.dev_encoder and set(self.dev_encoder) - {"add_period", "denoise"}:
-            raise ValueError(f"method.dev_encoder={self.dev_encoder}: expected keys add_period, denoise")
         self.prompt = dict(prompt) if prompt else None
-        self.denoise = denoise
-        if str(eval_precision) not in ("auto", "32", "bf16"):
-            raise ValueError(f"eval.precision={eval_precision!r}: expected auto, 32 or bf16")
-        self.do_train = train
-        if on_nonfinite not in ("stop", "skip"):
-            raise ValueError(f"method.on_nonfinite={on_nonfinite!r}: expected 'stop' or 'skip'")
-        self.on_nonfinite = on_nonfinite
-        if negatives not in ("global", "per_device"):
-            raise ValueError(f"negatives={negatives!r}: expected 'global' or 'per_device'")
-        self.negatives = negatives
-        self.skipped_nonfinite = 0
-        self._family = encoder.family
-        prompt_cfg = self.prompt or {}
-        dev = None
-        if self.dev_encoder is not None:
-            dev = {"add_period": bool(self.dev_encoder.get("add_period", False)),
-                   "denoise": bool(self.dev_encoder.get("denoise", False)) and denoise != "none"}
-        self.model = EmbeddingModel(encoder, tokenizer, head_module, {
-            "pooler": pooler, "use_head_at_eval": not mlp_only_train, "head_on": head_on,
-            "train_views": [[v.field, v.template] for v in self.train_views()],
-            "eval_view": [self.eval_view().field, self.eval_view().template],
-            "mask_index": int(prompt_cfg.get("mask_index", -1)),
-            "add_period_at_eval": bool(prompt_cfg.get("add_period_at_eval", False)),
-            "denoise": denoise, "denoise_at_eval": bool(denoise_at_eval), "denoise_positions": denoise_positions,
-            "dev_encoder": dev, "max_seq_len": max_seq_len, "eval_max_seq_len": eval_max_seq_len,
-            "eval_batch_size": eval_batch_size, "eval_precision": str(eval_precision),
-            "mlm_probability": float(self.mlm.get("probability", 0.15)) if self.mlm else 0.0,
-            "tuning": self.tuning,
-        })
-        self._apply_training_units()
+        self.tuning = dict(tuning) if tuning else {"name": "full"}
+        self.do_train, self.negatives = train, negatives
+        self.nonfinite = NonFinitePolicy(on_nonfinite)
+        self.loss_fn = build_loss(loss or {"name": "infonce"})
+        self._family = backbone.get("family") or _family_of(backbone)
+        self.model = build_embedding_model(
+            backbone, self.train_views(), self.eval_view(), pooler=pooler, head=head, head_init=head_init,
+            mlp_only_train=mlp_only_train, head_on=head_on, prompt=prompt, denoise=denoise,
+            denoise_at_eval=denoise_at_eval, denoise_positions=denoise_positions, dev_encoder=dev_encoder,
+            max_seq_len=max_seq_len, eval_max_seq_len=eval_max_seq_len, eval_batch_size=eval_batch_size,
+            eval_precision=eval_precision, tuning=self.tuning, mlm=mlm)
+        self.mlm = dict(mlm) if mlm else None
+        self.aux_mlm = AuxiliaryMLM(self.mlm, self.encoder, self.tuning.get("name", "full")) if self.mlm else None
+        self._freeze_unused_layers()
+        self.strict_loading = self.tuning.get("name", "full") == "full"
 
     # ----------------------------------------------------------------- the embedding model's parts
-    @property
-    def encoder(self):
-        """The backbone module (:class:`cselab.model.backbone.Encoder`) of :attr:`model`."""
-        return self.model.backbone
-
-    @property
-    def head(self) -> torch.nn.Module | None:
-        """The projection head of :attr:`model` (None without one)."""
-        return self.model.head
-
-    @property
-    def tokenizer(self):
-        """The backbone's tokenizer."""
-        return self.model.tokenizer
-
-    @property
-    def max_seq_len(self) -> int:
-        """Sentence truncation in training (tokens)."""
-        return self.model.config["max_seq_len"]
+    encoder = property(lambda self: self.model.backbone, doc="The backbone module of :attr:`model`.")
+    head = property(lambda self: self.model.head, doc="The projection head of :attr:`model` (or None).")
+    tokenizer = property(lambda self: self.model.tokenizer, doc="The backbone's tokenizer.")
+    max_seq_len = property(lambda self: self.model.config["max_seq_len"], doc="Training truncation (tokens).")
+    representation_pooler = property(lambda self: self.model.representation_pooler,
+                                     doc="The pooler applied to the backbone output.")
+    train_collate = property(lambda self: self.model.collate("train"), doc="The DataModule's collate.")
+    eval_collate = property(lambda self: self.model.collate("test"), doc="The test encoder's collate.")
+    dev_collate = property(lambda self: self.model.collate("dev"), doc="The dev encoder's collate.")
+    skipped_nonfinite = property(lambda self: self.nonfinite.skipped, doc="Steps skipped for a NaN / inf loss.")
 
     @property
     def eval_batch_size(self) -> int | None:
-        """Sentences per forward pass in :meth:`encode` (None: 256 on a GPU, 128 on CPU)."""
+        """Sentences per forward pass in :meth:`encode` (None: 256 on a GPU, 128 on CPU); settable."""
         return self.model.config.get("eval_batch_size")
-
-    @property
-    def eval_precision(self) -> str:
-        """:meth:`encode`'s arithmetic: ``auto`` | ``32`` | ``bf16`` (settable)."""
-        return self.model.config.get("eval_precision", "auto")
-
-    @eval_precision.setter
-    def eval_precision(self, value: str) -> None:
-        if str(value) not in ("auto", "32", "bf16"):
-            raise ValueError(f"eval.precision={value!r}: expected auto, 32 or bf16")
-        self.model.config["eval_precision"] = str(value)
 
     @eval_batch_size.setter
     def eval_batch_size(self, value: int | None) -> None:
         self.model.config["eval_batch_size"] = value
 
-    # ----------------------------------------------------------------- training units
-    def _apply_training_units(self) -> None:
-        """The MLM auxiliary head (untied or tied decoder, unfrozen on a frozen backbone) and the freezing of the
-        layers no training step uses.  The prompt module itself is the embedding model's (``tuning``)."""
-        name = self.tuning.get("name", "full")
-        if self.mlm is not None:
-            if self.encoder.mlm is None:
-                raise ValueError("method.mlm needs the backbone's MLM head")
-            lm_head = self.mlm.get("lm_head", "untied")
-            if lm_head not in ("untied", "tied"):
-                raise ValueError(f"method.mlm.lm_head={lm_head!r}: expected 'untied' or 'tied'")
-            if lm_head == "untied":
-                self._untie_mlm_decoder()
-            if name != "full":  # the head's own layers train (untied: the decoder copy too)
-                for p in self._mlm_head_own_parameters():
-                    p.requires_grad_(True)
-        self._freeze_unused_layers()
-        self.strict_loading = name == "full"
+    @property
+    def eval_precision(self) -> str:
+        """:meth:`encode`'s arithmetic: ``auto`` | ``32`` | ``bf16``; settable."""
+        return self.model.config.get("eval_precision", "auto")
+
+    @eval_precision.setter
+    def eval_precision(self, value: str) -> None:
+        _check_args(eval_precision=value)
+        self.model.config["eval_precision"] = str(value)
 
     def _freeze_unused_layers(self) -> None:
-        """Freeze the layers no training step uses, so that every trainable parameter gets a gradient.
-
-        The backbone's own pooler (dense + tanh) serves only ``pooler=cls`` without a head, and the MLM head's
-        own layers only the MLM auxiliary loss (``method.mlm``).  Frozen, they keep their pretrained values
-        (checkpoints and exports still hold them), stay out of the trainable-parameter count and the optimizer,
-        and plain ``ddp`` works (DDP fails on a trainable parameter without a gradient unless it searches
-        the graph for unused ones every step: ``ddp_find_unused_parameters_true``).
-        """
+        """Freeze the layers no training step uses, so that every trainable parameter gets a gradient: the
+        backbone's pooler layer (used only by ``pooler=cls`` without a head) and the MLM head's own layers without
+        ``method.mlm``.  They keep their pretrained values, stay out of the optimizer, and plain ``ddp`` works."""
         pooler = getattr(self.encoder.model, "pooler", None)
         if pooler is not None and self.representation_pooler != "cls":
             pooler.requires_grad_(False)
         if self.encoder.mlm is not None and self.mlm is None:
-            for p in self._mlm_head_own_parameters():
+            for p in mlm_head_own_parameters(self.encoder):
                 p.requires_grad_(False)
-
-    def _untie_mlm_decoder(self) -> None:
-        """Give the MLM head a decoder of its own: a trainable copy of the (pretrained, tied) decoder weight.
-
-        Official DCPCSE ``RobertaForCL`` builds its ``lm_head`` after freezing the backbone and defines no
-        ``get_output_embeddings``, so nothing ties it: the pretrained LM head, its V x D decoder included, is
-        loaded as a separate module and trains (``dcpcse/models.py:429-430, 446-447``; docs/fidelity.md).
-        """
-        head = _mlm_head(self.encoder.mlm)
-        decoder = getattr(head, "decoder", None) or getattr(getattr(head, "predictions", None), "decoder", None)
-        if decoder is None:
-            raise ValueError(f"method.mlm.lm_head=untied: cannot find the decoder of {type(head).__name__}")
-        decoder.weight = torch.nn.Parameter(decoder.weight.detach().clone())
-        self.encoder.mlm.config.tie_word_embeddings = False
-
-    def _mlm_head_own_parameters(self) -> list[torch.nn.Parameter]:
-        """The MLM head's parameters except its decoder weight, which is tied to the word embeddings."""
-        model = self.encoder.model
-        tied = model.get_input_embeddings().weight if hasattr(model, "get_input_embeddings") else None
-        return [p for p in _mlm_head(self.encoder.mlm).parameters() if p is not tied]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record the method class (for :func:`cselab.load`); with a frozen backbone keep only the trained
         tensors (prompts, heads) and the backbone's identity."""
         checkpoint["cselab_method_class"] = f"{type(self).__module__}.{type(self).__qualname__}"
-        checkpoint["rng_states"] = _collect_rng_states()
-        if self.encoder.tuning == "full" and self.tuning.get("name", "full") == "full":
+        if self.tuning.get("name", "full") == "full":
             return
         trained = {n for n, p in self.named_parameters() if p.requires_grad}
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trained}
         checkpoint["backbone"] = dict(self.hparams.backbone)
-
-    # ----------------------------------------------------------------- FLOPs (for MFU)
-    #: FLOPs of the last training step on this rank's batch: its forward counted by ``torch.utils.flop_counter``
-    #: once per distinct set of batch tensor shapes (padded width, bias rows, views), x3 for forward + backward
-    #: (the usual rule).  Lightning's ``ThroughputMonitor`` reads it after every batch to log
-    #: ``train/device/flops_per_sec`` and, on GPUs in its table, ``train/device/mfu``.  None until then.
-    flops_per_batch: int | None = None
-    #: at most this many distinct batch shapes are counted (a counted step runs the counter's Python dispatch);
-    #: a batch of a new shape beyond them keeps the last count
-    MAX_FLOP_SHAPES: int = 4096
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Restore the global RNG states (torch, CUDA, numpy, Python) saved with the checkpoint, so that a
-        resumed run draws the same dropout masks as an uninterrupted one (Lightning saves no RNG state).
-
-        The states are rank 0's; under DDP every rank starts from the same seed, so they are every rank's.
-        Only a resumed ``fit`` restores them; loading a checkpoint to test or to encode leaves the RNG alone.
-        """
-        states = checkpoint.get("rng_states")
-        trainer = self._trainer
-        if not states or trainer is None or trainer.state.fn != "fit":  # loading to test or encode: RNG untouched
-            return
-        if "torch.cuda" in states and len(states["torch.cuda"]) != torch.cuda.device_count():
-            states = {k: v for k, v in states.items() if k != "torch.cuda"}  # another machine: CPU RNG only
-        _set_rng_states(states)
 
     # ----------------------------------------------------------------- views (what subclasses decide)
     def template(self, view: str) -> str:
@@ -325,14 +142,11 @@ class ContrastiveMethod(L.LightningModule):
         """
         if not self.prompt:
             raise KeyError(f"no prompt configured; view {view!r} needs one")
-        family = self._family
         templates = self.prompt.get("templates", {})
-        if family not in templates or view not in templates[family]:
-            raise KeyError(
-                f"prompt.templates.{family}.{view} is not set (prompt {self.prompt.get('name')!r} has "
-                f"{ {k: sorted(v) for k, v in templates.items()} })"
-            )
-        return templates[family][view]
+        if self._family not in templates or view not in templates[self._family]:
+            raise KeyError(f"prompt.templates.{self._family}.{view} is not set (prompt {self.prompt.get('name')!r} "
+                           f"has { {k: sorted(v) for k, v in templates.items()} })")
+        return templates[self._family][view]
 
     def train_views(self) -> list[ViewSpec]:
         """Views of one training example, in loss order.  Default: SimCSE (same sentence twice / triplet)."""
@@ -346,153 +160,33 @@ class ContrastiveMethod(L.LightningModule):
             return ViewSpec("text", self.template(self.prompt.get("eval_view", "view1")))
         return ViewSpec("text")
 
-    @property
-    def representation_pooler(self) -> str:
-        """The pooler applied to encoder outputs (SimCSE's ``cls`` with an MLP head is [CLS] then the head)."""
-        return self.model.representation_pooler
-
-    # ----------------------------------------------------------------- template input (the model's collates)
-    @property
-    def train_collate(self) -> ViewCollate:
-        """The collate the DataModule uses for training batches (``model.collate("train")``)."""
-        return self.model.collate("train")
-
-    @property
-    def eval_collate(self) -> ViewCollate:
-        """The test encoder's collate (``model.collate("test")``)."""
-        return self.model.collate("test")
-
-    @property
-    def dev_collate(self) -> ViewCollate:
-        """The dev encoder's collate (``model.collate("dev")``; the test one without ``dev_encoder``).
-
-        Source: Prompt-BERT ``prompt_bert/trainers.py:105-116`` -> ``models.py:290-368``; CoT-BERT
-        ``trainers.py:78-91`` (docs/fidelity.md).
-        """
-        return self.model.collate("dev")
-
-    # ----------------------------------------------------------------- forward
+    # ----------------------------------------------------------------- training step
     def represent(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Sentence representations before the head: (B, V, D), template bias already subtracted."""
+        """Representations before the head (B, V, D), template bias subtracted."""
         return self.model.represent(batch)
 
     def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Embeddings (B, V, D) of a collated batch (:meth:`cselab.model.embedding.EmbeddingModel.forward`)."""
         return self.model(batch)
 
+    def gather_embeddings(self, z: torch.Tensor) -> torch.Tensor:
+        """The embeddings the loss sees (:func:`cselab.methods.gather.gather_embeddings`)."""
+        return gather_embeddings(self, z, self.negatives)
+
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
-        """The loss of one batch (see :meth:`_training_step`).  Under a trainer, sets :attr:`flops_per_batch`:
-        from a cache keyed by the batch's tensor shapes, or, for a shape not seen yet, by counting this step's
-        forward FLOPs."""
-        if self._trainer is None:
-            return self._training_step(batch, batch_idx)
-        cache = self.__dict__.setdefault("_flops_by_shape", {})
-        key = tuple((k, tuple(v.shape)) for k, v in sorted(batch.items()) if isinstance(v, torch.Tensor))
-        if key in cache or len(cache) >= self.MAX_FLOP_SHAPES:
-            self.flops_per_batch = cache.get(key, self.flops_per_batch)
-            return self._training_step(batch, batch_idx)
-        from torch.utils.flop_counter import FlopCounterMode
-
-        with FlopCounterMode(display=False) as counter:
-            loss = self._training_step(batch, batch_idx)
-        self.flops_per_batch = cache[key] = 3 * int(counter.get_total_flops())
-        return loss
-
-    def _training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
-        with self.encoder.one_prompt_draw():  # DCPCSE: the contrastive and the MLM pass share the prefix draw
-            return self._step_loss(batch)
-
-    def _step_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
-        z = self.gather_embeddings(self.embed(batch))
-        loss = self.loss_fn(z)
-        if self.mlm is not None and "mlm_input_ids" in batch:
-            mlm_loss = self.mlm_loss(batch)
-            weight = self.mlm_weight()
-            self.log("train/mlm_loss", mlm_loss, batch_size=z.shape[0])
-            loss = loss + weight * mlm_loss
-        if not torch.isfinite(loss):
-            path = self._save_nonfinite_batch(batch, loss)
-            if self.on_nonfinite == "skip":
-                self.skipped_nonfinite += 1
-                self.log("train/skipped_nonfinite", float(self.skipped_nonfinite))
-                return None  # Lightning skips the optimizer step
-            raise NonFiniteLossError(
-                f"training loss is {loss.item()} at step {self.global_step}; the batch's sentences are in {path} "
-                "(set method.on_nonfinite=skip to skip such batches)"
-            )
+        """loss(gather(embed(views))) [+ the MLM auxiliary loss]; None (no optimizer step) for a skipped
+        non-finite loss.  DCPCSE: the contrastive and the MLM pass share one prefix draw."""
+        with self.encoder.one_prompt_draw():
+            z = self.gather_embeddings(self.embed(batch))
+            loss = self.loss_fn(z)
+            if self.aux_mlm is not None and "mlm_input_ids" in batch:
+                mlm_loss = self.aux_mlm.loss(self.encoder, batch)
+                self.log("train/mlm_loss", mlm_loss, batch_size=z.shape[0])
+                loss = loss + self.aux_mlm.weight(self.global_step) * mlm_loss
+        if self.nonfinite(self, loss, batch):
+            return None
         self.log("train/loss", loss, prog_bar=True, batch_size=z.shape[0])
         return loss
-
-    def gather_embeddings(self, z: torch.Tensor) -> torch.Tensor:
-        """The embeddings the loss sees: this rank's (B, V, D), or under DDP with ``negatives=global`` all ranks'.
-
-        Args:
-            z: (B, V, D) embeddings of this rank's batch (any float dtype; B may differ across ranks, e.g.
-                the last batch of an epoch: the rows are padded for the collective and the padding dropped).
-
-        Returns:
-            (B, V, D) unchanged with one process, ``negatives=per_device`` or no Trainer attached; else the
-            global batch (B_0 + ... + B_{W-1}, V, D), ranks in order, which requires grad through every rank.
-
-        Why the gradients equal those of ONE process on the global batch (no rescaling needed):
-
-        1. every rank computes the SAME loss L = loss(Z) on the same gathered Z (the loss is a mean over all
-           N = sum_r B_r rows), so the logged value is the one-process value;
-        2. Lightning's ``all_gather(sync_grads=True)`` is ``torch.distributed.nn.functional.all_gather``,
-           whose backward hands each rank the SUM over ranks of the gradients w.r.t. its own slot:
-           dL_1/dz_r + ... + dL_W/dz_r = W * dL/dz_r;
-        3. DDP then AVERAGES parameter gradients over ranks:
-           (1/W) sum_r W * dL/dz_r * dz_r/dtheta = sum_r dL/dz_r * dz_r/dtheta = dL/dtheta,
-           the one-process gradient.  (The W x W redundant loss computations are (N x N) similarity
-           matrices, negligible next to the encoder.)  ``tests/test_ddp.py`` checks loss and gradients
-           against one process for InfoNCE (hard negatives), CoT-BERT's and PromCSE's losses.
-        Since every rank sees the same loss, NaN/inf decisions (``on_nonfinite``) agree across ranks.
-
-        ``per_device`` is CoT-BERT's official recipe (``torch.nn.DataParallel``: each replica's loss over
-        its own 128, averaged): DDP's gradient average of per-rank losses gives the same.
-
-        Raises:
-            RuntimeError: from ``torch.distributed`` when a rank does not take part (all ranks must call it).
-        """
-        trainer = self._trainer
-        if self.negatives != "global" or trainer is None or trainer.world_size <= 1:
-            return z
-        sizes = [int(s) for s in self.all_gather(torch.tensor(z.shape[0], device=z.device)).reshape(-1).tolist()]
-        top = max(sizes)
-        padded = z if z.shape[0] == top else torch.cat([z, z.new_zeros(top - z.shape[0], *z.shape[1:])])
-        gathered = self.all_gather(padded, sync_grads=True)  # (W, top, V, D)
-        if all(s == top for s in sizes):
-            return gathered.reshape(-1, *z.shape[1:])
-        return torch.cat([gathered[r, :s] for r, s in enumerate(sizes)])
-
-    def mlm_weight(self) -> float:
-        """DCPCSE's decaying MLM weight: ``weight * decay ** (global_step / decay_steps)``."""
-        cfg = self.mlm or {}
-        return float(cfg.get("weight", 0.1)) * float(cfg.get("decay", 0.95)) ** (
-            self.global_step / float(cfg.get("decay_steps", 100)))
-
-    def mlm_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Masked-LM cross-entropy on the masked copies of the views (prompts applied), mean over masked tokens."""
-        ids, mask, labels = batch["mlm_input_ids"], batch["attention_mask"], batch["mlm_labels"]
-        b, v, t = ids.shape
-        tpl = batch.get("template_index")
-        out = self.encoder(ids.view(b * v, t), mask.view(b * v, t),
-                           template_index=tpl.view(b * v, t) if tpl is not None else None)
-        if not bool((labels != -100).any()):  # nothing selected in this batch
-            return out.last_hidden_state.sum() * 0.0
-        logits = _mlm_head(self.encoder.mlm)(out.last_hidden_state)
-        return torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.view(-1),
-                                                 ignore_index=-100)
-
-    def _save_nonfinite_batch(self, batch: dict[str, torch.Tensor], loss: torch.Tensor) -> Path:
-        """Write the step, the loss and the batch (first view, decoded as the model saw it) to a JSON file."""
-        root = Path(self.trainer.default_root_dir) if self._trainer is not None else Path(".")
-        path = root / f"nonfinite_step{self.global_step}.json"
-        ids, mask = batch["input_ids"][:, 0], batch["attention_mask"][:, 0]
-        texts = [self.tokenizer.decode(i[m.bool()].tolist(), skip_special_tokens=True) for i, m in zip(ids, mask, strict=True)]
-        atomic_write_text(path, json.dumps({"step": int(self.global_step), "loss": str(loss.item()),
-                                            "sentences": texts}, indent=1))
-        return path
 
     # The STS callback does the evaluation; Lightning's loops only provide the schedule (val_check_interval).
     def validation_step(self, batch: Any, batch_idx: int) -> None:
@@ -501,13 +195,11 @@ class ContrastiveMethod(L.LightningModule):
     def test_step(self, batch: Any, batch_idx: int) -> None:
         return None
 
-    # ----------------------------------------------------------------- evaluation
     def encode(self, sentences: Sequence[str], batch_size: int | None = None, encoder: str = "test") -> torch.Tensor:
-        """(N, D) float32 CPU embeddings in input order: :meth:`cselab.model.embedding.EmbeddingModel.encode`
-        (``encoder="test"`` the test encoder, ``"dev"`` the checkpoint-selection one)."""
+        """(N, D) float32 CPU embeddings in input order (:meth:`cselab.model.embedding.EmbeddingModel.encode`;
+        ``encoder="dev"``: the checkpoint-selection encoder)."""
         return self.model.encode(sentences, batch_size=batch_size, encoder=encoder)
 
-    # ----------------------------------------------------------------- optimization
     def configure_optimizers(self):
         """AdamW (eps 1e-8, weight decay ``weight_decay``) + linear decay after ``warmup_ratio`` warm-up."""
         from transformers import get_linear_schedule_with_warmup
@@ -526,10 +218,42 @@ class ContrastiveMethod(L.LightningModule):
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
 
-def _mlm_head(mlm) -> torch.nn.Module:
-    """The prediction head of a Hugging Face masked-LM model (BERT ``cls``, RoBERTa ``lm_head``)."""
-    for name in ("cls", "lm_head", "predictions"):
-        head = getattr(mlm, name, None)
-        if isinstance(head, torch.nn.Module):
-            return head
-    raise ValueError(f"cannot find the MLM head of {type(mlm).__name__}")
+def _family_of(backbone: dict) -> str:
+    """The family of a backbone config without ``family``: from its ``model_type``."""
+    from transformers import AutoConfig
+
+    from cselab.model.loading import _check_available, resolve_name_or_path
+
+    path = resolve_name_or_path(backbone["name_or_path"])
+    config = AutoConfig.from_pretrained(path, local_files_only=_check_available(path))
+    return "roberta" if config.model_type in ("roberta", "xlm-roberta", "camembert") else "bert"
+
+
+def _check_args(pooler: str = "cls", setting: str = "unsup", prompt: dict | None = {}, denoise: str = "none",  # noqa: B006
+                head_on: str = "difference", denoise_at_eval: bool = False, denoise_positions: str = "official",
+                dev_encoder: dict | None = None, eval_precision: str = "auto", negatives: str = "global") -> None:
+    """The method arguments' own ranges (cross-key rules of a run: :func:`cselab.pipeline.validate`).
+
+    Raises:
+        ValueError: names the key and what was expected.
+    """
+    if pooler not in POOLERS:
+        raise ValueError(f"method.pooler={pooler!r}: expected one of {POOLERS}")
+    if setting not in ("unsup", "sup"):
+        raise ValueError(f"setting.name={setting!r}: expected 'unsup' or 'sup'")
+    if pooler == "mask" and not prompt:
+        raise ValueError("method.pooler=mask needs a template: choose a prompt (prompt=promptbert ...)")
+    if denoise != "none" and not prompt:
+        raise ValueError(f"denoise={denoise} needs a template: choose a prompt or set denoise=none")
+    if head_on not in ("difference", "each"):
+        raise ValueError(f"method.head_on={head_on!r}: expected 'difference' or 'each'")
+    if denoise_at_eval and denoise == "none":
+        raise ValueError("method.denoise_at_eval=true needs denoise=position or pad")
+    if denoise_positions not in ("official", "aligned"):
+        raise ValueError(f"denoise_positions={denoise_positions!r}: expected 'official' or 'aligned'")
+    if dev_encoder and set(dev_encoder) - {"add_period", "denoise"}:
+        raise ValueError(f"method.dev_encoder={dev_encoder}: expected keys add_period, denoise")
+    if str(eval_precision) not in ("auto", "32", "bf16"):
+        raise ValueError(f"eval.precision={eval_precision!r}: expected auto, 32 or bf16")
+    if negatives not in NEGATIVES:
+        raise ValueError(f"negatives={negatives!r}: expected 'global' or 'per_device'")

@@ -1,0 +1,63 @@
+"""FLOPs of each training step for Lightning's ``ThroughputMonitor`` (``train/device/flops_per_sec``, MFU)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+
+
+class FlopCounter(L.Callback):
+    """Set ``pl_module.flops_per_batch`` for every training batch: its forward (the step up to the loss) counted by
+    ``torch.utils.flop_counter`` once per distinct set of batch tensor shapes (padded width, bias rows, views), x3
+    for forward + backward (the usual rule).  ``ThroughputMonitor`` reads the attribute after every batch; put this
+    callback before it.
+
+    Args:
+        max_shapes: at most this many distinct batch shapes are counted (a counted step runs the counter's Python
+            dispatch); a batch of a new shape beyond them keeps the last count.
+    """
+
+    def __init__(self, max_shapes: int = 4096) -> None:
+        self.max_shapes = int(max_shapes)
+        self.by_shape: dict[tuple, int] = {}
+        self._counting: tuple[Any, tuple] | None = None
+
+    @staticmethod
+    def _key(batch: Any) -> tuple:
+        if not isinstance(batch, dict):
+            return ()
+        return tuple((k, tuple(v.shape)) for k, v in sorted(batch.items()) if isinstance(v, torch.Tensor))
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        key = self._key(batch)
+        if key in self.by_shape or len(self.by_shape) >= self.max_shapes:
+            pl_module.flops_per_batch = self.by_shape.get(key, getattr(pl_module, "flops_per_batch", None))
+            return
+        from torch.utils.flop_counter import FlopCounterMode
+
+        counter = FlopCounterMode(display=False)
+        counter.__enter__()
+        self._counting = (counter, key)
+
+    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
+        self._stop(pl_module)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        self._stop(pl_module)  # a skipped step (no backward) ends its count here
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        if self._counting is not None:
+            self._counting[0].__exit__(None, None, None)
+            self._counting = None
+
+    def _stop(self, pl_module: L.LightningModule) -> None:
+        if self._counting is None:
+            return
+        counter, key = self._counting
+        counter.__exit__(None, None, None)
+        self._counting = None
+        pl_module.flops_per_batch = self.by_shape[key] = 3 * int(counter.get_total_flops())

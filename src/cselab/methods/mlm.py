@@ -1,0 +1,94 @@
+"""DCPCSE's auxiliary masked-LM task: loss = CL + weight * decay^(step / decay_steps) * MLM.
+
+Source: DCPCSE ``dcpcse/models.py`` (``cl_forward``: ``mlm_weight`` and the MLM cross-entropy on the masked
+copies of the views, prompts applied; ``:429-430, 446-447``: the pretrained LM head, its decoder a separate,
+trainable copy).  The masked inputs are the training collate's ``mlm_input_ids`` / ``mlm_labels``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+LM_HEADS = ("untied", "tied")
+
+
+def mlm_head(mlm: torch.nn.Module) -> torch.nn.Module:
+    """The prediction head of a Hugging Face masked-LM model (BERT ``cls``, RoBERTa ``lm_head``).
+
+    Raises:
+        ValueError: the model has none of them.
+    """
+    for name in ("cls", "lm_head", "predictions"):
+        head = getattr(mlm, name, None)
+        if isinstance(head, torch.nn.Module):
+            return head
+    raise ValueError(f"cannot find the MLM head of {type(mlm).__name__}")
+
+
+def mlm_head_own_parameters(encoder) -> list[torch.nn.Parameter]:
+    """The MLM head's parameters except a decoder weight tied to the word embeddings."""
+    model = encoder.model
+    tied = model.get_input_embeddings().weight if hasattr(model, "get_input_embeddings") else None
+    return [p for p in mlm_head(encoder.mlm).parameters() if p is not tied]
+
+
+class AuxiliaryMLM:
+    """The MLM auxiliary task of a method (``method.mlm``), on the backbone's MLM model (``encoder.mlm``).
+
+    Args:
+        config: ``{"weight": 0.1, "decay": 0.95, "decay_steps": 100, "probability": 0.15, "lm_head": "untied"}``.
+        encoder: the :class:`cselab.model.backbone.Encoder`, loaded with its MLM head.
+        tuning: ``tuning.name``; on a frozen backbone (anything but ``full``) the head's own layers still train.
+
+    ``lm_head``: ``untied`` (official DCPCSE: the whole LM head trains, its V x D decoder a separate copy of the
+    pretrained one) or ``tied`` (the decoder stays tied to the frozen word embeddings).
+
+    Raises:
+        ValueError: the backbone has no MLM head, or an unknown ``lm_head`` (names ``method.mlm.lm_head``).
+    """
+
+    def __init__(self, config: dict[str, Any], encoder, tuning: str = "full") -> None:
+        self.config = dict(config)
+        if encoder.mlm is None:
+            raise ValueError("method.mlm needs the backbone's MLM head")
+        lm_head = self.config.get("lm_head", "untied")
+        if lm_head not in LM_HEADS:
+            raise ValueError(f"method.mlm.lm_head={lm_head!r}: expected 'untied' or 'tied'")
+        if lm_head == "untied":
+            self._untie_decoder(encoder)
+        if tuning != "full":  # the head's own layers train (untied: the decoder copy too)
+            for p in mlm_head_own_parameters(encoder):
+                p.requires_grad_(True)
+
+    @staticmethod
+    def _untie_decoder(encoder) -> None:
+        """Give the MLM head a decoder of its own: a trainable copy of the (pretrained, tied) decoder weight
+        (official ``RobertaForCL`` builds its ``lm_head`` after freezing the backbone and ties nothing)."""
+        head = mlm_head(encoder.mlm)
+        decoder = getattr(head, "decoder", None) or getattr(getattr(head, "predictions", None), "decoder", None)
+        if decoder is None:
+            raise ValueError(f"method.mlm.lm_head=untied: cannot find the decoder of {type(head).__name__}")
+        decoder.weight = torch.nn.Parameter(decoder.weight.detach().clone())
+        encoder.mlm.config.tie_word_embeddings = False
+
+    def weight(self, step: int) -> float:
+        """``weight * decay ** (step / decay_steps)``."""
+        cfg = self.config
+        return float(cfg.get("weight", 0.1)) * float(cfg.get("decay", 0.95)) ** (
+            step / float(cfg.get("decay_steps", 100)))
+
+    def loss(self, encoder, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Masked-LM cross-entropy on the masked copies of the views (prompts applied), mean over the masked
+        tokens: ``mlm_input_ids`` / ``mlm_labels`` / ``attention_mask`` (B, V, T) -> scalar."""
+        ids, mask, labels = batch["mlm_input_ids"], batch["attention_mask"], batch["mlm_labels"]
+        b, v, t = ids.shape
+        tpl = batch.get("template_index")
+        out = encoder(ids.view(b * v, t), mask.view(b * v, t),
+                      template_index=tpl.view(b * v, t) if tpl is not None else None)
+        if not bool((labels != -100).any()):  # nothing selected in this batch
+            return out.last_hidden_state.sum() * 0.0
+        logits = mlm_head(encoder.mlm)(out.last_hidden_state)
+        return torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.view(-1),
+                                                 ignore_index=-100)
