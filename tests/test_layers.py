@@ -39,10 +39,7 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {
     ("cselab.analysis.plots_data", "cselab.analysis.__main__"): "read_corpus, make_encode_fn live in the CLI",
     ("cselab.evaluation.cxc", "cselab.loading"): "the CxC command line lives in the evaluator",
     ("cselab.evaluation.cxc", "cselab.methods"): "the CxC command line lives in the evaluator",
-    ("cselab.methods.base", "cselab.report.results"): "atomic_write_text lives in report",
     ("cselab.methods.baseline", "cselab.analysis"): "the static / top-k baselines are LightningModules",
-    ("cselab.pipeline", "cselab.report.results"): "results.json is written by report",
-    ("cselab.pipeline", "cselab.analysis.plots_data"): "cosine_by_gold_bin lives in the notebooks' data",
 }
 
 

@@ -21,8 +21,8 @@ from cselab.data.collate import ViewCollate, ViewSpec
 from cselab.encoders.backbone import load_backbone, load_mlm_transform
 from cselab.encoders.heads import build_head
 from cselab.encoders.poolers import POOLERS, needs_hidden_states, pool
+from cselab.files import atomic_write_text
 from cselab.losses import build_loss
-from cselab.report.results import atomic_write_text
 
 
 class NonFiniteLossError(FloatingPointError):
