@@ -52,13 +52,13 @@ def wiki_sample_sentences(data_dir: str | os.PathLike, sample: int | None = None
                           lower: bool = False, max_words: int | None = None) -> list[str]:
     """Sentences of the wiki1m sample (``<data_dir>/wiki1m_sample/...``), ``sample`` of them drawn with ``seed``.
 
-    Same reading as ``python -m cselab.analysis --corpus`` (:func:`cselab.analysis.__main__.read_corpus`): non-empty
+    Same reading as ``python -m cselab.analysis --corpus`` (:func:`cselab.analysis.corpus.read_corpus`): non-empty
     lines, file order kept, optionally lower-cased and cut to ``max_words`` words.
 
     Raises:
         FileNotFoundError: the sample is missing (names the path).
     """
-    from cselab.analysis.__main__ import read_corpus
+    from cselab.analysis.corpus import read_corpus
 
     return read_corpus(Path(data_dir) / WIKI_SAMPLE, sample, seed, lower=lower, max_words=max_words)
 
@@ -356,7 +356,7 @@ def representation_encoders(
     Raises:
         ValueError: unknown representation.  BackboneUnavailableError: the backbone cannot be loaded.
     """
-    from cselab.analysis.__main__ import make_encode_fn
+    from cselab.analysis.representations import make_encode_fn
     from cselab.encoders.backbone import load_backbone
 
     encoder, tokenizer = load_backbone(backbone, family, mlm_head="topk" in representations)
