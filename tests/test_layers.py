@@ -155,3 +155,18 @@ def test_the_checker_sees_an_upward_import(tmp_path, monkeypatch):
     offending, _ = upward_imports()
     assert len(offending) == 2, offending
     assert all("cselab.files (io) -> cselab.report.results (apps)" in o for o in offending), offending
+
+
+def test_command_lines_live_in_the_cli_package():
+    """argparse front ends are ``cselab.cli.*`` modules; a library module keeps at most a ``python -m`` shim."""
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        if layer_of(module_name(path)) == len(LAYERS) - 1:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if "argparse" in names:
+                offenders.append(f"{path.relative_to(SRC.parent)}:{node.lineno}")
+    assert not offenders, f"argparse outside cselab.cli (move the command line to src/cselab/cli/): {offenders}"
