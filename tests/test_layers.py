@@ -21,7 +21,8 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-#: layer name -> module prefixes, bottom first (a module takes the layer of its longest matching prefix)
+#: layer name -> module prefixes, bottom first (a module takes the layer of its longest matching prefix;
+#: ``cselab`` itself matches only the package's ``__init__``)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("io", ("cselab.files", "cselab.checkpoint_io", "cselab.hub", "cselab.logs", "cselab.progress",
             "cselab.config")),
@@ -30,7 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("methods", ("cselab.methods", "cselab.loading", "cselab")),  # "cselab": the package facade (cselab.load)
     ("pipeline", ("cselab.pipeline", "cselab.loggers", "cselab.sweep")),
     ("apps", ("cselab.report", "cselab.analysis", "cselab.model_card", "cselab.export")),
-    ("cli", ("cselab.cli",)),
+    ("cli", ("cselab.cli", "cselab.evaluate_mteb")),  # evaluate_mteb: only the python -m shim of cselab.cli.mteb
 ]
 
 #: (importing module, imported module) pairs allowed to point up for now, each with its reason.  An entry that
@@ -54,7 +55,9 @@ def layer_of(module: str) -> int:
     best, found = -1, None
     for index, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+            # "cselab" names the package facade only: a new cselab.x module must be declared
+            below = prefix != "cselab" and module.startswith(prefix + ".")
+            if (module == prefix or below) and len(prefix) > best:
                 best, found = len(prefix), index
     if found is None:
         raise AssertionError(f"{module}: no layer declared for it in tests/test_layers.py LAYERS")
