@@ -26,8 +26,10 @@ from cselab.analysis import (
     topk_weights,
     uniformity,
 )
-from cselab.analysis.__main__ import main, make_encode_fn, read_corpus
+from cselab.analysis.corpus import read_corpus
+from cselab.analysis.representations import make_encode_fn
 from cselab.analysis.static import biased_tokens_for
+from cselab.cli.analysis import main
 from cselab.model.loading import load_backbone
 
 #: every word is in the tiny BERT vocabulary and the tiny RoBERTa corpus (tests/conftest.py)

@@ -17,7 +17,8 @@ pytest.importorskip("sentence_transformers")
 from sentence_transformers import SentenceTransformer  # noqa: E402
 
 import cselab  # noqa: E402
-from cselab.export import ExportError, describe, export, main, model_code_files  # noqa: E402
+from cselab.cli.export import main  # noqa: E402
+from cselab.export import ExportError, describe, export, model_code_files  # noqa: E402
 from tests.conftest import PROMPTBERT_PROMPT  # noqa: E402
 
 TRAIN = [

@@ -128,18 +128,19 @@ def test_export_cli_refuses_before_loading_the_checkpoint(fake_hub, monkeypatch,
 
     import cselab
     from cselab import export as export_module
+    from cselab.cli.export import main
 
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
     monkeypatch.setattr(cselab, "load", lambda *a, **k: pytest.fail("the checkpoint was loaded before the refusal"))
     monkeypatch.setattr(export_module, "export", lambda *a, **k: pytest.fail("export ran before the refusal"))
-    assert export_module.main([str(tmp_path / "m.ckpt"), str(tmp_path / "out"), "--push-to-hub", "me/m"]) == 2
+    assert main([str(tmp_path / "m.ckpt"), str(tmp_path / "out"), "--push-to-hub", "me/m"]) == 2
     assert "needs a Hugging Face token" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and fake_hub.calls == []
 
 
 def test_export_cli_writes_the_card_and_pushes_the_folder(fake_hub, make_method, tmp_path, capsys):
     pytest.importorskip("sentence_transformers")
-    from cselab.export import main
+    from cselab.cli.export import main
 
     method = make_method("baseline", "bert", pooler="avg", head="none", train=False)
     run = tmp_path / "run"

@@ -72,7 +72,7 @@ def test_mteb_spearman_equals_the_evaluator_on_the_local_data(make_method, sts_d
 
 
 def test_cli_scores_a_checkpoint_on_local_stsb_and_compares(make_method, sts_data_dir, tmp_path, capsys):
-    from cselab.evaluate_mteb import main
+    from cselab.cli.mteb import main
 
     method = _sup_promptbert(make_method)
     trainer = L.Trainer(max_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -88,7 +88,7 @@ def test_cli_scores_a_checkpoint_on_local_stsb_and_compares(make_method, sts_dat
 
 
 def test_cli_refusals(capsys, sts_data_dir, tiny_bert_dir):
-    from cselab.evaluate_mteb import main
+    from cselab.cli.mteb import main
 
     assert main([str(tiny_bert_dir), "--tasks", "ArguAna", "--local", str(sts_data_dir)]) == 2
     assert "--local builds only" in capsys.readouterr().err

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from cselab.cli.nli_convert import main
 from cselab.data.nli_convert import (
     DEFAULT_OUT,
     ConversionStats,
@@ -15,7 +16,6 @@ from cselab.data.nli_convert import (
     NLIPair,
     build_triplets,
     convert,
-    main,
     read_nli_jsonl,
     read_pairs,
     read_sick_nli,

@@ -119,19 +119,57 @@ def test_cselab_command_lists_and_dispatches(capsys):
 
 
 def test_library_modules_do_not_import_the_cli():
+    """Only ``cselab.cli.*``, the ``__main__`` shims and a module's own ``if __name__ == "__main__":`` block
+    import the CLI (tests/test_layers.py checks every other edge)."""
+    from tests.test_layers import imports
+
     for path in SRC.rglob("*.py"):
-        if path.name != "cli.py":
-            assert "cselab.cli" not in _imports_full(path), f"{path} imports cselab.cli"
+        if path.parent.name == "cli" or path.name == "__main__.py":
+            continue
+        bad = [f"{line}: {text}" for line, target, text, in_main in imports(path)
+               if target.startswith("cselab.cli") and not in_main]
+        assert not bad, f"{path} imports the CLI: {bad}"
 
 
-def _imports_full(path: Path) -> set[str]:
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-    return names
+#: every ``python -m`` spelling the README documents -> the ``cselab`` command it equals
+PYTHON_M = {"cselab.report": "report", "cselab.export": "export", "cselab.evaluate_mteb": "mteb",
+            "cselab.data.download": "data", "cselab.analysis": "analysis", "cselab.evaluation.cxc": "cxc",
+            "cselab.data.nli_convert": "nli-convert", "cselab.cli": None}
+
+
+@pytest.mark.parametrize("module", sorted(PYTHON_M))
+def test_python_m_spellings_run_the_cli(module, monkeypatch, capsys):
+    """``python -m MODULE --help`` (run by runpy, as ``python -m`` does) prints what ``cselab COMMAND --help``
+    prints: the shim calls the command's ``main``."""
+    import importlib.util
+    import runpy
+    import warnings
+
+    from cselab.cli import EXTRAS, main
+
+    spec = importlib.util.find_spec(module)
+    script = importlib.util.find_spec(f"{module}.__main__").origin if spec.submodule_search_locations else spec.origin
+
+    def run(call):
+        monkeypatch.setattr(sys, "argv", [script, "--help"])  # the same program name both ways
+        try:
+            code = call()
+        except SystemExit as exit_:
+            code = exit_.code
+        return code, capsys.readouterr().out
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # runpy: the module was imported before (by the tests)
+        try:
+            shim = run(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True))
+        except ModuleNotFoundError as err:  # only an optional extra may be missing (pip install -e .[dev])
+            assert err.name.split(".")[0] in EXTRAS, f"{module}: {err}"
+            return
+    command = PYTHON_M[module]
+    direct = run(lambda: main([command, "--help"] if command else ["--help"]))
+    assert shim[0] in (0, None) and direct[0] in (0, None)
+    assert "usage:" in shim[1]
+    assert shim[1] == direct[1]
 
 
 def test_wandb_logger_without_wandb_installed_falls_back_to_csv(tmp_path, monkeypatch, caplog):

@@ -14,8 +14,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from cselab.checkpoint_io import AtomicCheckpointIO
+from cselab.files import atomic_write_text
 from cselab.methods.nonfinite import NonFiniteLossError
-from cselab.report.results import atomic_write_text
 
 ROWS = [{"text": s} for s in ["a man is playing a guitar", "the cat sat on the mat", "birds fly", "a cat sat"]]
 

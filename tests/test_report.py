@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
-from cselab.report.__main__ import main
+from cselab.cli.report import main
 from cselab.report.collect import Stat, collect, find_runs, group_key
 from cselab.report.published import (
     BACKBONES,

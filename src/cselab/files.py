@@ -3,7 +3,7 @@
 and created with the process umask (``0666 & ~umask``: readable by collaborators under the usual ``022``).
 
 Used for checkpoints (:class:`cselab.checkpoint_io.AtomicCheckpointIO`), ``results.json`` / ``failed.json``
-(:func:`cselab.report.results.atomic_write_text`) and export folders (:func:`umask`).
+(:func:`atomic_write_text`) and export folders (:func:`umask`).
 """
 
 from __future__ import annotations
@@ -96,3 +96,17 @@ def staged(target: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file beside it and ``os.replace`` (never a half-written
+    file; the temporary file removed on any failure; created with the process umask, see :func:`staged`).
+
+    Raises:
+        OSError: the write failed (e.g. ENOSPC); ``path`` keeps its previous content.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with staged(path, "w") as f:
+        f.write(text)
+    return path

@@ -27,11 +27,11 @@ from cselab.data.nli import NLIDataModule
 from cselab.data.paths import data_root, require
 from cselab.data.unsup import UnsupDataModule
 from cselab.evaluation.callback import DEV_METRIC, STSCallback
+from cselab.evaluation.results import build_results, write_results
 from cselab.evaluation.sts import PAPER_NAMES, format_table
 from cselab.loggers import build_loggers, close_loggers, log_test_charts, logged_config, run_display_name
 from cselab.methods import method_class
 from cselab.progress import ProgressLog, interactive, progress_bar
-from cselab.report.results import build_results, write_results
 
 log = logging.getLogger(__name__)
 
@@ -404,7 +404,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         trainer.test(method, dataloaders=torch.utils.data.DataLoader([0], collate_fn=lambda rows: rows))
     bins, by_bin = None, None
     if sts.test_pairs.get("stsb"):
-        from cselab.analysis.plots_data import cosine_by_gold_bin
+        from cselab.evaluation.gold_bins import cosine_by_gold_bin
 
         by_bin = cosine_by_gold_bin(*sts.test_pairs["stsb"])
         bins = {b: {"n": int(len(c)), "mean": float(c.mean()) if len(c) else None,
@@ -469,7 +469,7 @@ def record_failure(output_dir: str | Path, err: BaseException) -> Path | None:
     import json
     import traceback
 
-    from cselab.report.results import atomic_write_text
+    from cselab.files import atomic_write_text
 
     try:
         info = {

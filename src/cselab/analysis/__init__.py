@@ -8,7 +8,9 @@
   STS-B alignment / uniformity protocol.
 * :mod:`cselab.analysis.plots_data` -- the numbers behind ``notebooks/*.ipynb`` (token-embedding PCA by
   frequency, cosine by gold bin, similarity vs gold, geometry summaries, top-k with / without denoising).
-* ``python -m cselab.analysis {anisotropy,topk-tokens,align-uniform}`` -- the command line.
+* :mod:`cselab.analysis.representations` -- one ``encode`` per ``--pooler`` representation of a raw backbone;
+  :mod:`cselab.analysis.corpus` -- corpus sentences as the official ``--calc_anisotropy`` reads them.
+* ``cselab analysis {anisotropy,topk-tokens,align-uniform}`` (:mod:`cselab.cli.analysis`) -- the command line.
 
 Every ``*_encoder`` returns ``encode(list[str]) -> Tensor[N, D]`` (float32, CPU), the interface of
 :class:`cselab.evaluation.sts.STSEvaluator`.

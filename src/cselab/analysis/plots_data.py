@@ -7,8 +7,8 @@ The notebooks only load, call these and draw; every statistic lives here (and is
 * geometry of representations: :func:`geometry_summary` (anisotropy on corpus sentences, alignment and
   uniformity on STS pairs, as :mod:`cselab.analysis.geometry` defines them) and :func:`representation_encoders`;
 * STS-B scatter / densities (CoT-BERT Fig. 3, PromCSE Fig. 3): :func:`pair_cosines`, :func:`subsample_pairs`,
-  :func:`gold_bin_labels`, :func:`cosine_by_gold_bin`, :func:`cosine_density_by_gold_bin`,
-  :func:`similarity_vs_gold`;
+  :func:`cosine_density_by_gold_bin`, :func:`similarity_vs_gold` (the bins: :mod:`cselab.evaluation.gold_bins`,
+  re-exported here);
 * top-k [MASK] tokens with and without template denoising (PromptBERT Table 7): :func:`topk_comparison`;
 * inputs: :func:`wiki_sample_sentences` (the wiki1m sample shipped in ``data/wiki1m_sample``).
 """
@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from cselab.data.sts import STSPairs
+from cselab.evaluation.gold_bins import DEFAULT_GOLD_EDGES, cosine_by_gold_bin, gold_bin_labels
 
 __all__ = [
     "WIKI_SAMPLE",
@@ -46,21 +47,18 @@ __all__ = [
 #: the real wiki1m sample under the data directory (``data/wiki1m_sample``)
 WIKI_SAMPLE = Path("wiki1m_sample") / "wiki1m_for_simcse.head11914.txt"
 
-#: gold-score bin edges of STS-B (scores 0-5): [0, 1), [1, 2), [2, 3), [3, 4), [4, 5]
-DEFAULT_GOLD_EDGES: tuple[float, ...] = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)
-
 
 def wiki_sample_sentences(data_dir: str | os.PathLike, sample: int | None = None, seed: int = 0,
                           lower: bool = False, max_words: int | None = None) -> list[str]:
     """Sentences of the wiki1m sample (``<data_dir>/wiki1m_sample/...``), ``sample`` of them drawn with ``seed``.
 
-    Same reading as ``python -m cselab.analysis --corpus`` (:func:`cselab.analysis.__main__.read_corpus`): non-empty
+    Same reading as ``python -m cselab.analysis --corpus`` (:func:`cselab.analysis.corpus.read_corpus`): non-empty
     lines, file order kept, optionally lower-cased and cut to ``max_words`` words.
 
     Raises:
         FileNotFoundError: the sample is missing (names the path).
     """
-    from cselab.analysis.__main__ import read_corpus
+    from cselab.analysis.corpus import read_corpus
 
     return read_corpus(Path(data_dir) / WIKI_SAMPLE, sample, seed, lower=lower, max_words=max_words)
 
@@ -221,44 +219,6 @@ def pair_cosines(encode: Callable[[list[str]], torch.Tensor], pairs: STSPairs) -
     return {"cosine": cosine_scores(a, b).numpy(), "gold": np.asarray(pairs.scores, dtype=np.float64)}
 
 
-def gold_bin_labels(edges: Sequence[float] = DEFAULT_GOLD_EDGES) -> list[str]:
-    """``["0-1", "1-2", ...]`` for the bins of ``edges`` (integers printed without decimals)."""
-    def fmt(x: float) -> str:
-        return f"{x:g}"
-
-    return [f"{fmt(lo)}-{fmt(hi)}" for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
-
-
-def _bin_index(gold: np.ndarray, edges: Sequence[float]) -> np.ndarray:
-    """Bin of each score: [e_i, e_{i+1}) and the last bin closed; -1 outside [e_0, e_last]."""
-    e = np.asarray(edges, dtype=np.float64)
-    if e.ndim != 1 or e.size < 2 or np.any(np.diff(e) <= 0):
-        raise ValueError(f"edges must be increasing with at least 2 values, got {list(edges)}")
-    idx = np.searchsorted(e, gold, side="right") - 1
-    idx[gold == e[-1]] = e.size - 2
-    idx[(gold < e[0]) | (gold > e[-1])] = -1
-    return idx
-
-
-def cosine_by_gold_bin(cosine: Sequence[float] | np.ndarray, gold: Sequence[float] | np.ndarray,
-                       edges: Sequence[float] = DEFAULT_GOLD_EDGES) -> dict[str, np.ndarray]:
-    """Split the pairs' cosines by gold-score bin (PromCSE Fig. 3 groups).
-
-    Bins are ``[e_i, e_{i+1})``, the last one closed (a gold 5.0 falls in ``4-5``); scores outside are dropped.
-
-    Returns:
-        ``{label: cosines of that bin}`` in bin order, labels from :func:`gold_bin_labels` (empty arrays kept).
-
-    Raises:
-        ValueError: lengths differ or bad edges.
-    """
-    cos, g = np.asarray(cosine, dtype=np.float64), np.asarray(gold, dtype=np.float64)
-    if cos.shape != g.shape:
-        raise ValueError(f"cosine {cos.shape} and gold {g.shape} must have the same length")
-    idx = _bin_index(g, edges)
-    return {label: cos[idx == i] for i, label in enumerate(gold_bin_labels(edges))}
-
-
 def cosine_density_by_gold_bin(
     cosine: Sequence[float] | np.ndarray,
     gold: Sequence[float] | np.ndarray,
@@ -396,7 +356,7 @@ def representation_encoders(
     Raises:
         ValueError: unknown representation.  BackboneUnavailableError: the backbone cannot be loaded.
     """
-    from cselab.analysis.__main__ import make_encode_fn
+    from cselab.analysis.representations import make_encode_fn
     from cselab.model.loading import load_backbone
 
     encoder, tokenizer = load_backbone(backbone, family, mlm_head="topk" in representations)

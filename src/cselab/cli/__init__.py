@@ -1,13 +1,15 @@
-"""The ``cselab`` console command: one entry point for the package's command-line tools.
+"""The ``cselab`` console command: one entry point for the package's command-line tools (``cselab.cli.*``).
 
     cselab report multirun/2026-11-21/12-00-00 --format markdown     # = python -m cselab.report ...
     cselab export CHECKPOINT OUT_DIR [--push-to-hub ID]              # = python -m cselab.export ...
     cselab mteb CHECKPOINT_OR_BACKBONE --tasks STSBenchmark          # = python -m cselab.evaluate_mteb ...
     cselab --help                                                    # the list of commands
 
-Each command runs its module's own ``main(argv)`` (same arguments and exit status as ``python -m``).  Training
-stays ``python run.py ...`` in a clone (Hydra composes ``conf/`` beside it).  This module is a CLI: library
-modules never import it; it imports the commands' modules only when one is called.
+Each command is one module of this package with a ``main(argv) -> int`` (its argparse front end; the
+``python -m cselab.report`` ... spellings are one-line shims calling it: same arguments and exit status).
+Training stays ``python run.py ...`` in a clone (Hydra composes ``conf/`` beside it).  This package is the top
+layer: library modules never import it (``tests/test_layers.py``); it imports a command's module only when that
+command is called.
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ from collections.abc import Sequence
 
 #: command -> (module with ``main(argv) -> int``, one-line description)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "report": ("cselab.report.__main__", "results.json files pooled over seeds beside the papers' numbers"),
-    "export": ("cselab.export", "a checkpoint as a sentence-transformers folder (optionally pushed to the Hub)"),
-    "mteb": ("cselab.evaluate_mteb", "score a checkpoint or a backbone on MTEB tasks"),
-    "data": ("cselab.data.download", "link ../shared/data or fetch SimCSE's data files"),
-    "analysis": ("cselab.analysis.__main__", "static / top-k token analyses (PromptBERT Tables 5, 7, 9)"),
-    "cxc": ("cselab.evaluation.cxc", "PromCSE's CxC evaluation"),
-    "nli-convert": ("cselab.data.nli_convert", "SNLI / MultiNLI / SICK -> sent0,sent1,hard_neg triplets"),
+    "report": ("cselab.cli.report", "results.json files pooled over seeds beside the papers' numbers"),
+    "export": ("cselab.cli.export", "a checkpoint as a sentence-transformers folder (optionally pushed to the Hub)"),
+    "mteb": ("cselab.cli.mteb", "score a checkpoint or a backbone on MTEB tasks"),
+    "data": ("cselab.cli.data", "link ../shared/data or fetch SimCSE's data files"),
+    "analysis": ("cselab.cli.analysis", "static / top-k token analyses (PromptBERT Tables 5, 7, 9)"),
+    "cxc": ("cselab.cli.cxc", "PromCSE's CxC evaluation"),
+    "nli-convert": ("cselab.cli.nli_convert", "SNLI / MultiNLI / SICK -> sent0,sent1,hard_neg triplets"),
 }
 
 #: optional module -> the extra that installs it (a command that needs one says which to install)
@@ -64,7 +66,3 @@ def main(argv: Sequence[str] | None = None) -> int:
                          f"pip install 'cselab[{extra}]'\n")
         return 2
     return int(module.main(rest) or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,31 @@
+"""``cselab data`` / ``cselab-data`` / ``python -m cselab.data.download``: link ``../shared/data`` when it
+exists, else fetch SimCSE's public data files (:mod:`cselab.data.download`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cselab.data import download
+from cselab.data.download import FILES, REPO, fetch, link_shared
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Link or fetch the data directory; returns the exit status (0 ok, 1 the download failed)."""
+    parser = argparse.ArgumentParser(description=download.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default="data", type=Path)
+    parser.add_argument("--shared", default=Path("../shared/data"), type=Path)
+    parser.add_argument("--what", nargs="+", choices=sorted(FILES), default=["senteval", "wiki1m", "nli"])
+    args = parser.parse_args(argv)
+    if link_shared(args.data_dir, args.shared):
+        print(f"{args.data_dir} -> {args.shared.resolve()} (evaluation data, wiki1m sample, NLI head)")
+        return 0
+    try:
+        fetch(args.data_dir, args.what)
+    except Exception as err:  # network errors: say what to do instead
+        print(f"could not download {args.what} from {REPO}: {err}\n"
+              f"Put the files in {args.data_dir}/ by hand (see src/cselab/data/paths.py for the layout).",
+              file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,62 @@
+"""``cselab export`` / ``python -m cselab.export``: a checkpoint as a sentence-transformers folder
+(:func:`cselab.export.export`), optionally pushed to the Hugging Face Hub (:mod:`cselab.hub`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from cselab import export as exporting
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m cselab.export CHECKPOINT OUT_DIR [--overwrite] [--no-verify] [--results RESULTS_JSON]
+    [--push-to-hub ID [--private]]``.
+
+    ``--push-to-hub`` (off by default) checks the token and the network BEFORE loading the checkpoint, then
+    uploads the folder (with its model card) with ``huggingface_hub``.  Exit status: 0; 1 when the export's
+    check fails (max abs difference > 1e-5: nothing is pushed) or the upload fails; 2 on a refused export
+    or push (no token, offline, bad id).
+    """
+    from cselab.hub import HubError, check_push_access, push_folder
+
+    parser = argparse.ArgumentParser(prog="python -m cselab.export", description=exporting.__doc__.split("\n\n")[0])
+    parser.add_argument("checkpoint", help="a cselab checkpoint (.ckpt)")
+    parser.add_argument("out_dir", help="the sentence-transformers folder to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
+    parser.add_argument("--no-verify", action="store_true", help="skip the comparison on probe sentences")
+    parser.add_argument("--results", default=None, metavar="RESULTS_JSON",
+                        help="the run's results.json for the model card (default: the checkpoint's run's)")
+    parser.add_argument("--push-to-hub", default=None, metavar="ID",
+                        help="upload OUT_DIR to the Hugging Face model repository ID (owner/name); needs a token "
+                             "(hf auth login / HF_TOKEN) and the network")
+    parser.add_argument("--private", action="store_true", help="with --push-to-hub: create the repository private")
+    args = parser.parse_args(argv)
+    token = None
+    if args.push_to_hub:
+        try:
+            token = check_push_access(args.push_to_hub)
+        except HubError as err:
+            print(f"cselab.export: {err}", file=sys.stderr)
+            return 2
+    try:
+        result = exporting.export(args.checkpoint, args.out_dir, overwrite=args.overwrite,
+                                  verify=not args.no_verify, results=args.results, repo_id=args.push_to_hub)
+    except (exporting.ExportError, FileNotFoundError) as err:
+        print(f"cselab.export: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2, default=str))
+    if result["max_abs_diff"] is not None and result["max_abs_diff"] > 1e-5:
+        print(f"cselab.export: WARNING max abs difference {result['max_abs_diff']:.3g} > 1e-5"
+              + ("; not pushed" if args.push_to_hub else ""), file=sys.stderr)
+        return 1
+    if args.push_to_hub:
+        try:
+            url = push_folder(args.out_dir, args.push_to_hub, token, private=args.private)
+        except HubError as err:
+            print(f"cselab.export: {err}", file=sys.stderr)
+            return 1
+        print(f"cselab.export: pushed {args.out_dir} to {args.push_to_hub}: {url}", file=sys.stderr)
+    return 0

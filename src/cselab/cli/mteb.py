@@ -1,0 +1,156 @@
+"""``cselab mteb`` / ``python -m cselab.evaluate_mteb SOURCE --tasks STSBenchmark SICK-R ... [--local DATA_DIR] [--compare]``
+
+Scores a cselab model on MTEB tasks with :class:`cselab.mteb.CselabMTEBEncoder` (the method's own ``encode``:
+template, prompt, pooling and template bias as at test).  ``SOURCE`` is
+
+* a cselab checkpoint (``.ckpt``): the trained method (``cselab.load``);
+* a backbone config name of this repository (``minilm_l6``, ``bert_base``, ...: ``conf/backbone/<name>.yaml``),
+  a Hugging Face id, a folder or ``package:<module>``: the raw backbone with ``--pooler`` (``avg`` by default;
+  ``method=baseline``, no training).
+
+Tasks are MTEB's (``mteb.get_tasks``: their data comes from the Hugging Face Hub or its cache), or with
+``--local DATA_DIR`` the same-named tasks built from the local SentEval files (:func:`cselab.mteb.local_sts_task`:
+STSBenchmark, SICK-R, STS12-STS16; no network).  ``--compare`` (with ``--local``) also scores the same tasks
+with cselab's own evaluator and prints both.  Scores are MTEB's main score (``cosine_spearman``) x 100.
+
+Exit status: 0, 1 when a task could not be loaded or run (the message says why; offline: use ``--local``),
+2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+#: MTEB task name -> cselab task (the tasks ``--local`` can build from SentEval's files)
+LOCAL_TASKS: dict[str, str] = {
+    "STS12": "sts12", "STS13": "sts13", "STS14": "sts14", "STS15": "sts15", "STS16": "sts16",
+    "STSBenchmark": "stsb", "SICK-R": "sickr",
+}
+_CONF_BACKBONES = Path(__file__).resolve().parents[3] / "conf" / "backbone"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser (see the module docstring)."""
+    p = argparse.ArgumentParser(prog="python -m cselab.evaluate_mteb",
+                                description="Score a cselab checkpoint or a backbone on MTEB tasks.")
+    p.add_argument("source", help="a cselab .ckpt, a backbone config name (minilm_l6 ...), a hub id or a folder")
+    p.add_argument("--tasks", nargs="+", default=["STSBenchmark"], metavar="TASK",
+                   help="MTEB task names (default: STSBenchmark)")
+    p.add_argument("--local", default=None, metavar="DATA_DIR",
+                   help=f"build the tasks from the local SentEval files under DATA_DIR ({', '.join(LOCAL_TASKS)})")
+    p.add_argument("--compare", action="store_true", help="with --local: also print cselab's own evaluator")
+    p.add_argument("--pooler", default="avg", help="pooler of a raw backbone (default: avg)")
+    p.add_argument("--family", default=None, choices=["bert", "roberta"], help="template family of a raw backbone")
+    p.add_argument("--batch-size", type=int, default=None, help="sentences per forward (default: the method's)")
+    p.add_argument("--name", default=None, help="model name recorded in MTEB's results (org/name)")
+    p.add_argument("--output", type=Path, default=None, metavar="DIR",
+                   help="keep MTEB's result files in DIR (its ResultCache layout); default: none written")
+    return p
+
+
+def load_source(source: str, pooler: str = "avg", family: str | None = None):
+    """The method to score: ``cselab.load`` for a ``.ckpt``, else a ``method=baseline`` on the backbone.
+
+    Raises:
+        FileNotFoundError: a ``.ckpt`` path that does not exist.
+        ValueError: an unknown pooler (from the method).
+    """
+    if source.endswith(".ckpt"):
+        import cselab
+
+        return cselab.load(source)
+    from cselab.methods import method_class
+
+    name_or_path = source
+    conf = _CONF_BACKBONES / f"{source}.yaml"
+    if "/" not in source and conf.is_file():  # a backbone config name of this repository
+        import yaml
+
+        spec = yaml.safe_load(conf.read_text(encoding="utf-8"))
+        name_or_path, family = spec["name_or_path"], family or spec.get("family")
+    method = method_class("baseline")(backbone={"name_or_path": name_or_path, "family": family}, pooler=pooler,
+                                      head="none", train=False)
+    return method.eval()
+
+
+def resolve_tasks(names: Sequence[str], local: str | None) -> list:
+    """MTEB task objects: MTEB's own (``mteb.get_tasks``) or, with ``local``, built from SentEval's files.
+
+    Raises:
+        ValueError: a task ``--local`` cannot build, or a name MTEB does not know.
+    """
+    if local is None:
+        import mteb
+
+        return list(mteb.get_tasks(tasks=list(names)))
+    from cselab.mteb import local_sts_task
+
+    unknown = [n for n in names if n not in LOCAL_TASKS]
+    if unknown:
+        raise ValueError(f"--local builds only {', '.join(LOCAL_TASKS)}; not {', '.join(unknown)}")
+    return [local_sts_task(LOCAL_TASKS[n], local) for n in names]
+
+
+def evaluate(method, tasks: list, name: str | None = None, batch_size: int | None = None,
+             output: Path | None = None) -> dict[str, float]:
+    """Run MTEB on ``tasks``; returns ``{task name: main score x 100}``.
+
+    Raises:
+        RuntimeError: MTEB could not run a task (e.g. its data is not reachable offline).
+    """
+    import mteb
+
+    from cselab.mteb import CselabMTEBEncoder
+
+    encoder = CselabMTEBEncoder(method, name=name, batch_size=batch_size)
+    cache = mteb.ResultCache(cache_path=str(output)) if output is not None else None
+    kwargs: dict[str, Any] = {"cache": cache, "show_progress_bar": False, "overwrite_strategy": "always"}
+    result = mteb.evaluate(encoder, tasks, encode_kwargs={"batch_size": batch_size or 32}, **kwargs)
+    if getattr(result, "exceptions", None):
+        raise RuntimeError("; ".join(str(e) for e in result.exceptions))
+    return {r.task_name: 100.0 * float(r.get_score()) for r in result.task_results}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 1 a task failed, 2 bad arguments)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.compare and not args.local:
+        parser.error("--compare needs --local DATA_DIR (cselab's evaluator reads the local SentEval files)")
+    try:
+        tasks = resolve_tasks(args.tasks, args.local)
+    except (ValueError, KeyError, FileNotFoundError) as err:
+        print(f"cselab.evaluate_mteb: {err}", file=sys.stderr)
+        return 2
+    except Exception as err:  # MTEB could not fetch the task definitions / data
+        print(f"cselab.evaluate_mteb: could not load the tasks {args.tasks} ({type(err).__name__}: {err}); "
+              "offline, use --local DATA_DIR (the SentEval files)", file=sys.stderr)
+        return 1
+    try:
+        method = load_source(args.source, pooler=args.pooler, family=args.family)
+    except (FileNotFoundError, ValueError, OSError) as err:
+        print(f"cselab.evaluate_mteb: {err}", file=sys.stderr)
+        return 2
+    try:
+        scores = evaluate(method, tasks, name=args.name, batch_size=args.batch_size, output=args.output)
+    except Exception as err:
+        print(f"cselab.evaluate_mteb: MTEB failed ({type(err).__name__}: {err})"
+              + ("" if args.local else "; offline, use --local DATA_DIR"), file=sys.stderr)
+        return 1
+    rows = [{"task": task, "mteb": round(score, 4)} for task, score in scores.items()]
+    if args.compare:
+        from cselab.evaluation.sts import STSEvaluator
+        from cselab.mteb import LOCAL_TASK_NAMES
+
+        task_of = {v: k for k, v in LOCAL_TASK_NAMES.items()}
+        ours = STSEvaluator(args.local).evaluate(method.encode, tasks=[LOCAL_TASKS[n] for n in args.tasks])
+        for row in rows:
+            row["cselab"] = round(ours[task_of[row["task"]]], 4)
+            row["difference"] = round(row["mteb"] - row["cselab"], 4)
+    print(json.dumps({"source": args.source, "local": args.local, "scores": rows}, indent=2))
+    return 0

@@ -1,0 +1,106 @@
+"""``cselab report`` / ``python -m cselab.report RUN_OR_MULTIRUN_DIR... [--format markdown|latex|csv] [--out FILE] [--group-by KEYS]``
+
+Collects every ``results.json`` under the given directories (recursively), pools runs whose configuration
+differs only in seed, and prints the papers' table: per column mean ± std over seeds, n, the published number
+and ours - paper (Spearman x 100).  Failed runs (a Hydra job dir without ``results.json``) are listed with the
+last lines of their ``*.log``.  ``--wandb`` also logs the table as a W&B table (offline without
+``WANDB_API_KEY``); a W&B error only prints a warning.
+
+Exit status: 0 on success (failed runs included), 1 when nothing was found or the published data is invalid,
+2 on bad arguments or a missing directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from cselab.report.collect import Report, collect
+from cselab.report.published import DEFAULT_PATH, PublishedDataError, load_published
+from cselab.report.render import FORMATS, render, table_records
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser (see the module docstring)."""
+    p = argparse.ArgumentParser(
+        prog="python -m cselab.report",
+        description="Aggregate results.json files over seeds and compare them with the papers' numbers "
+                    "(Spearman x 100).",
+    )
+    p.add_argument("dirs", nargs="+", metavar="RUN_OR_MULTIRUN_DIR",
+                   help="run, multirun or output directories (searched recursively), or results.json files")
+    p.add_argument("--format", choices=FORMATS, default="markdown", help="output format (default: markdown)")
+    p.add_argument("--out", type=Path, default=None, help="write to FILE instead of stdout")
+    p.add_argument("--group-by", default=None, metavar="KEYS",
+                   help="comma-separated dotted config keys to group by, e.g. method.name,backbone.name,"
+                        "setting.name,loss.margin (default: method/backbone/setting + the Hydra overrides "
+                        "except seed)")
+    p.add_argument("--paper-backbone", default=None, metavar="NAME",
+                   help="compare every row with the paper's row for this backbone (e.g. bert_base for minilm_l6 runs)")
+    p.add_argument("--dev", action="store_true", help="add an STS-B dev column (markdown / latex)")
+    p.add_argument("--log-lines", type=int, default=10, metavar="N",
+                   help="last N lines of each *.log shown for a failed run (default: 10)")
+    p.add_argument("--published", type=Path, default=DEFAULT_PATH, metavar="YAML",
+                   help="published-numbers file (default: the packaged published.yaml)")
+    p.add_argument("--wandb", nargs="?", const="cselab", default=None, metavar="PROJECT",
+                   help="also log the table to W&B project PROJECT (default cselab); offline without "
+                        "WANDB_API_KEY; never fails the command")
+    return p
+
+
+def log_wandb(report: Report, project: str = "cselab") -> bool:
+    """Log the report as a ``wandb.Table`` (key ``report/sts_table``) in a W&B run of ``job_type="report"``.
+
+    Mode: online when ``WANDB_API_KEY`` is set, else offline (``wandb sync`` later).  Returns True on success;
+    any error (wandb missing, init or logging failure) prints a warning to stderr and returns False -- it
+    never raises.
+    """
+    try:
+        import wandb
+
+        from cselab.loggers import wandb_mode
+
+        columns, rows = table_records(report)
+        run = wandb.init(project=project, job_type="report", mode=wandb_mode("auto"),
+                         config={"dirs": [str(p) for p in report.roots]})
+        try:
+            table = wandb.Table(columns=columns, data=rows, allow_mixed_types=True)
+            run.log({"report/sts_table": table})
+        finally:
+            run.finish()
+        return True
+    except Exception as err:  # a logger must never fail the report
+        print(f"warning: could not log the table to W&B: {type(err).__name__}: {err}", file=sys.stderr)
+        return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 1 nothing found / bad published data, 2 bad arguments)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    missing = [d for d in args.dirs if not Path(d).exists()]
+    if missing:
+        parser.error(f"no such file or directory: {', '.join(missing)}")   # exits 2
+    group_by = [k.strip() for k in args.group_by.split(",") if k.strip()] if args.group_by else None
+    try:
+        published = load_published(args.published)
+    except (OSError, PublishedDataError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    report = collect(args.dirs, group_by=group_by, published=published, log_lines=args.log_lines,
+                     paper_backbone=args.paper_backbone)
+    if not report.groups and not report.failed:
+        print(f"error: no results.json or Hydra run directory under {', '.join(args.dirs)}", file=sys.stderr)
+        return 1
+    text = render(report, args.format, dev=args.dev)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text, encoding="utf-8")
+        print(f"wrote {args.out} ({len(report.groups)} groups, {len(report.failed)} failed runs)", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    if args.wandb:
+        log_wandb(report, project=args.wandb)
+    return 0
