@@ -28,9 +28,9 @@ from cselab.analysis import (
 )
 from cselab.analysis.corpus import read_corpus
 from cselab.analysis.representations import make_encode_fn
-from cselab.analysis.static import biased_tokens_for
 from cselab.cli.analysis import main
 from cselab.model.loading import load_backbone
+from cselab.representations.static import biased_tokens_for
 
 #: every word is in the tiny BERT vocabulary and the tiny RoBERTa corpus (tests/conftest.py)
 SENTENCES = [

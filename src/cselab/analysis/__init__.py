@@ -1,8 +1,8 @@
 """Analyses of non-fine-tuned (or trained) backbones from PromptBERT (Jiang et al. 2022) and SimCSE.
 
-* :mod:`cselab.analysis.static` -- static token-embedding averages (Table 5 "static avg." and "static remove
+* :mod:`cselab.representations.static` -- static token-embedding averages (Table 5 "static avg." and "static remove
   biases avg."; the Table 11 frequent-token lists as data).
-* :mod:`cselab.analysis.topk` -- the MLM head at the template's [MASK]: Eq. 3 top-k token representation
+* :mod:`cselab.representations.topk` -- the MLM head at the template's [MASK]: Eq. 3 top-k token representation
   (Table 9) and the top-k predicted tokens (Table 7), with or without template denoising.
 * :mod:`cselab.analysis.geometry` -- anisotropy (Eq. 1), alignment and uniformity (Wang & Isola 2020) and the
   STS-B alignment / uniformity protocol.
@@ -34,7 +34,7 @@ from cselab.analysis.plots_data import (
     topk_comparison,
     wiki_sample_sentences,
 )
-from cselab.analysis.static import (
+from cselab.representations.static import (
     BERT_PUNCTUATION,
     BIASED_TOKENS,
     biased_tokens_for,
@@ -44,7 +44,7 @@ from cselab.analysis.static import (
     static_avg_encoder,
     static_token_ids,
 )
-from cselab.analysis.topk import (
+from cselab.representations.topk import (
     MANUAL_TEMPLATES,
     TABLE7_SENTENCES,
     mask_logits,

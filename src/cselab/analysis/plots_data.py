@@ -152,7 +152,7 @@ def token_bias_pca(
     """
     from scipy.stats import spearmanr
 
-    from cselab.analysis.static import is_subword
+    from cselab.representations.static import is_subword
 
     emb = embeddings.detach().cpu().double().numpy() if isinstance(embeddings, torch.Tensor) else \
         np.asarray(embeddings, dtype=np.float64)
@@ -391,7 +391,7 @@ def topk_comparison(encoder, tokenizer, sentences: Sequence[str] | None = None, 
     Raises:
         ValueError: no MLM head (see :func:`cselab.analysis.mlm_head`), or bad ``k``.
     """
-    from cselab.analysis.topk import TABLE7_SENTENCES, manual_template, topk_mask_tokens
+    from cselab.representations.topk import TABLE7_SENTENCES, manual_template, topk_mask_tokens
 
     sents = list(TABLE7_SENTENCES if sentences is None else sentences)
     tpl = template or manual_template(encoder.family)

@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 import torch
 
-from cselab.analysis.static import static_avg_encoder
-from cselab.analysis.topk import manual_template, mask_states, topk_token_encoder
 from cselab.model.pooling import POOLERS, needs_hidden_states, pool
 from cselab.model.template_input import ViewCollate, ViewSpec
+from cselab.representations.static import static_avg_encoder
+from cselab.representations.topk import manual_template, mask_states, topk_token_encoder
 
 #: every ``--pooler`` value
 REPRESENTATIONS: tuple[str, ...] = (*POOLERS, "static_avg", "topk")

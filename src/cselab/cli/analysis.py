@@ -37,7 +37,7 @@ import torch
 from cselab.analysis.corpus import read_corpus
 from cselab.analysis.geometry import align_uniform_stsb, anisotropy
 from cselab.analysis.representations import REPRESENTATIONS, make_encode_fn
-from cselab.analysis.topk import TABLE7_SENTENCES, manual_template, topk_mask_tokens
+from cselab.representations.topk import TABLE7_SENTENCES, manual_template, topk_mask_tokens
 
 
 def build_parser() -> argparse.ArgumentParser:

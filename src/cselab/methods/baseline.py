@@ -51,7 +51,8 @@ class Baseline(ContrastiveMethod):
         self._analysis_encode = None
 
     def _build_analysis_encode(self):
-        from cselab.analysis import static_avg_encoder, topk_token_encoder
+        from cselab.representations.static import static_avg_encoder
+        from cselab.representations.topk import topk_token_encoder
 
         if self.analysis == "topk":
             return topk_token_encoder(self.encoder, self.tokenizer, template=self.eval_view().template, k=self.topk,
