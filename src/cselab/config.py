@@ -11,11 +11,17 @@ from omegaconf import OmegaConf
 def register_resolvers() -> None:
     """``${eq:a,b}`` -> ``a == b`` (e.g. SimCSE's ``mlp_only_train: ${eq:${setting.name},unsup}``);
     ``${cselab_run_name:method,backbone,setting,overrides,mode}`` -> :func:`run_name` of this job or sweep; ``${cselab_or:a,b}`` -> ``a`` unless
-    it is null, else ``b`` (``hydra.run.dir: ${cselab_or:${resume},outputs/${run_name}}``)."""
+    it is null, else ``b`` (``hydra.run.dir: ${cselab_or:${resume},outputs/${run_name}}``); ``${cselab_prompt:p}``
+    -> ``p`` unless it has no templates (``prompt=none``: None); ``${cselab_dev_encoder:choice,spec}`` -> ``spec``
+    when ``eval.dev_encoder=official``, else None (the test encoder)."""
     if not OmegaConf.has_resolver("eq"):
         OmegaConf.register_new_resolver("eq", lambda a, b: str(a) == str(b))
     if not OmegaConf.has_resolver("cselab_or"):
         OmegaConf.register_new_resolver("cselab_or", lambda a, b: b if a is None or a == "" else a)
+    if not OmegaConf.has_resolver("cselab_prompt"):  # the module's prompt: None for prompt=none (no templates)
+        OmegaConf.register_new_resolver("cselab_prompt", lambda p: p if p is not None and p.get("templates") else None)
+    if not OmegaConf.has_resolver("cselab_dev_encoder"):  # eval.dev_encoder: official -> the method's, test -> None
+        OmegaConf.register_new_resolver("cselab_dev_encoder", lambda choice, spec: spec if choice == "official" else None)
     if not OmegaConf.has_resolver("cselab_run_name"):
         # cached in the config: a -m sweep resolves it once in the launcher, and Hydra copies that cache into
         # every job's config (ConfigLoader.load_sweep_config), so the jobs share the sweep directory's name

@@ -37,9 +37,10 @@ def run_display_name(method: str, backbone: str, setting: str, variant: str | No
 
 def logged_config(config: dict[str, Any]) -> dict[str, Any]:
     """The resolved config as the loggers get it, each value once: without ``hp`` (the selected row, already
-    resolved into ``optim.lr``, ``data.batch_size``, ``trainer.max_epochs``) and ``method.hparams`` (the paper
-    rows of every setting and backbone)."""
-    clean = {k: v for k, v in config.items() if k != "hp"}
+    resolved into ``optim.lr``, ``data.batch_size``, ``trainer.max_epochs``), ``module`` (the LightningModule's
+    arguments, each read from another group) and ``method.hparams`` (the paper rows of every setting and
+    backbone)."""
+    clean = {k: v for k, v in config.items() if k not in ("hp", "module")}
     if isinstance(clean.get("method"), dict):
         clean["method"] = {k: v for k, v in clean["method"].items() if k != "hparams"}
     return clean

@@ -30,7 +30,6 @@ from cselab.evaluation.callback import DEV_METRIC, STSCallback
 from cselab.evaluation.results import build_results, write_results
 from cselab.evaluation.sts import PAPER_NAMES, format_table
 from cselab.loggers import build_loggers, close_loggers, log_test_charts, logged_config, run_display_name
-from cselab.methods import method_class
 from cselab.progress import ProgressLog, interactive, progress_bar
 
 log = logging.getLogger(__name__)
@@ -109,6 +108,8 @@ def validate(cfg: DictConfig) -> None:
             "Set activation_checkpointing=false, or use tuning.variant=input_layer")
     if cfg.pooler in ("mask", "topk") and not prompt_config(cfg):
         raise ConfigError(f"pooler={cfg.pooler} (a [MASK] representation) needs a template but prompt=none")
+    if cfg.eval.get("dev_encoder", "official") not in ("official", "test"):
+        raise ConfigError(f"eval.dev_encoder={cfg.eval.dev_encoder!r}: expected 'official' or 'test'")
 
 
 #: learning rates above this are outside what any of the papers' configs use (largest: 3e-2, soft prompts)
@@ -237,54 +238,22 @@ def check_data_files(cfg: DictConfig) -> None:
     check_sts_tasks(data_root(cfg.data_dir), list(cfg.eval.test_tasks), cfg.eval.dev_task)
 
 
-def dev_encoder(cfg: DictConfig) -> dict | None:
-    """The STS-B dev encoder of ``eval.dev_encoder``: ``official`` -> the method's ``official_dev_encoder``
-    (None when the official dev batcher is the test encoder), ``test`` -> None.
+def build_method(cfg: DictConfig):
+    """The method's LightningModule: the config's ``module`` node instantiated (``_target_`` = the method's
+    class, ``conf/method/*.yaml``; its arguments are read from the other groups by ``conf/config.yaml``).
 
     Raises:
-        ConfigError: another value (names ``eval.dev_encoder``).
+        ConfigError: ``method._target_`` cannot be imported (names it).
     """
-    choice = cfg.eval.get("dev_encoder", "official")
-    if choice not in ("official", "test"):
-        raise ConfigError(f"eval.dev_encoder={choice!r}: expected 'official' or 'test'")
-    spec = cfg.method.get("official_dev_encoder") if choice == "official" else None
-    return OmegaConf.to_container(spec, resolve=True) if spec else None
+    from hydra.utils import get_class
 
-
-def build_method(cfg: DictConfig):
-    """The method's LightningModule from the composed config."""
-    cls = method_class(cfg.method.name)
-    extra = {}
-    if cfg.method.name == "baseline":
-        extra = {"topk": cfg.method.get("topk", 200), "topk_denoise": cfg.method.get("topk_denoise", False)}
-    return cls(
-        **extra,
-        backbone={"name_or_path": cfg.backbone.name_or_path, "family": cfg.backbone.family},
-        setting=cfg.setting.name,
-        pooler=cfg.pooler,
-        head=cfg.method.head,
-        mlp_only_train=cfg.method.mlp_only_train,
-        head_on=cfg.method.get("head_on", "difference"),
-        denoise_at_eval=cfg.method.get("denoise_at_eval", False),
-        head_init=cfg.method.get("head_init", "bert"),
-        dev_encoder=dev_encoder(cfg),
-        denoise_positions=cfg.get("denoise_positions", "official"),
-        loss=OmegaConf.to_container(cfg.loss, resolve=True),
-        prompt=OmegaConf.to_container(cfg.prompt, resolve=True) if prompt_config(cfg) else None,
-        denoise=cfg.denoise,
-        max_seq_len=cfg.max_seq_len,
-        eval_max_seq_len=cfg.eval.max_seq_len,
-        eval_batch_size=cfg.eval.batch_size,
-        eval_precision=str(cfg.eval.get("precision", "auto")),
-        lr=cfg.optim.lr,
-        weight_decay=cfg.optim.weight_decay,
-        warmup_ratio=cfg.optim.warmup_ratio,
-        train=cfg.train,
-        on_nonfinite=cfg.method.get("on_nonfinite", "stop"),
-        tuning=OmegaConf.to_container(cfg.tuning, resolve=True),
-        mlm=OmegaConf.to_container(cfg.method.mlm, resolve=True) if cfg.method.get("mlm") else None,
-        negatives=cfg.get("negatives", "global"),
-    )
+    node = OmegaConf.to_container(cfg.module, resolve=True)
+    target = node.pop("_target_")
+    try:
+        cls = get_class(target)
+    except Exception as err:
+        raise ConfigError(f"method._target_={target!r}: cannot import it ({err})") from err
+    return cls(**node)
 
 
 def build_datamodule(cfg: DictConfig, method) -> L.LightningDataModule:

@@ -1,4 +1,5 @@
-"""Contrastive losses.  ``build_loss({"name": ..., **kwargs})`` picks one by its config name."""
+"""Contrastive losses.  ``build_loss(cfg)`` instantiates the class named by the config's ``_target_`` (a new loss is
+its module + its ``conf/loss/*.yaml``); the built-in ones can also be named by ``name`` alone."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ LOSSES: dict[str, type[nn.Module]] = {
 
 
 def build_loss(cfg: dict) -> nn.Module:
-    """Instantiate a loss from ``{"name": <one of LOSSES>, "groups": G, **its arguments}``.
+    """Instantiate a loss from ``{"_target_": "pkg.module.Class", "name": ..., "groups": G, **its arguments}``
+    (``_target_`` absent: the built-in loss of that ``name``, :data:`LOSSES`).
 
     ``groups`` (default 1) > 1 wraps the loss in :class:`GroupedLoss` (each group of the batch its own
     negatives, losses averaged: CoT-BERT's official ``DataParallel`` step on one device).
@@ -28,10 +30,20 @@ def build_loss(cfg: dict) -> nn.Module:
     cfg = dict(cfg)
     name = cfg.pop("name", "infonce")
     groups = cfg.pop("groups", 1)
-    if name not in LOSSES:
-        raise ValueError(f"loss.name={name!r}: expected one of {sorted(LOSSES)}")
+    target = cfg.pop("_target_", None)
+    if target is not None:
+        from hydra.utils import get_class
+
+        try:
+            cls = get_class(target)
+        except Exception as err:
+            raise ValueError(f"loss._target_={target!r}: cannot import it ({err})") from err
+    elif name in LOSSES:
+        cls = LOSSES[name]
+    else:
+        raise ValueError(f"loss.name={name!r} without loss._target_: expected one of {sorted(LOSSES)}")
     try:
-        loss = LOSSES[name](**cfg)
+        loss = cls(**cfg)
     except TypeError as err:
         raise ValueError(f"loss={name}: bad arguments {sorted(cfg)} ({err})") from err
     return loss if int(groups) == 1 else GroupedLoss(loss, int(groups))
