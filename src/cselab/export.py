@@ -34,13 +34,9 @@ from cselab.files import umask
 
 #: sentences :func:`export` encodes both ways to check the folder
 PROBE_SENTENCES: tuple[str, ...] = (
-    "a man is playing a guitar",
-    "The cat sat on the mat.",
-    "two dogs are running in the park?",
-    'he said "it is raining"',
-    "birds fly",
-    "a woman is slicing an onion while the sun is shining over the little house by the river",
-)
+    "a man is playing a guitar", "The cat sat on the mat.", "two dogs are running in the park?",
+    'he said "it is raining"', "birds fly",
+    "a woman is slicing an onion while the sun is shining over the little house by the river")
 #: the module sentence-transformers loads from the folder (``st_module.py`` of ``cselab.model``)
 MODULE_TYPE = "st_module.CselabEmbedding"
 #: files of ``cselab.model`` not shipped (building from a backbone name: loading by hub id / package)
@@ -52,29 +48,14 @@ class ExportError(ValueError):
 
 
 def describe(method) -> dict[str, Any]:
-    """What the exported model does (for the model card and the CLI's report), or :class:`ExportError`.
-
-    Returns:
-        ``{"pooler", "head", "use_head", "head_on", "denoise", "prompt_kind", "template", "add_period"}``.
-    """
+    """What the exported model does (:meth:`EmbeddingModel.describe`, for the model card and the CLI), or
+    :class:`ExportError` for a representation that is not the embedding model's forward."""
     if getattr(method, "analysis", None) is not None:
         raise ExportError(
             f"method=baseline pooler={method.analysis} is computed by cselab.analysis (static token embeddings or "
             "the MLM head's top-k tokens), not by the embedding model's forward: it cannot be exported to "
             "sentence-transformers; export a pooler (avg, cls, mask, ...) instead")
-    model = method.model
-    collate = model.collate("test")
-    encoder = model.backbone
-    kind = "none"
-    if encoder.tuning == "prefix":
-        kind = "input_layer" if encoder.prefix_variant == "input_layer" else "prefix"
-    elif encoder.tuning == "soft_prompt":
-        kind = "soft"
-    head = "none" if model.head is None else type(model.head).__name__
-    return {"pooler": model.representation_pooler, "head": head,
-            "use_head": model.head is not None and bool(model.config.get("use_head_at_eval")),
-            "head_on": model.config.get("head_on"), "denoise": collate.denoise, "prompt_kind": kind,
-            "template": collate.views[0].template, "add_period": collate.add_period}
+    return method.model.describe()
 
 
 def model_code_files() -> list[Path]:
@@ -85,15 +66,8 @@ def model_code_files() -> list[Path]:
     return sorted(p for p in folder.glob("*.py") if p.name not in NOT_SHIPPED)
 
 
-def export(
-    source,
-    out_dir: str | os.PathLike,
-    *,
-    overwrite: bool = False,
-    verify: Sequence[str] | bool = True,
-    results: str | os.PathLike | None = None,
-    repo_id: str | None = None,
-) -> dict[str, Any]:
+def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verify: Sequence[str] | bool = True,
+           results: str | os.PathLike | None = None, repo_id: str | None = None) -> dict[str, Any]:
     """Write a sentence-transformers folder that embeds like ``cselab.load(source).encode``.
 
     Args:
@@ -117,7 +91,7 @@ def export(
     from sentence_transformers import SentenceTransformer
 
     from cselab.model.st_module import CselabEmbedding
-    from cselab.model_card import find_results
+    from cselab.model_card import find_results, write_card
 
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not overwrite:  # refused before the model loads
@@ -144,7 +118,7 @@ def export(
             entries[0]["type"] = MODULE_TYPE
             (staging / "modules.json").write_text(json.dumps(entries, indent=2), encoding="utf-8")
             results_path = Path(results) if results is not None else find_results(origin)
-            _write_provenance(staging, method, plan, origin, results_path, repo_id)
+            write_card(staging, method, plan, origin, results_path, repo_id)
             if out.exists():  # empty, or overwrite (checked above): replaced only once the new one is complete
                 shutil.rmtree(out)
             os.replace(staging, out)
@@ -162,25 +136,6 @@ def export(
         return result
     finally:
         method.to(device).train(was_training)
-
-
-def _write_provenance(folder: Path, method, plan: dict[str, Any], origin: str | None,
-                      results_path: Path | None = None, repo_id: str | None = None) -> None:
-    """``cselab_export.json`` (what was exported, from where) and the model card ``README.md``
-    (:func:`cselab.model_card.model_card`: method, backbone, config, the STS table beside the paper's row)."""
-    import cselab
-    from cselab.model_card import model_card
-
-    info = {"cselab_version": cselab.__version__, "checkpoint": origin,
-            "method_class": f"{type(method).__module__}.{type(method).__qualname__}",
-            "backbone": dict(method.hparams.get("backbone", {})), "plan": plan,
-            "results": str(results_path) if results_path else None}
-    (folder / "cselab_export.json").write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")
-    results = json.loads(results_path.read_text(encoding="utf-8")) if results_path is not None else None
-    card = model_card(method_class=type(method).__name__, backbone=dict(method.hparams.get("backbone", {})),
-                      plan=plan, trust_remote_code=True, results=results, repo_id=repo_id,
-                      hparams=dict(method.hparams))
-    (folder / "README.md").write_text(card, encoding="utf-8")
 
 
 if __name__ == "__main__":  # python -m cselab.export = cselab export

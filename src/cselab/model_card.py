@@ -162,3 +162,22 @@ def model_card(
         "`python -m cselab.evaluate_mteb CHECKPOINT --tasks STSBenchmark`.", "",
     ]
     return "\n".join(lines)
+
+
+def write_card(folder: Path, method, plan: dict[str, Any], origin: str | None,
+                      results_path: Path | None = None, repo_id: str | None = None) -> None:
+    """Write into an exported ``folder`` the model card ``README.md`` (:func:`model_card`: method, backbone,
+    config, the STS table beside the paper's row) and ``cselab_export.json`` (what was exported, from where;
+    ``plan`` = :func:`cselab.export.describe`)."""
+    import cselab
+
+    info = {"cselab_version": cselab.__version__, "checkpoint": origin,
+            "method_class": f"{type(method).__module__}.{type(method).__qualname__}",
+            "backbone": dict(method.hparams.get("backbone", {})), "plan": plan,
+            "results": str(results_path) if results_path else None}
+    (folder / "cselab_export.json").write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")
+    results = json.loads(results_path.read_text(encoding="utf-8")) if results_path is not None else None
+    card = model_card(method_class=type(method).__name__, backbone=dict(method.hparams.get("backbone", {})),
+                      plan=plan, trust_remote_code=True, results=results, repo_id=repo_id,
+                      hparams=dict(method.hparams))
+    (folder / "README.md").write_text(card, encoding="utf-8")

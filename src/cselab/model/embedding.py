@@ -258,6 +258,21 @@ class EmbeddingModel(nn.Module):
                 self._token_cache.pop(next(iter(self._token_cache)))
         return hit[1], hit[2]
 
+    def describe(self) -> dict[str, Any]:
+        """What the model does at test: ``{"pooler", "head", "use_head", "head_on", "denoise", "prompt_kind"
+        (none | prefix | input_layer | soft), "template", "add_period"}`` (model cards, the export's report)."""
+        collate, encoder = self.collate("test"), self.backbone
+        kind = "none"
+        if encoder.tuning == "prefix":
+            kind = "input_layer" if encoder.prefix_variant == "input_layer" else "prefix"
+        elif encoder.tuning == "soft_prompt":
+            kind = "soft"
+        return {"pooler": self.representation_pooler,
+                "head": "none" if self.head is None else type(self.head).__name__,
+                "use_head": self.head is not None and bool(self.config.get("use_head_at_eval")),
+                "head_on": self.config.get("head_on"), "denoise": collate.denoise, "prompt_kind": kind,
+                "template": collate.views[0].template, "add_period": collate.add_period}
+
     # ----------------------------------------------------------------------------------------- save / load
     def save(self, folder: str | os.PathLike) -> None:
         """Write the model into ``folder``: ``cselab_model.json`` (this config + the backbone's family and
