@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import torch
 
-from cselab.model.pooling import POOLERS, needs_hidden_states, pool
-from cselab.model.template_input import ViewCollate, ViewSpec
+from cselab.model.embedding import EmbeddingModel
+from cselab.model.pooling import POOLERS
 from cselab.representations.static import static_avg_encoder
 from cselab.representations.topk import manual_template, mask_states, topk_token_encoder
 
@@ -53,32 +53,12 @@ def make_encode_fn(
 
         return encode_mask
 
-    collate = ViewCollate(tokenizer, [ViewSpec("text")], max_seq_len=None, add_period=False,
-                          position_offset=encoder.position_offset, max_positions=encoder.max_positions)
+    # the layer poolers ARE the embedding model without a head or template ([CLS] s [SEP], no truncation)
+    model = EmbeddingModel(encoder, tokenizer, None, {
+        "pooler": pooler, "train_views": [["text", None]], "eval_view": ["text", None], "eval_max_seq_len": None,
+        "eval_batch_size": batch_size, "eval_precision": "32"}, apply_tuning=False)
 
-    @torch.no_grad()
     def encode_layers(sentences: list[str]) -> torch.Tensor:
-        device = next(encoder.model.parameters()).device
-        tokens = collate.tokenize(list(sentences))
-        order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
-        was_training = encoder.model.training
-        encoder.model.eval()
-        chunks = []
-        try:
-            for start in range(0, len(order), batch_size):
-                idx = order[start : start + batch_size]
-                batch = collate.build({"text": [tokens[i] for i in idx]})
-                ids = batch["input_ids"][:, 0].to(device)
-                att = batch["attention_mask"][:, 0].to(device)
-                out = encoder(ids, att, output_hidden_states=needs_hidden_states(pooler))
-                chunks.append(pool(pooler, out, att, batch["rep_index"][:, 0].to(device)).float().cpu())
-        finally:
-            encoder.model.train(was_training)
-        if not chunks:
-            return torch.zeros(0, encoder.hidden_size)
-        out = torch.cat(chunks)
-        result = torch.empty_like(out)
-        result[torch.tensor(order, dtype=torch.long)] = out
-        return result
+        return model.encode(list(sentences))
 
     return encode_layers

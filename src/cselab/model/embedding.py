@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -33,6 +33,22 @@ CONFIG_FILE = "cselab_model.json"
 WEIGHTS_FILE = "cselab_model.safetensors"
 BACKBONE_DIR = "backbone"
 ENCODERS = ("test", "dev")
+
+
+def in_length_order(tokens: Sequence[Sequence[int]], batch_size: int,
+                    run: Callable[[list[int]], torch.Tensor]) -> torch.Tensor | None:
+    """cselab's one sort-batch-unsort loop: the sentences' indices sorted by token length (less padding), cut into
+    batches of ``batch_size``, ``run(indices)`` -> (b, ...) rows for each batch, the rows put back in input order:
+    (N, ...) on ``run``'s device, or None for no sentence.  Used by :meth:`EmbeddingModel.encode` and the
+    representations that are not the embedding model (:mod:`cselab.representations`)."""
+    order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
+    chunks = [run(order[start : start + batch_size]) for start in range(0, len(order), batch_size)]
+    if not chunks:
+        return None
+    out = torch.cat(chunks)
+    result = torch.empty_like(out)
+    result[torch.tensor(order, dtype=torch.long, device=out.device)] = out
+    return result
 
 
 class EmbeddingModel(nn.Module):
@@ -213,7 +229,7 @@ class EmbeddingModel(nn.Module):
         The one encode loop of cselab: sentences are tokenized once, sorted by token length (less padding),
         encoded in batches of ``batch_size`` (default ``eval_batch_size``, else 256 on GPU, 128 on CPU) under
         ``torch.inference_mode`` and ``eval_precision`` (``auto``: bf16 autocast on GPU, float32 on CPU; ``32``;
-        ``bf16``), then put back in input order; the module's train/eval mode is restored after.  The
+        ``bf16``), then put back in input order; every submodule's train/eval mode is restored after.  The
         tokenization of the last few sentence lists is cached (STS-B dev is encoded at every validation).
 
         Raises:
@@ -224,39 +240,35 @@ class EmbeddingModel(nn.Module):
         collate = self.collate(encoder)
         device = self.device
         batch_size = batch_size or self.config.get("eval_batch_size") or (256 if device.type == "cuda" else 128)
-        tokens, order = self._tokenized(collate, tuple(sentences))
+        tokens = self._tokenized(collate, tuple(sentences))
         precision = str(self.config.get("eval_precision", "auto"))
         bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
         autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
-        was_training = self.training
-        self.eval()
-        chunks = []
-        try:
-            for start in range(0, len(order), batch_size):
-                idx = order[start : start + batch_size]
-                batch = collate.build({collate.views[0].field: [tokens[i] for i in idx]})
-                batch = {k: t.to(device, non_blocking=True) for k, t in batch.items()}
-                with autocast:
-                    chunks.append(self(batch)[:, 0].float().cpu())
-        finally:
-            self.train(was_training)
-        if not chunks:
-            return torch.zeros(0, self.backbone.hidden_size)
-        out = torch.cat(chunks)
-        result = torch.empty_like(out)
-        result[torch.tensor(order, dtype=torch.long)] = out
-        return result
 
-    def _tokenized(self, collate: ViewCollate, sentences: tuple[str, ...]) -> tuple[list, list[int]]:
-        """(token ids per sentence, indices sorted by length), from a cache of the last 4 sentence lists."""
+        def run(idx: list[int]) -> torch.Tensor:
+            batch = collate.build({collate.views[0].field: [tokens[i] for i in idx]})
+            batch = {k: t.to(device, non_blocking=True) for k, t in batch.items()}
+            with autocast:
+                return self(batch)[:, 0].float().cpu()
+
+        modes = [(m, m.training) for m in self.modules()]  # restored module by module (a shared backbone too)
+        self.eval()
+        try:
+            out = in_length_order(tokens, batch_size, run)
+        finally:
+            for module, mode in modes:
+                module.training = mode
+        return out if out is not None else torch.zeros(0, self.backbone.hidden_size)
+
+    def _tokenized(self, collate: ViewCollate, sentences: tuple[str, ...]) -> list[list[int]]:
+        """Token ids per sentence for ``encode``, from a cache of the last 4 sentence lists."""
         key = (id(collate), sentences)
         hit = self._token_cache.get(key)
         if hit is None or hit[0] is not collate:  # the collate itself is kept, so its id is never reused
-            tokens = collate.tokenize(list(sentences))
-            hit = self._token_cache[key] = (collate, tokens, sorted(range(len(tokens)), key=lambda i: len(tokens[i])))
+            hit = self._token_cache[key] = (collate, collate.tokenize(list(sentences)))
             while len(self._token_cache) > 4:
                 self._token_cache.pop(next(iter(self._token_cache)))
-        return hit[1], hit[2]
+        return hit[1]
 
     def describe(self) -> dict[str, Any]:
         """What the model does at test: ``{"pooler", "head", "use_head", "head_on", "denoise", "prompt_kind"

@@ -33,10 +33,11 @@ truncation beyond the backbone's maximum length.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
+from cselab.model.embedding import in_length_order
 from cselab.model.template_input import ViewCollate, ViewSpec
 
 __all__ = [
@@ -115,7 +116,7 @@ def _collate(encoder, tokenizer, template: str, denoise: bool, add_period: bool)
     )
 
 
-def _mask_batches(
+def _mask_rows(
     encoder,
     tokenizer,
     template: str,
@@ -123,44 +124,41 @@ def _mask_batches(
     denoise: bool,
     batch_size: int,
     add_period: bool,
-) -> Iterator[tuple[list[int], torch.Tensor]]:
-    """Yield ``(row indices, (b, D) [MASK] states [- bias])`` over length-sorted batches (model in eval mode)."""
+) -> torch.Tensor:
+    """(N, D) [MASK] states [- bias] in input order, on the model's device (model in eval mode), through the one
+    length-sorted loop (:func:`cselab.model.embedding.in_length_order`)."""
     collate = _collate(encoder, tokenizer, template, denoise, add_period)
     model = encoder.model
     device = next(model.parameters()).device
     tokens = collate.tokenize(list(sentences))
-    order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
+
+    def run(idx: list[int]) -> torch.Tensor:
+        batch = collate.build({"text": [tokens[i] for i in idx]})
+        batch = {k: v.to(device) for k, v in batch.items()}
+        ids, att = batch["input_ids"][:, 0], batch["attention_mask"][:, 0]
+        last = encoder(ids, att).last_hidden_state
+        h = last[torch.arange(last.shape[0], device=device), batch["rep_index"][:, 0]]
+        if denoise:
+            bias_last = encoder(
+                batch["bias_input_ids"], batch["bias_attention_mask"], position_ids=batch["bias_position_ids"]
+            ).last_hidden_state
+            rows = torch.arange(bias_last.shape[0], device=device)
+            h_hat = bias_last[rows, batch["bias_rep_index"]]
+            h = h - h_hat[batch["bias_row"][:, 0]]
+        return h.float()
+
     was_training = model.training
     model.eval()
     try:
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            batch = collate.build({"text": [tokens[i] for i in idx]})
-            batch = {k: v.to(device) for k, v in batch.items()}
-            ids, att = batch["input_ids"][:, 0], batch["attention_mask"][:, 0]
-            last = encoder(ids, att).last_hidden_state
-            h = last[torch.arange(last.shape[0], device=device), batch["rep_index"][:, 0]]
-            if denoise:
-                bias_last = encoder(
-                    batch["bias_input_ids"], batch["bias_attention_mask"], position_ids=batch["bias_position_ids"]
-                ).last_hidden_state
-                rows = torch.arange(bias_last.shape[0], device=device)
-                h_hat = bias_last[rows, batch["bias_rep_index"]]
-                h = h - h_hat[batch["bias_row"][:, 0]]
-            yield idx, h
+        out = in_length_order(tokens, batch_size, run)
     finally:
         model.train(was_training)
+    return out if out is not None else torch.zeros(0, encoder.hidden_size, device=device)
 
 
-def _scatter(parts: list[tuple[list[int], torch.Tensor]], empty: torch.Tensor) -> torch.Tensor:
-    """Rows of length-sorted batches back in input order."""
-    if not parts:
-        return empty
-    out = torch.cat([p for _, p in parts])
-    order = torch.tensor([i for idx, _ in parts for i in idx], dtype=torch.long, device=out.device)
-    result = torch.empty_like(out)
-    result[order] = out
-    return result
+def _row_chunks(h: torch.Tensor, batch_size: int):
+    """``h`` in consecutive chunks of ``batch_size`` rows (the MLM head's (b, V) logits stay small)."""
+    return (h[start : start + batch_size] for start in range(0, h.shape[0], batch_size))
 
 
 def _apply_head(head: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:
@@ -188,10 +186,7 @@ def mask_states(
     ``h_[MASK] - h_hat_L``.  Sentences are encoded in length-sorted batches; rows come back in input order.
     The model is run in eval mode (dropout off); its train/eval mode is restored afterwards.
     """
-    parts = [(idx, h.float()) for idx, h in
-             _mask_batches(encoder, tokenizer, template, sentences, denoise, batch_size, add_period)]
-    device = next(encoder.model.parameters()).device
-    return _scatter(parts, torch.zeros(0, encoder.hidden_size, device=device))
+    return _mask_rows(encoder, tokenizer, template, sentences, denoise, batch_size, add_period)
 
 
 @torch.no_grad()
@@ -213,10 +208,10 @@ def mask_logits(
         ValueError: the backbone has no MLM head (see :func:`mlm_head`).
     """
     head = mlm_head(encoder)  # fail before any forward pass
-    parts = [(idx, _apply_head(head, h)) for idx, h in
-             _mask_batches(encoder, tokenizer, template, sentences, denoise, batch_size, add_period)]
+    h = _mask_rows(encoder, tokenizer, template, sentences, denoise, batch_size, add_period)
     vocab = encoder.model.embeddings.word_embeddings.weight.shape[0]
-    return _scatter(parts, torch.zeros(0, vocab))
+    parts = [_apply_head(head, chunk).cpu() for chunk in _row_chunks(h, batch_size)]
+    return torch.cat(parts) if parts else torch.zeros(0, vocab)
 
 
 def topk_weights(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -279,10 +274,11 @@ def topk_token_encoder(
         head = mlm_head(encoder)
         static = weight.detach().float()
         parts = []
-        for idx, h in _mask_batches(encoder, tokenizer, tpl, sentences, denoise, batch_size, add_period):
-            w, top = topk_weights(_apply_head(head, h), k)  # (b, k), renormalised over the top k
-            parts.append((idx, (w.unsqueeze(-1) * static[top]).sum(1).cpu()))  # sum_v w_v W_v
-        return _scatter(parts, torch.zeros(0, static.shape[1]))
+        h = _mask_rows(encoder, tokenizer, tpl, sentences, denoise, batch_size, add_period)
+        for chunk in _row_chunks(h, batch_size):
+            w, top = topk_weights(_apply_head(head, chunk), k)  # (b, k), renormalised over the top k
+            parts.append((w.unsqueeze(-1) * static[top]).sum(1).cpu())  # sum_v w_v W_v
+        return torch.cat(parts) if parts else torch.zeros(0, static.shape[1])
 
     return encode
 
@@ -320,8 +316,10 @@ def topk_mask_tokens(
         raise ValueError(f"k={k}: expected 1 <= k <= vocabulary size {vocab}")
     out: list[list[tuple[str, float]]] = [[] for _ in sentences]
     with torch.no_grad():
-        for idx, h in _mask_batches(encoder, tokenizer, tpl, sentences, denoise, batch_size, add_period):
-            top = torch.softmax(_apply_head(head, h), dim=-1).topk(k, dim=-1)
-            for i, values, indices in zip(idx, top.values.tolist(), top.indices.tolist(), strict=True):
+        h = _mask_rows(encoder, tokenizer, tpl, sentences, denoise, batch_size, add_period)
+        for start, chunk in zip(range(0, h.shape[0], batch_size), _row_chunks(h, batch_size), strict=True):
+            top = torch.softmax(_apply_head(head, chunk), dim=-1).topk(k, dim=-1)
+            for i, values, indices in zip(range(start, start + len(chunk)), top.values.tolist(),
+                                          top.indices.tolist(), strict=True):
                 out[i] = list(zip(tokenizer.convert_ids_to_tokens(indices), values, strict=True))
     return out
