@@ -30,13 +30,10 @@ from cselab.evaluation.callback import DEV_METRIC, STSCallback
 from cselab.evaluation.results import build_results, write_results
 from cselab.evaluation.sts import PAPER_NAMES, format_table
 from cselab.loggers import build_loggers, close_loggers, log_test_charts, logged_config, run_display_name
+from cselab.methods.checks import ConfigError, check_method_args
 from cselab.progress import ProgressLog, interactive, progress_bar
 
 log = logging.getLogger(__name__)
-
-
-class ConfigError(ValueError):
-    """A config value or combination that cannot run; the message names the keys."""
 
 
 class RunFinished(FileExistsError):
@@ -86,30 +83,21 @@ def validate(cfg: DictConfig) -> None:
     if cfg.train and cfg.setting.name == "unsup" and cfg.data.get("streaming") and cfg.trainer.max_steps <= 0:
         raise ConfigError("data.streaming=true has no epoch length: set trainer.max_steps (e.g. 1M / batch_size)")
     _check_template_override(cfg)
-    if cfg.denoise not in ("none", "position", "pad"):
-        raise ConfigError(f"denoise={cfg.denoise!r}: expected none, position or pad")
-    if cfg.denoise != "none" and not prompt_config(cfg):
-        raise ConfigError(f"denoise={cfg.denoise} needs a template but prompt=none (choose a prompt)")
     allowed = cfg.method.get("tunings")
     if cfg.train and allowed is not None and cfg.tuning.name not in allowed:
         raise ConfigError(
             f"tuning={cfg.tuning.name} conflicts with method={cfg.method.name}, which trains {list(allowed)} "
             f"(method.tunings); choose tuning={allowed[0]} or another method"
         )
-    if cfg.tuning.name == "soft_prompt" and cfg.denoise != "none":
-        raise ConfigError("tuning=soft_prompt with denoise is not supported: set denoise=none")
-    if cfg.tuning.name == "prefix" and cfg.tuning.pre_seq_len < 1:
-        raise ConfigError(f"tuning.pre_seq_len must be >= 1, got {cfg.tuning.pre_seq_len}")
     if (cfg.train and cfg.get("activation_checkpointing", False) and cfg.tuning.name == "prefix"
             and cfg.tuning.get("variant", "deep") != "input_layer"):
         raise ConfigError(
             f"activation_checkpointing=true with tuning=prefix, tuning.variant={cfg.tuning.get('variant', 'deep')}: "
             "the prefixes reach every layer as past_key_values, which Hugging Face's checkpointed layers drop. "
             "Set activation_checkpointing=false, or use tuning.variant=input_layer")
-    if cfg.pooler in ("mask", "topk") and not prompt_config(cfg):
-        raise ConfigError(f"pooler={cfg.pooler} (a [MASK] representation) needs a template but prompt=none")
     if cfg.eval.get("dev_encoder", "official") not in ("official", "test"):
         raise ConfigError(f"eval.dev_encoder={cfg.eval.dev_encoder!r}: expected 'official' or 'test'")
+    check_method_args(**OmegaConf.to_container(cfg.module, resolve=True))  # the method's own rules
 
 
 #: learning rates above this are outside what any of the papers' configs use (largest: 3e-2, soft prompts)

@@ -17,11 +17,11 @@ import lightning as L
 import torch
 
 from cselab.losses import build_loss
-from cselab.methods.gather import NEGATIVES, gather_embeddings
+from cselab.methods.checks import check_method_args
+from cselab.methods.gather import gather_embeddings
 from cselab.methods.mlm import AuxiliaryMLM, mlm_head_own_parameters
 from cselab.methods.nonfinite import NonFinitePolicy
 from cselab.model.factory import build_embedding_model
-from cselab.model.pooling import POOLERS
 from cselab.model.template_input import ViewSpec
 
 
@@ -45,7 +45,8 @@ class ContrastiveMethod(L.LightningModule):
             ``per_device``.
 
     Raises:
-        ValueError: unknown pooler / setting / negatives, or a combination that cannot work (names the keys).
+        ConfigError: (a ValueError) an argument out of range or a combination that cannot work, named by its
+            config key (:func:`cselab.methods.checks.check_method_args`).
     """
 
     def __init__(self, backbone: dict, setting: str = "unsup", pooler: str = "cls", head: str = "mlp",
@@ -59,8 +60,10 @@ class ContrastiveMethod(L.LightningModule):
                  **extra: Any) -> None:
         super().__init__()
         self.save_hyperparameters(logger=False)  # in checkpoints; the loggers get the run's config (pipeline)
-        _check_args(pooler, setting, prompt, denoise, head_on, denoise_at_eval, denoise_positions, dev_encoder,
-                    eval_precision, negatives)
+        check_method_args(pooler=pooler, setting=setting, prompt=prompt, denoise=denoise, head_on=head_on,
+                          denoise_at_eval=denoise_at_eval, denoise_positions=denoise_positions,
+                          dev_encoder=dev_encoder, eval_precision=eval_precision, negatives=negatives,
+                          on_nonfinite=on_nonfinite, tuning=tuning)
         self.setting, self.pooler, self.mlp_only_train, self.head_on = setting, pooler, mlp_only_train, head_on
         self.denoise, self.denoise_at_eval, self.denoise_positions = denoise, denoise_at_eval, denoise_positions
         self.dev_encoder = dict(dev_encoder) if dev_encoder else None
@@ -109,7 +112,7 @@ class ContrastiveMethod(L.LightningModule):
 
     @eval_precision.setter
     def eval_precision(self, value: str) -> None:
-        _check_args(eval_precision=value)
+        check_method_args(eval_precision=value)
         self.model.config["eval_precision"] = str(value)
 
     def _freeze_unused_layers(self) -> None:
@@ -227,33 +230,3 @@ def _family_of(backbone: dict) -> str:
     path = resolve_name_or_path(backbone["name_or_path"])
     config = AutoConfig.from_pretrained(path, local_files_only=_check_available(path))
     return "roberta" if config.model_type in ("roberta", "xlm-roberta", "camembert") else "bert"
-
-
-def _check_args(pooler: str = "cls", setting: str = "unsup", prompt: dict | None = {}, denoise: str = "none",  # noqa: B006
-                head_on: str = "difference", denoise_at_eval: bool = False, denoise_positions: str = "official",
-                dev_encoder: dict | None = None, eval_precision: str = "auto", negatives: str = "global") -> None:
-    """The method arguments' own ranges (cross-key rules of a run: :func:`cselab.pipeline.validate`).
-
-    Raises:
-        ValueError: names the key and what was expected.
-    """
-    if pooler not in POOLERS:
-        raise ValueError(f"method.pooler={pooler!r}: expected one of {POOLERS}")
-    if setting not in ("unsup", "sup"):
-        raise ValueError(f"setting.name={setting!r}: expected 'unsup' or 'sup'")
-    if pooler == "mask" and not prompt:
-        raise ValueError("method.pooler=mask needs a template: choose a prompt (prompt=promptbert ...)")
-    if denoise != "none" and not prompt:
-        raise ValueError(f"denoise={denoise} needs a template: choose a prompt or set denoise=none")
-    if head_on not in ("difference", "each"):
-        raise ValueError(f"method.head_on={head_on!r}: expected 'difference' or 'each'")
-    if denoise_at_eval and denoise == "none":
-        raise ValueError("method.denoise_at_eval=true needs denoise=position or pad")
-    if denoise_positions not in ("official", "aligned"):
-        raise ValueError(f"denoise_positions={denoise_positions!r}: expected 'official' or 'aligned'")
-    if dev_encoder and set(dev_encoder) - {"add_period", "denoise"}:
-        raise ValueError(f"method.dev_encoder={dev_encoder}: expected keys add_period, denoise")
-    if str(eval_precision) not in ("auto", "32", "bf16"):
-        raise ValueError(f"eval.precision={eval_precision!r}: expected auto, 32 or bf16")
-    if negatives not in NEGATIVES:
-        raise ValueError(f"negatives={negatives!r}: expected 'global' or 'per_device'")

@@ -5,8 +5,6 @@ from __future__ import annotations
 import lightning as L
 import torch
 
-NEGATIVES = ("global", "per_device")
-
 
 def gather_embeddings(module: L.LightningModule, z: torch.Tensor, negatives: str = "global") -> torch.Tensor:
     """The embeddings the loss sees: this rank's (B, V, D), or under DDP with ``negatives=global`` all ranks'.

@@ -121,8 +121,6 @@ class EmbeddingModel(nn.Module):
                 dropout=float(cfg.get("dropout", 0.1)),
             )
         elif name == "soft_prompt":
-            if self.config.get("denoise", "none") != "none":
-                raise ValueError("tuning=soft_prompt with template denoising is not supported (set denoise=none)")
             self.backbone.add_soft_template(self.collate("train").soft_init_ids)
         else:
             raise ValueError(f"tuning.name={name!r}: expected full, frozen, prefix or soft_prompt")

@@ -1,0 +1,70 @@
+"""The one home of the rules over a method's arguments (each rule written once).
+
+:func:`check_method_args` runs on the config's ``module`` node before anything loads
+(:func:`cselab.pipeline.validate`) and on the arguments of every method built in Python
+(:class:`cselab.methods.base.ContrastiveMethod`); the messages name the config keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cselab.model.pooling import POOLERS
+
+DENOISE_MODES = ("none", "position", "pad")
+NEGATIVES = ("global", "per_device")
+TUNINGS = ("full", "frozen", "prefix", "soft_prompt")
+
+
+class ConfigError(ValueError):
+    """A config value or combination that cannot run; the message names the keys."""
+
+
+def check_method_args(*, pooler: str = "cls", setting: str = "unsup", prompt: dict | None = None,
+                      denoise: str = "none", head_on: str = "difference", denoise_at_eval: bool = False,
+                      denoise_positions: str = "official", dev_encoder: dict | None = None,
+                      eval_precision: str = "auto", negatives: str = "global", on_nonfinite: str = "stop",
+                      tuning: dict | None = None, **_: Any) -> None:
+    """Refuse a method argument out of its range, or a combination that cannot work.
+
+    Args: the :class:`~cselab.methods.base.ContrastiveMethod` arguments (others are ignored).  ``pooler`` may also
+    be an analysis representation of ``method=baseline`` (``static_avg``, ``static_avg_debiased``, ``topk``).
+
+    Raises:
+        ConfigError: names the key(s) and what was expected.
+    """
+    from cselab.methods.baseline import ANALYSIS_POOLERS
+
+    if pooler not in (*POOLERS, *ANALYSIS_POOLERS):
+        raise ConfigError(f"method.pooler={pooler!r}: expected one of {POOLERS + ANALYSIS_POOLERS}")
+    if setting not in ("unsup", "sup"):
+        raise ConfigError(f"setting.name={setting!r}: expected 'unsup' or 'sup'")
+    if pooler in ("mask", "topk") and not prompt:
+        raise ConfigError(f"pooler={pooler} needs a template (a [MASK] representation) but prompt=none "
+                          "(choose a prompt: prompt=promptbert ...)")
+    if denoise not in DENOISE_MODES:
+        raise ConfigError(f"denoise={denoise!r}: expected none, position or pad")
+    if denoise != "none" and not prompt:
+        raise ConfigError(f"denoise={denoise} needs a template but prompt=none (choose a prompt or set denoise=none)")
+    if head_on not in ("difference", "each"):
+        raise ConfigError(f"method.head_on={head_on!r}: expected 'difference' or 'each'")
+    if denoise_at_eval and denoise == "none":
+        raise ConfigError("method.denoise_at_eval=true needs denoise=position or pad")
+    if denoise_positions not in ("official", "aligned"):
+        raise ConfigError(f"denoise_positions={denoise_positions!r}: expected 'official' or 'aligned'")
+    if dev_encoder and set(dev_encoder) - {"add_period", "denoise"}:
+        raise ConfigError(f"method.dev_encoder={dev_encoder}: expected keys add_period, denoise")
+    if str(eval_precision) not in ("auto", "32", "bf16"):
+        raise ConfigError(f"eval.precision={eval_precision!r}: expected auto, 32 or bf16")
+    if negatives not in NEGATIVES:
+        raise ConfigError(f"negatives={negatives!r}: expected 'global' or 'per_device'")
+    if on_nonfinite not in ("stop", "skip"):
+        raise ConfigError(f"method.on_nonfinite={on_nonfinite!r}: expected 'stop' or 'skip'")
+    tuning = tuning or {"name": "full"}
+    name = tuning.get("name", "full")
+    if name not in TUNINGS:
+        raise ConfigError(f"tuning.name={name!r}: expected full, frozen, prefix or soft_prompt")
+    if name == "soft_prompt" and denoise != "none":
+        raise ConfigError("tuning=soft_prompt with denoise is not supported: set denoise=none")
+    if name == "prefix" and int(tuning.get("pre_seq_len", 16)) < 1:
+        raise ConfigError(f"tuning.pre_seq_len must be >= 1, got {tuning.get('pre_seq_len')}")
