@@ -265,3 +265,16 @@ def test_variant_name_keeps_only_what_changes_the_model():
     long = "variant=" + "x" * 100
     assert len(_short_tag(long)) == 64 and _short_tag(long) != _short_tag(long[:-1])
     assert _short_tag("variant=default") == "variant=default"
+
+
+def test_another_backbone_family_needs_no_row_in_the_heads_tables():
+    """A new family (its backbone YAML + template entries) gets the generic MLP head rows; BERT / RoBERTa keep the
+    official ones."""
+    for setting, expected in (("unsup", ("mlp", "difference", True, False, "bert")),
+                              ("sup", ("mlp", "difference", False, True, "bert"))):
+        m = _compose("method=promptbert", f"setting={setting}", "backbone.family=electra").method
+        assert (m.head, m.head_on, m.mlp_only_train, m.denoise_at_eval, m.head_init) == expected
+    sup_bert = _compose("method=promptbert", "setting=sup", "backbone=bert_base").method
+    assert (sup_bert.head, sup_bert.head_on, sup_bert.head_init) == ("mlm_transform", "each", "pretrained_mlm")
+    opti = _compose("method=optiprompt", "backbone.family=electra").method
+    assert (opti.head, opti.head_init) == ("mlp", "bert")
