@@ -151,6 +151,7 @@ def test_config_file_builds() -> None:
     cfg = yaml.safe_load(path.read_text())
     assert cfg == {
         "name": "infonce_eh",
+        "_target_": "cselab.losses.energy_hinge.InfoNCEWithEnergyHinge",
         "temperature": 0.05,
         "hard_negative_weight": 0.0,
         "margin": 0.2,

@@ -114,3 +114,14 @@ def test_build_loss() -> None:
         build_loss({"name": "nope"})
     with pytest.raises(ValueError, match="tau"):
         build_loss({"name": "infonce", "tau": 0.1})
+
+
+def test_a_loss_is_built_from_its_target_and_a_bad_target_is_named():
+    from cselab.losses import InfoNCE, build_loss
+
+    loss = build_loss({"_target_": "cselab.losses.infonce.InfoNCE", "name": "my_loss", "temperature": 0.1})
+    assert isinstance(loss, InfoNCE) and loss.temperature == 0.1  # any name: the class comes from _target_
+    with pytest.raises(ValueError, match=r"loss._target_='cselab.losses.nope.Missing': cannot import it"):
+        build_loss({"_target_": "cselab.losses.nope.Missing", "name": "x"})
+    with pytest.raises(ValueError, match=r"loss.name='x' without loss._target_"):
+        build_loss({"name": "x"})
