@@ -233,12 +233,12 @@ def build_method(cfg: DictConfig):
     Raises:
         ConfigError: ``method._target_`` cannot be imported (names it).
     """
-    from hydra.utils import get_class
+    from hydra.utils import get_object
 
     node = OmegaConf.to_container(cfg.module, resolve=True)
     target = node.pop("_target_")
     try:
-        cls = get_class(target)
+        cls = get_object(target)  # a class, or a factory (method=baseline)
     except Exception as err:
         raise ConfigError(f"method._target_={target!r}: cannot import it ({err})") from err
     return cls(**node)
@@ -279,9 +279,10 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     check_data_files(cfg)  # every input file, before the backbone loads and long before fit ends
     L.seed_everything(cfg.seed, workers=True)
     method = build_method(cfg)
-    if cfg.get("activation_checkpointing", False):
+    if cfg.train and cfg.get("activation_checkpointing", False):
         method.encoder.enable_activation_checkpointing()
-    compile_backbone(method, cfg.get("compile"))
+    if hasattr(method, "model"):  # the embedding model (not a token representation, which has no forward pass)
+        compile_backbone(method, cfg.get("compile"))
     sts = STSCallback(
         data_dir=cfg.data_dir,
         test_tasks=list(cfg.eval.test_tasks),
@@ -336,29 +337,32 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         if resume_step is None:  # a resumed run's CSV / W&B run has it already
             logger.log_metrics({"model/trainable_parameters": float(method.num_trainable_parameters())}, step=0)
 
-    tcfg = OmegaConf.to_container(cfg.trainer, resolve=True)
-    tcfg.pop("save_last", None)
-    tcfg.pop("save_every_n_steps", None)
-    tcfg.pop("progress_log_s", None)
-    tcfg["enable_progress_bar"] = bars
-    trainer = L.Trainer(
-        **{**tcfg, "precision": resolve_precision(tcfg.get("precision", "auto"))},
-        callbacks=callbacks,
-        logger=loggers or False,
-        default_root_dir=str(output_dir),
-        check_val_every_n_epoch=None,
-        num_sanity_val_steps=0,
-        enable_checkpointing=bool(cfg.train),
-        plugins=[AtomicCheckpointIO()],
-    )
-    best = None
+    best, global_step, rank_zero = None, 0, True
     if cfg.train:
+        tcfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+        for key in ("save_last", "save_every_n_steps", "progress_log_s"):
+            tcfg.pop(key, None)
+        tcfg["enable_progress_bar"] = bars
+        trainer = L.Trainer(
+            **{**tcfg, "precision": resolve_precision(tcfg.get("precision", "auto"))},
+            callbacks=callbacks,
+            logger=loggers or False,
+            default_root_dir=str(output_dir),
+            check_val_every_n_epoch=None,
+            num_sanity_val_steps=0,
+            plugins=[AtomicCheckpointIO()],
+        )
         datamodule = build_datamodule(cfg, method)
         trainer.fit(method, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=False)
         best = checkpoint.best_model_path or None if checkpoint is not None else None
         trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)
-    else:
-        trainer.test(method, dataloaders=torch.utils.data.DataLoader([0], collate_fn=lambda rows: rows))
+        global_step, rank_zero = int(trainer.global_step), trainer.is_global_zero
+    else:  # nothing to train: the evaluator scores the model's encode directly, no Trainer
+        sts.evaluate_encoder(method)
+        for logger in loggers:
+            logger.log_metrics({**{f"test/{t}": float(v) for t, v in sts.test_scores.items()},
+                                **{f"test/{t}_dev": float(v) for t, v in sts.dev_scores.items()}}, step=0)
+            logger.save()
     bins, by_bin = None, None
     if sts.test_pairs.get("stsb"):
         from cselab.evaluation.gold_bins import cosine_by_gold_bin
@@ -375,11 +379,11 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         best_dev=(float(checkpoint.best_model_score) if checkpoint is not None and checkpoint.best_model_score
                   is not None else None),
         trainable_parameters=method.num_trainable_parameters(),
-        global_step=int(trainer.global_step),
+        global_step=global_step,
         wall_time_s=round(time.perf_counter() - start + sts.elapsed_before, 1),  # + earlier processes (resume)
         stsb_test_cosine_by_gold_bin=bins,
     )
-    if not trainer.is_global_zero:  # under DDP only rank 0 writes and prints
+    if not rank_zero:  # under DDP only rank 0 writes and prints
         close_loggers(loggers)
         return results
     path = write_results(output_dir / "results.json", results)

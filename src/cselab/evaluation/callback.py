@@ -98,9 +98,16 @@ class STSCallback(L.Callback):
         encoder = "dev" if split == "dev" else "test"
         return lambda sentences: pl_module.encode(sentences, batch_size=self.batch_size, encoder=encoder)
 
+    def evaluate_encoder(self, model) -> None:
+        """Without a Trainer (``train=false``): the test tasks and the dev task on ``model.encode`` (a method or
+        any object with ``encode(sentences, batch_size, encoder=)``), kept in :attr:`test_scores`,
+        :attr:`dev_scores` and :attr:`test_pairs` as at the end of ``trainer.test``."""
+        self.test_scores = self._score(None, model, self.test_tasks, "test", keep_pairs=True)
+        self.dev_scores = {self.dev_task: self._score(None, model, (self.dev_task,), "dev")[self.dev_task]}
+
     def _score(self, trainer, pl_module, tasks, split, keep_pairs: bool = False) -> dict[str, float]:
         scores = None
-        if trainer.is_global_zero:
+        if trainer is None or trainer.is_global_zero:
             progress = EvalProgress(trainer, split, every_s=self.progress_every_s)
             try:
                 report = self.evaluator.evaluate_detailed(self._encode(pl_module, split), tasks=tasks, split=split,
@@ -110,7 +117,7 @@ class STSCallback(L.Callback):
             scores = dict(report.scores)
             if keep_pairs:
                 self.test_pairs = {t: (r.system, r.gold) for t, r in report.tasks.items()}
-        return trainer.strategy.broadcast(scores, src=0)
+        return scores if trainer is None else trainer.strategy.broadcast(scores, src=0)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from cselab.methods.base import ContrastiveMethod
-from cselab.methods.baseline import Baseline
+from cselab.methods.baseline import build_baseline
 from cselab.methods.cot_bert import CoTBERT
 from cselab.methods.prompt_tuning import DCPCSE, SCPCSE, OptiPrompt, PromCSE
 from cselab.methods.promptbert import PromptBERT
 from cselab.methods.simcse import SimCSE
 
-METHODS: dict[str, type[ContrastiveMethod]] = {
+METHODS: dict[str, type[ContrastiveMethod] | Callable[..., Any]] = {
     "simcse": SimCSE,
     "promptbert": PromptBERT,
-    "baseline": Baseline,
+    "baseline": build_baseline,  # a Baseline, or a TokenRepresentation for static_avg* / topk
     "cot_bert": CoTBERT,
     "dcpcse": DCPCSE,
     "promcse": PromCSE,
@@ -21,7 +24,7 @@ METHODS: dict[str, type[ContrastiveMethod]] = {
 }
 
 
-def method_class(name: str) -> type[ContrastiveMethod]:
+def method_class(name: str) -> type[ContrastiveMethod] | Callable[..., Any]:
     """The LightningModule class of ``method.name``; ValueError lists the known names."""
     if name not in METHODS:
         raise ValueError(f"method.name={name!r}: expected one of {sorted(METHODS)}")
