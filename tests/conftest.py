@@ -245,3 +245,20 @@ def sts_data_dir() -> Path:
         if cand and (Path(cand) / "senteval" / "downstream").is_dir():
             return Path(cand).resolve()
     pytest.skip("no SentEval data (run `make data`)")
+
+
+def compose_tiny_run(tmp_path: Path, tiny_bert_dir: Path, sts_data_dir, *overrides: str):
+    """The config of a 4-step SimCSE run on the tiny BERT and a 40-line corpus in ``tmp_path`` (validation every 2
+    steps, no progress bars), with ``overrides`` after the defaults."""
+    from hydra import compose, initialize_config_dir
+
+    import cselab.config  # noqa: F401  (resolvers)
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"sentence number {i} is here\n" for i in range(40)))
+    conf = str(Path(__file__).resolve().parents[1] / "conf")
+    with initialize_config_dir(config_dir=conf, version_base="1.3"):
+        return compose("config", overrides=[
+            "method=simcse", f"backbone.name_or_path={tiny_bert_dir}", f"data.path={corpus}", "data.batch_size=8",
+            "trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.enable_progress_bar=false",
+            f"data_dir={sts_data_dir}", *overrides])

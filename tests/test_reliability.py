@@ -181,19 +181,10 @@ def test_a_run_that_fills_the_disk_leaves_no_checkpoint_or_temporary_file(tmp_pa
                                                                          monkeypatch, caplog):
     """The first checkpoint write of a real run hits ENOSPC: the run fails with that error, the run directory
     holds no checkpoint and no temporary file, and recording the failure (the disk still full) does not raise."""
-    from hydra import compose, initialize_config_dir
-
-    import cselab.config  # noqa: F401  (resolvers)
     from cselab.pipeline import record_failure, run
+    from tests.conftest import compose_tiny_run
 
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("".join(f"sentence number {i} is here\n" for i in range(40)))
-    conf = str(Path(__file__).resolve().parents[1] / "conf")
-    with initialize_config_dir(config_dir=conf, version_base="1.3"):
-        cfg = compose("config", overrides=[
-            "method=simcse", f"backbone.name_or_path={tiny_bert_dir}", f"data.path={corpus}", "data.batch_size=8",
-            "trainer.max_steps=4", "trainer.val_check_interval=2", "eval.test_tasks=[stsb]",
-            "trainer.enable_progress_bar=false", f"data_dir={sts_data_dir}"])
+    cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]")
     out = tmp_path / "run"
 
     def full_disk(obj, f, *args, **kwargs):

@@ -55,23 +55,16 @@ def history(records) -> list[dict]:
 
 @pytest.mark.integration
 def test_offline_run_name_group_config_dev_curve_and_charts(tmp_path, tiny_bert_dir, sts_data_dir, monkeypatch):
-    from hydra import compose, initialize_config_dir
 
-    import cselab.config  # noqa: F401
     from cselab.pipeline import run
+    from tests.conftest import compose_tiny_run
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("".join(f"sentence number {i} is here\n" for i in range(40)))
-    conf = str(Path(__file__).resolve().parents[1] / "conf")
-    with initialize_config_dir(config_dir=conf, version_base="1.3"):
-        cfg = compose("config", overrides=[
-            "method=simcse", f"backbone.name_or_path={tiny_bert_dir}", f"data.path={corpus}", "data.batch_size=8",
-            "trainer.max_steps=4", "trainer.val_check_interval=2", "eval.test_tasks=[sts12,sts13,sts14,sts15,sts16,stsb,sickr]",
-            "trainer.enable_progress_bar=false", f"data_dir={sts_data_dir}", "logger=wandb", "group=my_sweep",
-            "variant='max_steps=4'", "seed=7"])
+    cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir,
+                           "eval.test_tasks=[sts12,sts13,sts14,sts15,sts16,stsb,sickr]", "logger=wandb",
+                           "group=my_sweep", "variant='max_steps=4'", "seed=7")
     out = tmp_path / "run"
     results = run(cfg, out)
 

@@ -8,6 +8,11 @@ import re
 from omegaconf import OmegaConf
 
 
+def has_templates(prompt) -> bool:
+    """Whether a ``prompt`` group config is a template (``prompt=none`` holds only ``template: null``)."""
+    return bool(prompt) and bool(prompt.get("templates"))
+
+
 def register_resolvers() -> None:
     """``${eq:a,b}`` -> ``a == b`` (e.g. SimCSE's ``mlp_only_train: ${eq:${setting.name},unsup}``);
     ``${cselab_run_name:method,backbone,setting,overrides,mode}`` -> :func:`run_name` of this job or sweep; ``${cselab_or:a,b}`` -> ``a`` unless
@@ -19,7 +24,7 @@ def register_resolvers() -> None:
     if not OmegaConf.has_resolver("cselab_or"):
         OmegaConf.register_new_resolver("cselab_or", lambda a, b: b if a is None or a == "" else a)
     if not OmegaConf.has_resolver("cselab_prompt"):  # the module's prompt: None for prompt=none (no templates)
-        OmegaConf.register_new_resolver("cselab_prompt", lambda p: p if p is not None and p.get("templates") else None)
+        OmegaConf.register_new_resolver("cselab_prompt", lambda p: p if has_templates(p) else None)
     if not OmegaConf.has_resolver("cselab_dev_encoder"):  # eval.dev_encoder: official -> the method's, test -> None
         OmegaConf.register_new_resolver("cselab_dev_encoder", lambda choice, spec: spec if choice == "official" else None)
     if not OmegaConf.has_resolver("cselab_run_name"):

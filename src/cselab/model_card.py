@@ -13,7 +13,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cselab.report.published import COLUMN_NAMES, SCORE_KEYS, TASKS, load_published, lookup, variant_of
+from cselab.report.published import (
+    COLUMN_NAMES,
+    SCORE_KEYS,
+    TASKS,
+    config_value,
+    load_published,
+    lookup,
+    variant_of,
+)
 
 __all__ = ["CONFIG_KEYS", "find_results", "model_card", "sts_table"]
 
@@ -39,15 +47,6 @@ def find_results(checkpoint: str | os.PathLike | None) -> Path | None:
         if (folder / "results.json").is_file():
             return folder / "results.json"
     return None
-
-
-def _select(cfg: Mapping | None, dotted: str) -> Any:
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 def _fmt(value: Any) -> str:
@@ -101,10 +100,10 @@ def model_card(
     from huggingface_hub import ModelCardData
 
     config = (results or {}).get("config") or {}
-    method = _select(config, "method.name") or method_class.lower()
-    setting = _select(config, "setting.name")
-    backbone_name = _select(config, "backbone.name")
-    name_or_path = str(backbone.get("name_or_path") or _select(config, "backbone.name_or_path") or "")
+    method = config_value(config, "method.name") or method_class.lower()
+    setting = config_value(config, "setting.name")
+    backbone_name = config_value(config, "backbone.name")
+    name_or_path = str(backbone.get("name_or_path") or config_value(config, "backbone.name_or_path") or "")
     is_hub_id = bool(name_or_path) and not Path(name_or_path).exists() and \
         not name_or_path.startswith(("package:", "/", ".", "~"))
     base_model = name_or_path if is_hub_id else None  # a Hugging Face id (not a folder, not a package)
@@ -131,9 +130,9 @@ def model_card(
         f"* continuous prompt: `{plan.get('prompt_kind')}`; template denoising at test: `{plan.get('denoise')}`",
         "",
     ]
-    chosen = [(k, _select(config, k)) for k in CONFIG_KEYS]
+    chosen = [(k, config_value(config, k)) for k in CONFIG_KEYS]
     if not config and hparams:  # no results.json: the checkpoint's own hyper-parameters
-        chosen = [(f"method.{k}", _select(hparams, k)) for k in HPARAM_KEYS]
+        chosen = [(f"method.{k}", config_value(hparams, k)) for k in HPARAM_KEYS]
     chosen = [(k, v) for k, v in chosen if v is not None]
     if chosen:
         lines += ["## Configuration", "", "| key | value |", "|---|---|"]

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cselab.callbacks import FlopCounter, RNGState
 from cselab.checkpoint_io import AtomicCheckpointIO, LastCheckpoint
+from cselab.config import has_templates
 from cselab.data.nli import NLIDataModule
 from cselab.data.paths import data_root, require
 from cselab.data.unsup import UnsupDataModule
@@ -60,7 +61,7 @@ def resolve_precision(precision: str) -> str:
 def prompt_config(cfg: DictConfig) -> DictConfig | None:
     """The ``prompt`` group's config, or ``None`` for ``prompt=none`` (whose file holds only ``template: null``)."""
     prompt = cfg.get("prompt")
-    return prompt if prompt and prompt.get("templates") else None
+    return prompt if has_templates(prompt) else None
 
 
 def validate(cfg: DictConfig) -> None:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from cselab.methods.nonfinite import POLICIES
 from cselab.model.pooling import POOLERS
+from cselab.model.template_bias import DENOISE_MODES
 
-DENOISE_MODES = ("none", "position", "pad")
 NEGATIVES = ("global", "per_device")
 TUNINGS = ("full", "frozen", "prefix", "soft_prompt")
 
@@ -58,7 +59,7 @@ def check_method_args(*, pooler: str = "cls", setting: str = "unsup", prompt: di
         raise ConfigError(f"eval.precision={eval_precision!r}: expected auto, 32 or bf16")
     if negatives not in NEGATIVES:
         raise ConfigError(f"negatives={negatives!r}: expected 'global' or 'per_device'")
-    if on_nonfinite not in ("stop", "skip"):
+    if on_nonfinite not in POLICIES:
         raise ConfigError(f"method.on_nonfinite={on_nonfinite!r}: expected 'stop' or 'skip'")
     tuning = tuning or {"name": "full"}
     name = tuning.get("name", "full")

@@ -36,7 +36,7 @@ from cselab.report.published import (
     SETTINGS,
     TASKS,
     PublishedRow,
-    _select,
+    config_value,
     load_published,
     lookup,
     variant_of,
@@ -147,8 +147,8 @@ class Group:
     published: PublishedRow | None = None
 
     def _uniform(self, dotted: str) -> Any:
-        values = {json.dumps(_select(r.config, dotted), sort_keys=True, default=str) for r in self.runs}
-        return _select(self.runs[0].config, dotted) if len(values) == 1 and self.runs else None
+        values = {json.dumps(config_value(r.config, dotted), sort_keys=True, default=str) for r in self.runs}
+        return config_value(self.runs[0].config, dotted) if len(values) == 1 and self.runs else None
 
     @property
     def method(self) -> str | None:
@@ -380,8 +380,8 @@ def group_key(run: Run, group_by: Sequence[str] | None = None) -> tuple[tuple[st
         flattened config item (``("config:<key>", value)``).
     """
     if group_by:
-        return tuple((k, _hashable(_select(run.config, k))) for k in group_by)
-    base = tuple((k, _select(run.config, k)) for k in BASE_KEYS)
+        return tuple((k, _hashable(config_value(run.config, k))) for k in group_by)
+    base = tuple((k, config_value(run.config, k)) for k in BASE_KEYS)
     if run.overrides is not None:
         items = []
         for item in run.overrides:

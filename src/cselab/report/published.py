@@ -253,7 +253,7 @@ def avg_mismatch(row: PublishedRow) -> float | None:
 
 # ------------------------------------------------------------------------------------ config -> variant
 
-def _select(cfg: Mapping | None, dotted: str, default: Any = None) -> Any:
+def config_value(cfg: Mapping | None, dotted: str, default: Any = None) -> Any:
     """``cfg["a"]["b"]`` for ``"a.b"``, or ``default`` when a level is missing or not a mapping."""
     node: Any = cfg
     for part in dotted.split("."):
@@ -318,15 +318,15 @@ def variant_of(config: Mapping[str, Any]) -> str | None:
     A config that deviates from the paper in a way not listed here (e.g. ``trainer.max_steps=20``) still maps
     to ``None``: the report shows its overrides beside the row.  Never raises on missing keys.
     """
-    method = _select(config, "method.name")
-    setting = _select(config, "setting.name")
-    backbone = _select(config, "backbone.name")
-    loss = _select(config, "loss.name")
-    denoise = _select(config, "denoise", _select(config, "method.denoise"))
-    prompt = _select(config, "prompt.name")
+    method = config_value(config, "method.name")
+    setting = config_value(config, "setting.name")
+    backbone = config_value(config, "backbone.name")
+    loss = config_value(config, "loss.name")
+    denoise = config_value(config, "denoise", config_value(config, "method.denoise"))
+    prompt = config_value(config, "prompt.name")
 
     if loss in ("infonce_eh", "energy_hinge"):
-        margin = _select(config, "loss.margin", 0.2)
+        margin = config_value(config, "loss.margin", 0.2)
         try:
             margin = float(margin)
         except (TypeError, ValueError):
@@ -334,23 +334,23 @@ def variant_of(config: Mapping[str, Any]) -> str | None:
         return "+EH" if math.isclose(margin, 0.2) else f"+EH (m={margin:g})"
 
     if method == "baseline":
-        pooler = _select(config, "pooler", _select(config, "method.pooler"))
+        pooler = config_value(config, "pooler", config_value(config, "method.pooler"))
         if pooler == "mask" and prompt:
             if prompt == "promptbert_manual":
                 return "prompt (manual)" + (" + denoising" if denoise not in (None, "none") else "")
             if prompt == "custom":  # prompt search: the template string itself (Table 4 rows)
-                return f"template: {_select(config, 'prompt.template')}"
+                return f"template: {config_value(config, 'prompt.template')}"
             return f"template: {prompt}"
         if pooler == "topk":  # Table 9 reports k = 200
-            k = _select(config, "method.topk", 200)
-            return f"top-{k} tokens" + (" + denoising" if _select(config, "method.topk_denoise") else "")
+            k = config_value(config, "method.topk", 200)
+            return f"top-{k} tokens" + (" + denoising" if config_value(config, "method.topk_denoise") else "")
         return BASELINE_POOLER_VARIANTS.get(pooler)
 
     if (method, prompt) in PROMPT_VARIANTS:
         return PROMPT_VARIANTS[(method, prompt)]
 
     if method == "cot_bert":
-        if _select(config, "loss.positive_negative_term", True) is False:
+        if config_value(config, "loss.positive_negative_term", True) is False:
             return "without a(i+,j-)"
         if denoise == "none":
             return "without denoise"
@@ -359,7 +359,7 @@ def variant_of(config: Mapping[str, Any]) -> str | None:
         return None
 
     if method == "promptbert" and setting == "unsup":
-        views = _select(config, "prompt.train_views")
+        views = config_value(config, "prompt.train_views")
         if isinstance(views, list | tuple) and len(views) == 2 and views[0] == views[1]:
             return "same template (dropout)"
         if denoise == "none":
@@ -367,13 +367,13 @@ def variant_of(config: Mapping[str, Any]) -> str | None:
         return None
 
     if method in ("dcpcse", "promcse"):
-        prompt_type = _select(config, "tuning.variant")
+        prompt_type = config_value(config, "tuning.variant")
         if prompt_type in PROMPT_TYPE_VARIANTS:
             return PROMPT_TYPE_VARIANTS[prompt_type]
-        mlm = _select(config, "method.mlm")
+        mlm = config_value(config, "method.mlm")
         mlm = bool(mlm) if mlm is None or isinstance(mlm, Mapping | bool) else mlm
         if isinstance(mlm, bool) and mlm != _MLM_DEFAULT.get((setting, backbone), False):
             return "w/ MLM" if mlm else "w/o MLM"
-        if _select(config, "tuning.pre_seq_len") == 1:
+        if config_value(config, "tuning.pre_seq_len") == 1:
             return "prompt length 1"
     return None

@@ -116,17 +116,37 @@ def _collate(encoder, tokenizer, template: str, denoise: bool, add_period: bool)
     )
 
 
-def _mask_rows(
+def _row_chunks(h: torch.Tensor, batch_size: int):
+    """``h`` in consecutive chunks of ``batch_size`` rows (the MLM head's (b, V) logits stay small)."""
+    return (h[start : start + batch_size] for start in range(0, h.shape[0], batch_size))
+
+
+def _apply_head(head: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:
+    was_training = head.training
+    head.eval()
+    try:
+        return head(h.to(next(head.parameters()).dtype)).float()
+    finally:
+        head.train(was_training)
+
+
+@torch.no_grad()
+def mask_states(
     encoder,
     tokenizer,
     template: str,
     sentences: Sequence[str],
-    denoise: bool,
-    batch_size: int,
-    add_period: bool,
+    denoise: bool = False,
+    batch_size: int = 64,
+    add_period: bool = True,
 ) -> torch.Tensor:
-    """(N, D) [MASK] states [- bias] in input order, on the model's device (model in eval mode), through the one
-    length-sorted loop (:func:`cselab.model.embedding.in_length_order`)."""
+    """Last-layer hidden state at the template's representation [MASK]: (N, D) float32, on the model's device.
+
+    With ``denoise=True`` the position-denoising template bias ``h_hat_L`` is subtracted (module docstring):
+    ``h_[MASK] - h_hat_L``.  Sentences are encoded in length-sorted batches (the one loop,
+    :func:`cselab.model.embedding.in_length_order`); rows come back in input order.
+    The model is run in eval mode (dropout off); its train/eval mode is restored afterwards.
+    """
     collate = _collate(encoder, tokenizer, template, denoise, add_period)
     model = encoder.model
     device = next(model.parameters()).device
@@ -156,39 +176,6 @@ def _mask_rows(
     return out if out is not None else torch.zeros(0, encoder.hidden_size, device=device)
 
 
-def _row_chunks(h: torch.Tensor, batch_size: int):
-    """``h`` in consecutive chunks of ``batch_size`` rows (the MLM head's (b, V) logits stay small)."""
-    return (h[start : start + batch_size] for start in range(0, h.shape[0], batch_size))
-
-
-def _apply_head(head: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:
-    was_training = head.training
-    head.eval()
-    try:
-        return head(h.to(next(head.parameters()).dtype)).float()
-    finally:
-        head.train(was_training)
-
-
-@torch.no_grad()
-def mask_states(
-    encoder,
-    tokenizer,
-    template: str,
-    sentences: Sequence[str],
-    denoise: bool = False,
-    batch_size: int = 64,
-    add_period: bool = True,
-) -> torch.Tensor:
-    """Last-layer hidden state at the template's representation [MASK]: (N, D) float32, on the model's device.
-
-    With ``denoise=True`` the position-denoising template bias ``h_hat_L`` is subtracted (module docstring):
-    ``h_[MASK] - h_hat_L``.  Sentences are encoded in length-sorted batches; rows come back in input order.
-    The model is run in eval mode (dropout off); its train/eval mode is restored afterwards.
-    """
-    return _mask_rows(encoder, tokenizer, template, sentences, denoise, batch_size, add_period)
-
-
 @torch.no_grad()
 def mask_logits(
     encoder,
@@ -208,7 +195,7 @@ def mask_logits(
         ValueError: the backbone has no MLM head (see :func:`mlm_head`).
     """
     head = mlm_head(encoder)  # fail before any forward pass
-    h = _mask_rows(encoder, tokenizer, template, sentences, denoise, batch_size, add_period)
+    h = mask_states(encoder, tokenizer, template, sentences, denoise, batch_size, add_period)
     vocab = encoder.model.embeddings.word_embeddings.weight.shape[0]
     parts = [_apply_head(head, chunk).cpu() for chunk in _row_chunks(h, batch_size)]
     return torch.cat(parts) if parts else torch.zeros(0, vocab)
@@ -274,7 +261,7 @@ def topk_token_encoder(
         head = mlm_head(encoder)
         static = weight.detach().float()
         parts = []
-        h = _mask_rows(encoder, tokenizer, tpl, sentences, denoise, batch_size, add_period)
+        h = mask_states(encoder, tokenizer, tpl, sentences, denoise, batch_size, add_period)
         for chunk in _row_chunks(h, batch_size):
             w, top = topk_weights(_apply_head(head, chunk), k)  # (b, k), renormalised over the top k
             parts.append((w.unsqueeze(-1) * static[top]).sum(1).cpu())  # sum_v w_v W_v
@@ -316,7 +303,7 @@ def topk_mask_tokens(
         raise ValueError(f"k={k}: expected 1 <= k <= vocabulary size {vocab}")
     out: list[list[tuple[str, float]]] = [[] for _ in sentences]
     with torch.no_grad():
-        h = _mask_rows(encoder, tokenizer, tpl, sentences, denoise, batch_size, add_period)
+        h = mask_states(encoder, tokenizer, tpl, sentences, denoise, batch_size, add_period)
         for start, chunk in zip(range(0, h.shape[0], batch_size), _row_chunks(h, batch_size), strict=True):
             top = torch.softmax(_apply_head(head, chunk), dim=-1).topk(k, dim=-1)
             for i, values, indices in zip(range(start, start + len(chunk)), top.values.tolist(),
