@@ -22,6 +22,7 @@ from cselab.methods.gather import gather_embeddings
 from cselab.methods.mlm import AuxiliaryMLM, mlm_head_own_parameters
 from cselab.methods.nonfinite import NonFinitePolicy
 from cselab.model.factory import build_embedding_model
+from cselab.model.loading import backbone_family
 from cselab.model.template_input import ViewSpec
 
 
@@ -72,7 +73,7 @@ class ContrastiveMethod(L.LightningModule):
         self.do_train, self.negatives = train, negatives
         self.nonfinite = NonFinitePolicy(on_nonfinite)
         self.loss_fn = build_loss(loss or {"name": "infonce"})
-        self._family = backbone.get("family") or _family_of(backbone)
+        self._family = backbone.get("family") or backbone_family(backbone["name_or_path"])
         self.model = build_embedding_model(
             backbone, self.train_views(), self.eval_view(), pooler=pooler, head=head, head_init=head_init,
             mlp_only_train=mlp_only_train, head_on=head_on, prompt=prompt, denoise=denoise,
@@ -219,14 +220,3 @@ class ContrastiveMethod(L.LightningModule):
     def num_trainable_parameters(self) -> int:
         """Number of parameters the optimizer updates."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
-
-
-def _family_of(backbone: dict) -> str:
-    """The family of a backbone config without ``family``: from its ``model_type``."""
-    from transformers import AutoConfig
-
-    from cselab.model.loading import _check_available, resolve_name_or_path
-
-    path = resolve_name_or_path(backbone["name_or_path"])
-    config = AutoConfig.from_pretrained(path, local_files_only=_check_available(path))
-    return "roberta" if config.model_type in ("roberta", "xlm-roberta", "camembert") else "bert"

@@ -100,6 +100,23 @@ class BackboneSpec:
     family: str = "bert"
 
 
+#: Hugging Face model types whose template form is RoBERTa's (byte-level BPE, quotes with spaces)
+ROBERTA_MODEL_TYPES = ("roberta", "xlm-roberta", "camembert")
+
+
+def family_of(model_type: str) -> str:
+    """The template family of a Hugging Face ``model_type`` when ``backbone.family`` is not given."""
+    return "roberta" if model_type in ROBERTA_MODEL_TYPES else "bert"
+
+
+def backbone_family(name_or_path: str) -> str:
+    """:func:`family_of` the backbone's config (read locally, or from the hub when reachable)."""
+    from transformers import AutoConfig
+
+    path = resolve_name_or_path(name_or_path)
+    return family_of(AutoConfig.from_pretrained(path, local_files_only=_check_available(path)).model_type)
+
+
 def load_mlm_transform(name_or_path: str) -> dict[str, torch.Tensor]:
     """The checkpoint's pretrained MLM-head transform (BERT ``cls.predictions.transform``: dense + GELU +
     LayerNorm) as a state dict with keys ``dense.weight`` (D, D), ``dense.bias`` (D,), ``LayerNorm.weight`` (D,),
@@ -181,5 +198,5 @@ def load_backbone(
         raise BackboneUnavailableError(
             f"could not load backbone {name_or_path!r} ({err}). Offline alternatives: {OFFLINE_ALTERNATIVES}"
         ) from err
-    fam = family or ("roberta" if config.model_type in ("roberta", "xlm-roberta", "camembert") else "bert")
+    fam = family or family_of(config.model_type)
     return Encoder(model, fam, mlm), tokenizer
