@@ -1,7 +1,7 @@
 """cselab entry point: compose the Hydra config, then train and evaluate one run (or a -m sweep of them).
 
     python run.py                                         # PromptBERT unsup on the embedded MiniLM + wiki sample
-    python run.py method=baseline pooler=avg train=false  # evaluate a raw backbone
+    python run.py method=baseline method.pooler=avg  # evaluate a raw backbone
     python run.py -m method=simcse,promptbert backbone=roberta_base
 
 Runs live in ``outputs/<run_name>`` (sweeps in ``multirun/<run_name>/<job>``), a name derived from the command's
@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
 
-from cselab.config import variant_name  # (importing cselab.config registers the resolvers)
+from cselab.config import moved_key_error, variant_name  # (importing cselab.config registers the resolvers)
 from cselab.logs import one_line_per_event
 from cselab.sweep import exit_status
 
@@ -60,5 +60,7 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    if (moved := moved_key_error(sys.argv[1:])) is not None:
+        sys.exit(f"cselab: {moved}")
     main()
     sys.exit(exit_status())  # a -m sweep with a failed job: 1 (a failing single run has exited 1 already)

@@ -56,8 +56,8 @@ TRAIN_CASES = ["simcse_unsup", "simcse_sup", "promptbert_unsup", "cot_bert_pad",
 CASE_METHOD = {  # case -> (method, setting, extra Hydra overrides)
     "simcse_unsup": ("simcse", "unsup", []),
     "simcse_sup": ("simcse", "sup", []),
-    "promptbert_unsup": ("promptbert", "unsup", ["denoise=position"]),
-    "cot_bert_pad": ("cot_bert", "unsup", ["denoise=pad"]),
+    "promptbert_unsup": ("promptbert", "unsup", ["method.denoise=position"]),
+    "cot_bert_pad": ("cot_bert", "unsup", ["method.denoise=pad"]),
 }
 
 

@@ -155,12 +155,12 @@ def test_truncated_sts_gold_file_fails_before_the_backbone_loads(tmp_path, no_ba
     data = _sts_dir(tmp_path, gold_lines=2)  # the gold file lost its last line
     with pytest.raises(ValueError, match=r"STS.input.MSRpar.txt has 3 lines but .*STS.gs.MSRpar.txt has 2; .*"
                                          r"\(STS task sts12, test split\)"):
-        _run(tmp_path, "method=baseline", "pooler=avg", f"data_dir={data}", "eval.test_tasks=[sts12]")
+        _run(tmp_path, "method=baseline", "method.pooler=avg", f"data_dir={data}", "eval.test_tasks=[sts12]")
 
 
 def test_unknown_test_task_fails_before_the_backbone_loads(tmp_path, no_backbone):
     with pytest.raises(ValueError, match=r"eval.test_tasks: unknown STS task 'sts17'; valid tasks: sts12"):
-        _run(tmp_path, "method=baseline", "pooler=avg", "eval.test_tasks=[stsb,sts17]")
+        _run(tmp_path, "method=baseline", "method.pooler=avg", "eval.test_tasks=[stsb,sts17]")
 
 
 def test_wrong_nli_header_fails_before_the_backbone_loads(tmp_path, no_backbone, sts_data_dir):

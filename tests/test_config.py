@@ -55,7 +55,7 @@ def test_paper_hyper_parameters_are_selected():
     cfg = _compose("method=simcse", "backbone=bert_base")
     assert (cfg.data.batch_size, cfg.optim.lr) == (64, 3e-5)
     cfg = _compose("method=promptbert", "backbone=bert_base")
-    assert (cfg.data.batch_size, cfg.optim.lr, cfg.pooler, cfg.denoise) == (256, 1e-5, "mask", "position")
+    assert (cfg.data.batch_size, cfg.optim.lr, cfg.method.pooler, cfg.method.denoise) == (256, 1e-5, "mask", "position")
     cfg = _compose("method=simcse", "setting=sup", "backbone=bert_base")
     assert (cfg.data.batch_size, cfg.optim.lr, cfg.trainer.max_epochs) == (512, 5e-5, 3)
     assert cfg.data.path == "nli_for_simcse.csv"
@@ -69,12 +69,12 @@ def test_simcse_mlp_only_train_follows_setting():
 def test_prompt_follows_method_and_can_be_overridden():
     assert _compose("method=promptbert").prompt.name == "promptbert"
     assert prompt_config(_compose("method=simcse")) is None
-    assert _compose("method=baseline", "prompt=promptbert_manual", "pooler=mask").prompt.name == "promptbert_manual"
+    assert _compose("method=baseline", "prompt=promptbert_manual", "method.pooler=mask").prompt.name == "promptbert_manual"
 
 
 def test_command_line_overrides_win():
-    cfg = _compose("method=promptbert", "optim.lr=2e-5", "data.batch_size=32", "pooler=avg", "denoise=none")
-    assert (cfg.optim.lr, cfg.data.batch_size, cfg.pooler, cfg.denoise) == (2e-5, 32, "avg", "none")
+    cfg = _compose("method=promptbert", "optim.lr=2e-5", "data.batch_size=32", "method.pooler=avg", "method.denoise=none")
+    assert (cfg.optim.lr, cfg.data.batch_size, cfg.method.pooler, cfg.method.denoise) == (2e-5, 32, "avg", "none")
 
 
 @pytest.mark.parametrize(
@@ -82,14 +82,14 @@ def test_command_line_overrides_win():
     [
         (["loss.temperature=0"], "loss.temperature"),
         (["data.batch_size=1"], "data.batch_size"),
-        (["method=simcse", "denoise=position"], "denoise=position needs a template"),
-        (["method=simcse", "pooler=mask"], "pooler=mask"),
+        (["method=simcse", "method.denoise=position"], "method.denoise=position needs a template"),
+        (["method=simcse", "method.pooler=mask"], "method.pooler=mask"),
         (["data=sup"], "does not match setting=unsup"),
-        (["denoise=shift"], "denoise='shift'"),
+        (["method.denoise=shift"], "method.denoise='shift'"),
         (["method=simcse", "tuning=prefix"], "tuning=prefix conflicts with method=simcse"),
         (["method=dcpcse", "tuning=full"], "tuning=full conflicts with method=dcpcse"),
         (["method=dcpcse", "tuning.pre_seq_len=0"], "tuning.pre_seq_len"),
-        (["method=optiprompt", "denoise=position"], "soft_prompt with denoise"),
+        (["method=optiprompt", "method.denoise=position"], "soft_prompt with denoise"),
         (["data.streaming=true"], "set trainer.max_steps"),
     ],
 )
@@ -100,7 +100,7 @@ def test_invalid_configs_are_refused_with_the_key(overrides, message):
 
 @pytest.mark.parametrize("prompt", ["promptbert", "promptbert_manual", "cot_bert", "cot_bert_only_prefix"])
 def test_prompt_template_on_a_named_prompt_says_what_to_type(prompt):
-    cfg = _compose("method=baseline", "pooler=mask", f"prompt={prompt}", "prompt.template='This [X] means [MASK] .'")
+    cfg = _compose("method=baseline", "method.pooler=mask", f"prompt={prompt}", "prompt.template='This [X] means [MASK] .'")
     with pytest.raises(ConfigError) as err:
         validate(cfg)
     message = str(err.value)
@@ -109,15 +109,37 @@ def test_prompt_template_on_a_named_prompt_says_what_to_type(prompt):
     family, views = next(iter(cfg.prompt.templates.items()))
     assert f"prompt.templates.{family}.{next(iter(views))}='This [X] means [MASK] .'" in message
     # what the message says to type composes and validates
-    validate(_compose("method=baseline", "pooler=mask", "prompt=custom", "prompt.template='This [X] means [MASK] .'"))
-    validate(_compose("method=baseline", "pooler=mask", f"prompt={prompt}",
+    validate(_compose("method=baseline", "method.pooler=mask", "prompt=custom", "prompt.template='This [X] means [MASK] .'"))
+    validate(_compose("method=baseline", "method.pooler=mask", f"prompt={prompt}",
                       f"prompt.templates.{family}.{next(iter(views))}='This [X] means [MASK] .'"))
 
 
 def test_prompt_template_on_prompt_none_says_what_to_type():
-    cfg = _compose("method=baseline", "pooler=mask", "prompt.template='[X] means [MASK] .'")
+    cfg = _compose("method=baseline", "method.pooler=mask", "prompt.template='[X] means [MASK] .'")
     with pytest.raises(ConfigError, match=r"but prompt=none\. .*type: prompt=custom prompt.template='\[X\] means"):
         validate(cfg)
+
+
+def test_the_old_top_level_keys_are_gone_and_run_py_names_their_new_home():
+    from hydra.errors import ConfigCompositionException
+
+    from cselab.config import moved_key_error
+
+    cfg = _compose("method=baseline", "method.pooler=avg")
+    assert "pooler" not in cfg and "denoise" not in cfg and "train" not in cfg
+    assert (cfg.method.pooler, cfg.module.pooler, cfg.module.train) == ("avg", "avg", False)
+    with pytest.raises(ConfigCompositionException):
+        _compose("pooler=avg")
+    assert moved_key_error(["method=simcse", "seed=1"]) is None
+    assert moved_key_error(["-m", "denoise=none,pad", "train=false"]) == (
+        "denoise=none,pad train=false: these keys are the method's now; type method.denoise=none,pad "
+        "method.train=false (conf/method/<name>.yaml sets their defaults)")
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "run.py", "pooler=avg"], cwd=Path(CONF).parent, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1 and "type method.pooler=avg" in proc.stderr, proc.stderr
 
 
 def test_run_help_lists_the_groups_and_the_most_used_keys():
@@ -129,7 +151,7 @@ def test_run_help_lists_the_groups_and_the_most_used_keys():
     assert proc.returncode == 0, proc.stderr
     for group in ("method:", "backbone:", "prompt:", "setting:", "sweep:", "experiment:"):
         assert f"\n{group} " in proc.stdout, group
-    for key in ("train=", "pooler=", "prompt.template=", "data.batch_size=", "optim.lr=", "trainer.max_steps=",
+    for key in ("method.train=", "method.pooler=", "prompt.template=", "data.batch_size=", "optim.lr=", "trainer.max_steps=",
                 "eval.test_tasks=", "seed="):
         assert key in proc.stdout, key
     assert "simcse" in proc.stdout and "promptbert_table4" in proc.stdout
@@ -169,7 +191,7 @@ def test_table4_prompt_search_sweeps_eight_valid_templates():
     for t in templates:
         Template.parse(t)
     cfg = _compose("sweep=promptbert_table4", f"prompt.template='{templates[3]}'")
-    assert (cfg.method.name, cfg.pooler, cfg.train) == ("baseline", "mask", False)
+    assert (cfg.method.name, cfg.method.pooler, cfg.method.train) == ("baseline", "mask", False)
     assert cfg.prompt.templates.bert.view1 == "[X] means [MASK] ."
 
 
@@ -177,9 +199,9 @@ def test_table8_objective_switch():
     assert _sweep_values("promptbert_table8")["+objective"] == [
         "same_template", "different_templates", "different_templates_denoise"]
     cfg = _compose("method=promptbert", "+objective=same_template")
-    assert list(cfg.prompt.train_views) == ["view1", "view1"] and cfg.denoise == "none"
+    assert list(cfg.prompt.train_views) == ["view1", "view1"] and cfg.method.denoise == "none"
     cfg = _compose("method=promptbert", "+objective=different_templates")
-    assert list(cfg.prompt.train_views) == ["view1", "view2"] and cfg.denoise == "none"
+    assert list(cfg.prompt.train_views) == ["view1", "view2"] and cfg.method.denoise == "none"
 
 
 @pytest.mark.parametrize("variant", ["only_prefix", "only_suffix", "irrelevant_prefix", "static_prefix",
@@ -198,7 +220,7 @@ def test_cot_bert_table3_prompts_parse_for_both_families(variant):
 def test_cot_bert_sweeps():
     assert len(_sweep_values("cot_bert_table3")["prompt"]) == 6
     assert _sweep_values("cot_bert_table4")["loss.positive_negative_term"] == [True, False]
-    assert _sweep_values("cot_bert_table6")["denoise"] == ["none", "position", "pad"]
+    assert _sweep_values("cot_bert_table6")["method.denoise"] == ["none", "position", "pad"]
 
 
 EXPERIMENTS = sorted(str(p.relative_to(Path(CONF) / "experiment").with_suffix(""))
@@ -257,10 +279,10 @@ def test_variant_name_keeps_only_what_changes_the_model():
     from cselab.config import variant_name
     from cselab.pipeline import _short_tag
 
-    overrides = ["method=cot_bert", "backbone=minilm_l6", "seed=3", "denoise=pad", "+objective=same_template",
+    overrides = ["method=cot_bert", "backbone=minilm_l6", "seed=3", "method.denoise=pad", "+objective=same_template",
                  "trainer.max_steps=3", "hydra.run.dir=x", "logger=wandb", "loss.temperature=0.1",
                  "trainer.enable_progress_bar=false", "ckpt_path=auto", "compile.enabled=true"]
-    assert variant_name(overrides) == "denoise=pad,loss.temperature=0.1,objective=same_template,trainer.max_steps=3"
+    assert variant_name(overrides) == "loss.temperature=0.1,method.denoise=pad,objective=same_template,trainer.max_steps=3"
     assert variant_name(["method=simcse", "seed=1"]) == "default"
     long = "variant=" + "x" * 100
     assert len(_short_tag(long)) == 64 and _short_tag(long) != _short_tag(long[:-1])

@@ -2,7 +2,7 @@
 
 This is what lets ``trainer=ddp`` use plain ``ddp`` (no per-step search for unused parameters): DDP fails at
 the second step on a trainable parameter that took no part in the loss.  Layers a method never uses (the
-backbone's pooler unless ``pooler=cls`` without a head, the MLM head's layers without ``method.mlm``) must be
+backbone's pooler unless ``method.pooler=cls`` without a head, the MLM head's layers without ``method.mlm``) must be
 frozen by the method.
 """
 
@@ -23,7 +23,7 @@ SENTENCES = ["a man is playing a guitar", "the cat sat on the mat", "two dogs ar
              "it is raining today"]
 TRIPLETS = [{"sent0": s, "sent1": s + " today", "hard_neg": "birds fly"} for s in SENTENCES]
 CASES = [
-    ("simcse", "unsup", []), ("simcse", "sup", []), ("simcse", "unsup", ["pooler=cls", "method.head=none"]),
+    ("simcse", "unsup", []), ("simcse", "sup", []), ("simcse", "unsup", ["method.pooler=cls", "method.head=none"]),
     ("promptbert", "unsup", []), ("promptbert", "sup", []), ("cot_bert", "unsup", []),
     ("dcpcse", "unsup", []), ("dcpcse", "unsup", ["method.mlm=${method.mlm_config}"]), ("promcse", "sup", []),
     ("promcse", "sup", ["loss=infonce_eh"]), ("scpcse", "unsup", []), ("optiprompt", "unsup", []),

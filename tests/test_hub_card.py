@@ -15,9 +15,9 @@ from cselab.report.published import TASKS, load_published, lookup
 TEST = {"sts12": 70.11, "sts13": 83.02, "sts14": 75.33, "sts15": 82.44, "sts16": 79.55, "stsb": 80.66,
         "sickr": 70.77}
 TEST["avg"] = sum(TEST.values()) / 7
-CONFIG = {"method": {"name": "promptbert"}, "setting": {"name": "unsup"},
-          "backbone": {"name": "bert_base", "name_or_path": "bert-base-uncased"}, "pooler": "mask",
-          "prompt": {"name": "promptbert"}, "denoise": "position", "loss": {"name": "infonce", "temperature": 0.05},
+CONFIG = {"method": {"name": "promptbert", "pooler": "mask", "denoise": "position"}, "setting": {"name": "unsup"},
+          "backbone": {"name": "bert_base", "name_or_path": "bert-base-uncased"},
+          "prompt": {"name": "promptbert"}, "loss": {"name": "infonce", "temperature": 0.05},
           "optim": {"lr": 1e-5}, "data": {"batch_size": 256}, "seed": 42, "max_seq_len": 32}
 PLAN = {"pooler": "mask", "head": "none", "use_head": False, "template": "*cls*_This_sentence_of_...",
         "prompt_kind": "none", "denoise": "none"}
@@ -37,7 +37,7 @@ def test_card_has_metadata_method_config_table_paper_row_and_loading():
     assert "base_model: bert-base-uncased" in head and "- promptbert" in head
     assert "**PromptBERT** (`method=promptbert`, `setting=unsup`)" in body and "`backbone=bert_base`" in body
     for key, value in (("loss.temperature", "0.05"), ("optim.lr", "1e-05"), ("data.batch_size", "256"),
-                       ("denoise", "position")):
+                       ("method.denoise", "position")):
         assert f"| `{key}` | `{value}` |" in body, key
     ours = next(line for line in body.splitlines() if line.startswith("| this model |"))
     assert ours.split("|")[2:10] == [f" {TEST[k]:.2f} " for k in (*TASKS, "avg")]
@@ -149,7 +149,7 @@ def test_export_cli_writes_the_card_and_pushes_the_folder(fake_hub, make_method,
                         enable_model_summary=False, default_root_dir=tmp_path)
     trainer.strategy.connect(method)
     trainer.save_checkpoint(run / "checkpoints" / "best-step0.ckpt")
-    config = {**CONFIG, "method": {"name": "baseline"}, "pooler": "avg", "prompt": None}
+    config = {**CONFIG, "method": {"name": "baseline", "pooler": "avg"}, "prompt": None}
     (run / "results.json").write_text(json.dumps({"config": config, "test": TEST, "dev": {"stsb": 80.0}}))
     out = tmp_path / "exported"
     assert main([str(run / "checkpoints" / "best-step0.ckpt"), str(out), "--push-to-hub", "me/tiny"]) == 0

@@ -23,9 +23,9 @@ CASES = [  # (paper, "experiment" | "sweep", name, the sweep values of one job)
     ("SimCSE", "experiment", "simcse/unsup_bert_base", []),
     ("PromptBERT", "experiment", "promptbert/unsup_bert_base", []),
     ("PromptBERT", "sweep", "promptbert_table8", ["+objective=different_templates_denoise"]),
-    ("PromptBERT", "sweep", "promptbert_table9", ["pooler=topk", "method.topk_denoise=true"]),
+    ("PromptBERT", "sweep", "promptbert_table9", ["method.pooler=topk", "method.topk_denoise=true"]),
     ("CoT-BERT", "experiment", "cot_bert/unsup_bert_base", []),
-    ("CoT-BERT", "sweep", "cot_bert_table6", ["denoise=pad"]),
+    ("CoT-BERT", "sweep", "cot_bert_table6", ["method.denoise=pad"]),
     ("DCPCSE", "experiment", "dcpcse/unsup_bert_base", []),
     ("DCPCSE", "sweep", "dcpcse_table2", [MLM_ON]),
     ("PromCSE", "experiment", "promcse/sup_eh_bert_base", []),
@@ -61,7 +61,7 @@ def test_paper_config_runs_with_fast_dev_run(paper, kind, name, values, tmp_path
     assert saved["test"]["stsb"] == pytest.approx(results["test"]["stsb"])
     assert -100 <= saved["test"]["stsb"] <= 100
     assert saved["config"]["method"]["name"] == cfg.method.name
-    if cfg.train:
+    if cfg.method.train:
         assert saved["global_step"] == 1 and len(saved["val_curve"]) == 1
     for item in values:  # the job's sweep value reached the run's config
         key, value = item.lstrip("+").split("=", 1)

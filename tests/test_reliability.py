@@ -98,7 +98,7 @@ def test_finished_run_is_not_overwritten_unless_asked(tmp_path):
     (tmp_path / "results.json").write_text('{"test": {"avg": 80.0}}')
     conf = str(Path(__file__).resolve().parents[1] / "conf")
     with initialize_config_dir(config_dir=conf, version_base="1.3"):
-        cfg = compose("config", overrides=["method=baseline", "pooler=avg"])
+        cfg = compose("config", overrides=["method=baseline", "method.pooler=avg"])
     with pytest.raises(FileExistsError, match=r"results.json exists: this run already finished. Pass overwrite=true"):
         run(cfg, tmp_path)
     assert json.loads((tmp_path / "results.json").read_text()) == {"test": {"avg": 80.0}}

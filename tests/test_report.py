@@ -36,14 +36,13 @@ PAPERS_DIR = Path("/work/shared/papers")
 
 def _config(method="simcse", backbone="bert_base", setting="unsup", seed=42, **extra) -> dict:
     cfg = {
-        "method": {"name": method, "pooler": "cls"},
+        "method": {"name": method, "pooler": "cls", "denoise": "none"},
         "backbone": {"name": backbone, "name_or_path": f"/models/{backbone}"},
         "setting": {"name": setting},
         "loss": {"name": "infonce", "temperature": 0.05},
         "prompt": {},
         "seed": seed,
         "data_dir": "data",
-        "denoise": "none",
     }
     for dotted, value in extra.items():
         node = cfg
@@ -99,7 +98,7 @@ def sweep(tmp_path: Path) -> dict:
                  overrides=["method=simcse", "backbone=bert_base", f"seed={seed}", "trainer.max_steps=100"])
     s = _scores(78, rng)
     runs["promptbert"].append(s)
-    make_run(root, "5_promptbert_bert_base_unsup", scores=s, config=_config("promptbert", seed=1, denoise="position"),
+    make_run(root, "5_promptbert_bert_base_unsup", scores=s, config=_config("promptbert", seed=1, method__denoise="position"),
              overrides=["method=promptbert", "backbone=bert_base", "seed=1"])
     make_run(root, "6_simcse_bert_base_unsup", scores=None, config=_config(seed=4),
              overrides=["method=simcse", "backbone=bert_base", "seed=4"],
@@ -231,14 +230,17 @@ def test_variant_of_rules():
     assert variant_of(_config()) is None
     assert variant_of(_config("cot_bert", loss={"name": "cot_infonce", "positive_negative_term": False})) == \
         "without a(i+,j-)"
-    assert variant_of(_config("cot_bert", denoise="position")) == "position denoise"
-    assert variant_of(_config("cot_bert", denoise="pad")) is None
-    assert variant_of(_config("promptbert", denoise="position",
+    assert variant_of(_config("cot_bert", method__denoise="position")) == "position denoise"
+    assert variant_of(_config("cot_bert", method__denoise="pad")) is None
+    assert variant_of(_config("promptbert", method__denoise="position",
                               prompt={"name": "promptbert", "train_views": ["view1", "view1"]})) == \
         "same template (dropout)"
-    assert variant_of(_config("promptbert", denoise="none")) == "different templates"
-    assert variant_of(_config("baseline", pooler="avg")) == "last avg."
-    assert variant_of(_config("baseline", pooler="mask", prompt={"name": "promptbert_manual"})) == \
+    assert variant_of(_config("promptbert", method__denoise="none")) == "different templates"
+    assert variant_of(_config("baseline", method__pooler="avg")) == "last avg."
+    old = {**_config("cot_bert"), "denoise": "position"}  # a run dir from before the keys moved under method
+    del old["method"]["denoise"]
+    assert variant_of(old) == "position denoise"
+    assert variant_of(_config("baseline", method__pooler="mask", prompt={"name": "promptbert_manual"})) == \
         "prompt (manual)"
     assert variant_of(_config("dcpcse", backbone="roberta_base", method__mlm=False)) == \
         "w/o MLM"

@@ -73,15 +73,32 @@ def key_matches(key: str, keys: tuple[str, ...]) -> bool:
 
 def variant_name(overrides: list[str]) -> str:
     """The W&B ``variant`` tag of a job: its command-line / sweep overrides that change the model, sorted and
-    joined with ``,`` (``denoise=pad,prompt=cot_bert``), or ``default``.
+    joined with ``,`` (``method.denoise=pad,prompt=cot_bert``), or ``default``.
 
-    Left out: the run's coordinates (:data:`COORDINATE_KEYS`: tags of their own) and what only changes where or
+    Left out: the run's coordinates (:data:`COORDINATE_KEYS`, the group choice itself: tags of their own; a
+    key below one, ``method.pooler=avg`` or ``backbone.name_or_path=...``, stays) and what only changes where or
     how it runs (:data:`OUTPUT_ONLY_KEYS`: logging, paths, resume, compile, activation checkpointing, progress
     bar, eval / loader batch sizes).  ``trainer.max_steps`` and the like stay: they change the model.
     """
     kept = [item.lstrip("+") for item in overrides
-            if not key_matches(override_key(item), COORDINATE_KEYS + OUTPUT_ONLY_KEYS)]
+            if override_key(item) not in COORDINATE_KEYS  # the group choice only: method.pooler=avg stays
+            and not key_matches(override_key(item), OUTPUT_ONLY_KEYS)]
     return ",".join(sorted(kept)) or "default"
+
+
+#: top-level keys that moved under ``method`` (the method owns what it trains, its representation and denoising)
+MOVED_KEYS: dict[str, str] = {"train": "method.train", "pooler": "method.pooler", "denoise": "method.denoise"}
+
+
+def moved_key_error(argv: list[str]) -> str | None:
+    """A message for command-line overrides that use a moved key (``pooler=avg`` -> ``method.pooler=avg``),
+    or ``None``.  Hydra alone would answer ``Key 'pooler' is not in struct``; run.py prints this instead."""
+    wrong = [item for item in argv if not item.startswith("-") and override_key(item) in MOVED_KEYS]
+    if not wrong:
+        return None
+    fixed = [MOVED_KEYS[override_key(item)] + "=" + item.split("=", 1)[1] if "=" in item else item for item in wrong]
+    return (f"{' '.join(wrong)}: these keys are the method's now; type {' '.join(fixed)} "
+            "(conf/method/<name>.yaml sets their defaults)")
 
 
 #: longest run directory name kept readable; a longer one keeps its start and a hash of the whole

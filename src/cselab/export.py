@@ -52,7 +52,7 @@ def describe(method) -> dict[str, Any]:
     :class:`ExportError` for a representation that is not the embedding model's forward."""
     if getattr(method, "analysis", None) is not None:
         raise ExportError(
-            f"method=baseline pooler={method.analysis} is computed by cselab.analysis (static token embeddings or "
+            f"method=baseline method.pooler={method.analysis} is computed by cselab.analysis (static token embeddings or "
             "the MLM head's top-k tokens), not by the embedding model's forward: it cannot be exported to "
             "sentence-transformers; export a pooler (avg, cls, mask, ...) instead")
     return method.model.describe()

@@ -27,8 +27,8 @@ __all__ = ["CONFIG_KEYS", "find_results", "model_card", "sts_table"]
 
 #: the config keys the card lists (dotted; those absent from the run's config are skipped)
 CONFIG_KEYS: tuple[str, ...] = (
-    "method.name", "setting.name", "backbone.name", "backbone.name_or_path", "pooler", "prompt.name",
-    "prompt.template", "denoise", "loss.name", "loss.temperature", "tuning.name", "tuning.pre_seq_len",
+    "method.name", "setting.name", "backbone.name", "backbone.name_or_path", "method.pooler", "prompt.name",
+    "prompt.template", "method.denoise", "loss.name", "loss.temperature", "tuning.name", "tuning.pre_seq_len",
     "optim.lr", "data.batch_size", "data.path", "max_seq_len", "trainer.max_epochs", "trainer.max_steps", "seed",
 )
 

@@ -72,7 +72,7 @@ def validate(cfg: DictConfig) -> None:
     """
     if cfg.loss.get("temperature", 1.0) <= 0:
         raise ConfigError(f"loss.temperature must be > 0, got {cfg.loss.temperature}")
-    if cfg.train:
+    if cfg.method.train:
         check_optim(cfg.optim)
         if cfg.data.batch_size < 2:
             raise ConfigError(f"data.batch_size must be >= 2 for a contrastive loss, got {cfg.data.batch_size}")
@@ -81,16 +81,16 @@ def validate(cfg: DictConfig) -> None:
                 f"data={cfg.data.module} does not match setting={cfg.setting.name} "
                 f"(choose data=unsup/wiki1m for setting=unsup, data=sup for setting=sup)"
             )
-    if cfg.train and cfg.setting.name == "unsup" and cfg.data.get("streaming") and cfg.trainer.max_steps <= 0:
+    if cfg.method.train and cfg.setting.name == "unsup" and cfg.data.get("streaming") and cfg.trainer.max_steps <= 0:
         raise ConfigError("data.streaming=true has no epoch length: set trainer.max_steps (e.g. 1M / batch_size)")
     _check_template_override(cfg)
     allowed = cfg.method.get("tunings")
-    if cfg.train and allowed is not None and cfg.tuning.name not in allowed:
+    if cfg.method.train and allowed is not None and cfg.tuning.name not in allowed:
         raise ConfigError(
             f"tuning={cfg.tuning.name} conflicts with method={cfg.method.name}, which trains {list(allowed)} "
             f"(method.tunings); choose tuning={allowed[0]} or another method"
         )
-    if (cfg.train and cfg.get("activation_checkpointing", False) and cfg.tuning.name == "prefix"
+    if (cfg.method.train and cfg.get("activation_checkpointing", False) and cfg.tuning.name == "prefix"
             and cfg.tuning.get("variant", "deep") != "input_layer"):
         raise ConfigError(
             f"activation_checkpointing=true with tuning=prefix, tuning.variant={cfg.tuning.get('variant', 'deep')}: "
@@ -218,7 +218,7 @@ def check_data_files(cfg: DictConfig) -> None:
     """
     from cselab.data.checks import check_corpus, check_nli, check_sts_tasks
 
-    if cfg.train:
+    if cfg.method.train:
         path = str(cfg.data.path)
         what = "NLI triplets csv" if cfg.setting.name == "sup" else "unsup corpus"
         found = require(path if path.startswith("/") else data_root(cfg.data_dir) / path, what, "data.path")
@@ -263,7 +263,7 @@ def build_datamodule(cfg: DictConfig, method) -> L.LightningDataModule:
 
 
 def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
-    """Train (if ``train``) and evaluate one configuration; returns the results dict also written to disk."""
+    """Train (if ``method.train``) and evaluate one configuration; returns the results dict also written to disk."""
     start = time.perf_counter()
     output_dir = Path(output_dir)
     if (output_dir / "results.json").exists() and not cfg.get("overwrite", False):
@@ -272,7 +272,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
             "again in the same directory, or name another run with run_name=...",
             _read_json(output_dir / "results.json"),
         )
-    if cfg.get("resume") and cfg.train and not (
+    if cfg.get("resume") and cfg.method.train and not (
             (output_dir / "checkpoints" / "last.ckpt").is_file() or any(output_dir.glob("hpc_ckpt_*.ckpt"))):
         raise ConfigError(f"resume={cfg.resume}: no checkpoints/last.ckpt in that directory to resume from "
                           "(a run writes it at its first validation)")
@@ -280,7 +280,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     check_data_files(cfg)  # every input file, before the backbone loads and long before fit ends
     L.seed_everything(cfg.seed, workers=True)
     method = build_method(cfg)
-    if cfg.train and cfg.get("activation_checkpointing", False):
+    if cfg.method.train and cfg.get("activation_checkpointing", False):
         method.encoder.enable_activation_checkpointing()
     if hasattr(method, "model"):  # the embedding model (not a token representation, which has no forward pass)
         compile_backbone(method, cfg.get("compile"))
@@ -298,7 +298,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     bars = bool(cfg.trainer.get("enable_progress_bar", True)) and interactive()
     callbacks.append(progress_bar() if bars else ProgressLog(float(cfg.trainer.get("progress_log_s", 60))))
     checkpoint = None
-    if cfg.train:
+    if cfg.method.train:
         # FLOPs of each batch shape (before the throughput monitor, which reads them), the RNG state in checkpoints
         callbacks += [FlopCounter(), RNGState(),
                       L.pytorch.callbacks.ThroughputMonitor(batch_size_fn=_batch_size, window_size=5)]
@@ -324,7 +324,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     name = run_display_name(cfg.method.name, cfg.backbone.get("name", str(cfg.backbone.name_or_path)),
                             cfg.setting.name, cfg.get("variant"), cfg.seed)
     ckpt_path = None
-    if cfg.train:
+    if cfg.method.train:
         ckpt_path = cfg.get("ckpt_path")
         if ckpt_path == "auto" and (output_dir / "results.json").exists():  # overwrite=true: a fresh run
             ckpt_path = None
@@ -339,7 +339,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
             logger.log_metrics({"model/trainable_parameters": float(method.num_trainable_parameters())}, step=0)
 
     best, global_step, rank_zero = None, 0, True
-    if cfg.train:
+    if cfg.method.train:
         tcfg = OmegaConf.to_container(cfg.trainer, resolve=True)
         for key in ("save_last", "save_every_n_steps", "progress_log_s"):
             tcfg.pop(key, None)
@@ -390,7 +390,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     path = write_results(output_dir / "results.json", results)
     table = format_table(results["test"])
     print(f"\n{cfg.method.name} | {cfg.backbone.name_or_path} | {cfg.setting.name} | STS (Spearman x 100)\n{table}")
-    trained = f"   trainable parameters: {results['trainable_parameters']:,}" if cfg.train else ""
+    trained = f"   trainable parameters: {results['trainable_parameters']:,}" if cfg.method.train else ""
     print(f"STS-B dev: {results['dev'].get('stsb', float('nan')):.2f}{trained}   results: {path}")
     log_test_charts(loggers, results["test"], by_bin, PAPER_NAMES)
     close_loggers(loggers)

@@ -99,7 +99,7 @@ class STSCallback(L.Callback):
         return lambda sentences: pl_module.encode(sentences, batch_size=self.batch_size, encoder=encoder)
 
     def evaluate_encoder(self, model) -> None:
-        """Without a Trainer (``train=false``): the test tasks and the dev task on ``model.encode`` (a method or
+        """Without a Trainer (``method.train=false``): the test tasks and the dev task on ``model.encode`` (a method or
         any object with ``encode(sentences, batch_size, encoder=)``), kept in :attr:`test_scores`,
         :attr:`dev_scores` and :attr:`test_pairs` as at the end of ``trainer.test``."""
         self.test_scores = self._score(None, model, self.test_tasks, "test", keep_pairs=True)

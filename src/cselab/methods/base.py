@@ -118,7 +118,7 @@ class ContrastiveMethod(L.LightningModule):
 
     def _freeze_unused_layers(self) -> None:
         """Freeze the layers no training step uses, so that every trainable parameter gets a gradient: the
-        backbone's pooler layer (used only by ``pooler=cls`` without a head) and the MLM head's own layers without
+        backbone's pooler layer (used only by ``method.pooler=cls`` without a head) and the MLM head's own layers without
         ``method.mlm``.  They keep their pretrained values, stay out of the optimizer, and plain ``ddp`` works."""
         pooler = getattr(self.encoder.model, "pooler", None)
         if pooler is not None and self.representation_pooler != "cls":

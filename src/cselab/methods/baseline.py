@@ -1,14 +1,14 @@
-"""Representations without fine-tuning (``train=false``): raw poolers, the manual prompt (the embedding model,
+"""Representations without fine-tuning (``method.train=false``): raw poolers, the manual prompt (the embedding model,
 :class:`Baseline`), static token embeddings and the top-k token representation (PromptBERT Table 5 and Table 9:
 a plain ``encode`` object, :class:`cselab.representations.token.TokenRepresentation`); :func:`build_baseline`
 picks by ``pooler``.
 
-    python run.py method=baseline pooler=avg                              # last-layer average (52.57 bert-base)
-    python run.py method=baseline pooler=avg_first_last_legacy            # 56.70 (embedding + last layer)
-    python run.py method=baseline pooler=static_avg                       # 56.02
-    python run.py method=baseline pooler=static_avg_debiased              # 63.10 (Table 11 tokens removed)
-    python run.py method=baseline prompt=promptbert_manual pooler=mask    # 67.85 (the manual prompt)
-    python run.py method=baseline prompt=promptbert_manual pooler=topk method.topk_denoise=true   # Table 9
+    python run.py method=baseline method.pooler=avg                              # last-layer average (52.57 bert-base)
+    python run.py method=baseline method.pooler=avg_first_last_legacy            # 56.70 (embedding + last layer)
+    python run.py method=baseline method.pooler=static_avg                       # 56.02
+    python run.py method=baseline method.pooler=static_avg_debiased              # 63.10 (Table 11 tokens removed)
+    python run.py method=baseline prompt=promptbert_manual method.pooler=mask    # 67.85 (the manual prompt)
+    python run.py method=baseline prompt=promptbert_manual method.pooler=topk method.topk_denoise=true   # Table 9
 """
 
 from __future__ import annotations

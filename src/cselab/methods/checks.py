@@ -41,16 +41,16 @@ def check_method_args(*, pooler: str = "cls", setting: str = "unsup", prompt: di
     if setting not in ("unsup", "sup"):
         raise ConfigError(f"setting.name={setting!r}: expected 'unsup' or 'sup'")
     if pooler in ("mask", "topk") and not prompt:
-        raise ConfigError(f"pooler={pooler} needs a template (a [MASK] representation) but prompt=none "
+        raise ConfigError(f"method.pooler={pooler} needs a template (a [MASK] representation) but prompt=none "
                           "(choose a prompt: prompt=promptbert ...)")
     if denoise not in DENOISE_MODES:
-        raise ConfigError(f"denoise={denoise!r}: expected none, position or pad")
+        raise ConfigError(f"method.denoise={denoise!r}: expected none, position or pad")
     if denoise != "none" and not prompt:
-        raise ConfigError(f"denoise={denoise} needs a template but prompt=none (choose a prompt or set denoise=none)")
+        raise ConfigError(f"method.denoise={denoise} needs a template but prompt=none (choose a prompt or set method.denoise=none)")
     if head_on not in ("difference", "each"):
         raise ConfigError(f"method.head_on={head_on!r}: expected 'difference' or 'each'")
     if denoise_at_eval and denoise == "none":
-        raise ConfigError("method.denoise_at_eval=true needs denoise=position or pad")
+        raise ConfigError("method.denoise_at_eval=true needs method.denoise=position or pad")
     if denoise_positions not in ("official", "aligned"):
         raise ConfigError(f"denoise_positions={denoise_positions!r}: expected 'official' or 'aligned'")
     if dev_encoder and set(dev_encoder) - {"add_period", "denoise"}:
@@ -66,6 +66,6 @@ def check_method_args(*, pooler: str = "cls", setting: str = "unsup", prompt: di
     if name not in TUNINGS:
         raise ConfigError(f"tuning.name={name!r}: expected full, frozen, prefix or soft_prompt")
     if name == "soft_prompt" and denoise != "none":
-        raise ConfigError("tuning=soft_prompt with denoise is not supported: set denoise=none")
+        raise ConfigError("tuning=soft_prompt with denoise is not supported: set method.denoise=none")
     if name == "prefix" and int(tuning.get("pre_seq_len", 16)) < 1:
         raise ConfigError(f"tuning.pre_seq_len must be >= 1, got {tuning.get('pre_seq_len')}")

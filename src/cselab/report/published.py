@@ -322,7 +322,7 @@ def variant_of(config: Mapping[str, Any]) -> str | None:
     setting = config_value(config, "setting.name")
     backbone = config_value(config, "backbone.name")
     loss = config_value(config, "loss.name")
-    denoise = config_value(config, "denoise", config_value(config, "method.denoise"))
+    denoise = config_value(config, "method.denoise", config_value(config, "denoise"))  # (old runs: top-level)
     prompt = config_value(config, "prompt.name")
 
     if loss in ("infonce_eh", "energy_hinge"):
@@ -334,7 +334,7 @@ def variant_of(config: Mapping[str, Any]) -> str | None:
         return "+EH" if math.isclose(margin, 0.2) else f"+EH (m={margin:g})"
 
     if method == "baseline":
-        pooler = config_value(config, "pooler", config_value(config, "method.pooler"))
+        pooler = config_value(config, "method.pooler", config_value(config, "pooler"))
         if pooler == "mask" and prompt:
             if prompt == "promptbert_manual":
                 return "prompt (manual)" + (" + denoising" if denoise not in (None, "none") else "")
