@@ -10,6 +10,7 @@ from cselab.methods.baseline import build_baseline
 from cselab.methods.cot_bert import CoTBERT
 from cselab.methods.prompt_tuning import DCPCSE, SCPCSE, OptiPrompt, PromCSE
 from cselab.methods.promptbert import PromptBERT
+from cselab.methods.prompteol import PromptEOL
 from cselab.methods.simcse import SimCSE
 
 METHODS: dict[str, type[ContrastiveMethod] | Callable[..., Any]] = {
@@ -21,6 +22,7 @@ METHODS: dict[str, type[ContrastiveMethod] | Callable[..., Any]] = {
     "promcse": PromCSE,
     "scpcse": SCPCSE,
     "optiprompt": OptiPrompt,
+    "prompteol": PromptEOL,
 }
 
 

@@ -30,14 +30,16 @@ class ContrastiveMethod(L.LightningModule):
     """Base of all methods.
 
     Args:
-        backbone: ``{"name_or_path": str, "family": "bert"|"roberta"}`` (``conf/backbone``).
+        backbone: ``{"name_or_path": str, "family": "bert"|"roberta"|"decoder"}`` and the decoders' optional
+            ``dtype``, ``load_in_4bit``, ``decode_cleanup`` (``conf/backbone``).
         setting: ``unsup`` (one sentence, dropout views) or ``sup`` (NLI triplets sent0, sent1, hard_neg).
         pooler, head, head_init, mlp_only_train, head_on, prompt, denoise, denoise_at_eval, denoise_positions,
             dev_encoder, max_seq_len, eval_max_seq_len, eval_batch_size, eval_precision, tuning: the embedding
             model's (:func:`cselab.model.factory.build_embedding_model`; ``cls`` with a head is SimCSE's [CLS]
             + MLP).
         loss: loss config (``name`` + its arguments, :func:`cselab.losses.build_loss`).
-        lr, weight_decay, warmup_ratio: AdamW and the linear schedule.
+        lr, weight_decay, warmup_ratio, warmup_steps: AdamW and the linear schedule (``warmup_steps`` > 0, e.g.
+            PromptEOL's 100, wins over ``warmup_ratio``).
         train: False for methods evaluated without fine-tuning.
         mlm: DCPCSE's auxiliary MLM task (:class:`cselab.methods.mlm.AuxiliaryMLM`) or None.  The prefix is drawn
             once per step for the contrastive and the MLM pass (official ``get_prompt``).
@@ -56,15 +58,17 @@ class ContrastiveMethod(L.LightningModule):
                  loss: dict | None = None, prompt: dict | None = None, denoise: str = "none", max_seq_len: int = 32,
                  eval_max_seq_len: int | None = None, eval_batch_size: int | None = None,
                  eval_precision: str = "auto", lr: float = 3e-5, weight_decay: float = 0.0,
-                 warmup_ratio: float = 0.0, train: bool = True, on_nonfinite: str = "stop",
+                 warmup_ratio: float = 0.0, warmup_steps: int = 0, train: bool = True, on_nonfinite: str = "stop",
                  negatives: str = "global", tuning: dict | None = None, mlm: dict | None = None,
                  **extra: Any) -> None:
         super().__init__()
         self.save_hyperparameters(logger=False)  # in checkpoints; the loggers get the run's config (pipeline)
+        self._family = backbone.get("family") or backbone_family(backbone["name_or_path"])
         check_method_args(pooler=pooler, setting=setting, prompt=prompt, denoise=denoise, head_on=head_on,
                           denoise_at_eval=denoise_at_eval, denoise_positions=denoise_positions,
                           dev_encoder=dev_encoder, eval_precision=eval_precision, negatives=negatives,
-                          on_nonfinite=on_nonfinite, tuning=tuning)
+                          on_nonfinite=on_nonfinite, tuning=tuning, backbone={**backbone, "family": self._family},
+                          head=head, mlm=mlm)
         self.setting, self.pooler, self.mlp_only_train, self.head_on = setting, pooler, mlp_only_train, head_on
         self.denoise, self.denoise_at_eval, self.denoise_positions = denoise, denoise_at_eval, denoise_positions
         self.dev_encoder = dict(dev_encoder) if dev_encoder else None
@@ -73,7 +77,6 @@ class ContrastiveMethod(L.LightningModule):
         self.do_train, self.negatives = train, negatives
         self.nonfinite = NonFinitePolicy(on_nonfinite)
         self.loss_fn = build_loss(loss or {"name": "infonce"})
-        self._family = backbone.get("family") or backbone_family(backbone["name_or_path"])
         self.model = build_embedding_model(
             backbone, self.train_views(), self.eval_view(), pooler=pooler, head=head, head_init=head_init,
             mlp_only_train=mlp_only_train, head_on=head_on, prompt=prompt, denoise=denoise,
@@ -205,7 +208,8 @@ class ContrastiveMethod(L.LightningModule):
         return self.model.encode(sentences, batch_size=batch_size, encoder=encoder)
 
     def configure_optimizers(self):
-        """AdamW (eps 1e-8, weight decay ``weight_decay``) + linear decay after ``warmup_ratio`` warm-up."""
+        """AdamW (eps 1e-8, weight decay ``weight_decay``) + linear decay after ``warmup_steps`` (if > 0) or
+        ``warmup_ratio`` x the total steps of warm-up."""
         from transformers import get_linear_schedule_with_warmup
 
         params = [p for p in self.parameters() if p.requires_grad]
@@ -214,7 +218,8 @@ class ContrastiveMethod(L.LightningModule):
         if steps == float("inf"):
             raise ValueError("the number of training steps is unknown (a streamed corpus): set trainer.max_steps")
         total = max(1, int(steps))
-        scheduler = get_linear_schedule_with_warmup(optimizer, int(self.hparams.warmup_ratio * total), total)
+        warmup = int(self.hparams.get("warmup_steps", 0) or 0) or int(self.hparams.warmup_ratio * total)
+        scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def num_trainable_parameters(self) -> int:

@@ -14,7 +14,9 @@ from cselab.model.pooling import POOLERS
 from cselab.model.template_bias import DENOISE_MODES
 
 NEGATIVES = ("global", "per_device")
-TUNINGS = ("full", "frozen", "prefix", "soft_prompt")
+TUNINGS = ("full", "frozen", "prefix", "soft_prompt", "lora")
+#: poolers a decoder LLM supports (``backbone.family=decoder``): the prompt's last token, or the mean baseline
+DECODER_POOLERS = ("last_token", "avg")
 
 
 class ConfigError(ValueError):
@@ -25,11 +27,12 @@ def check_method_args(*, pooler: str = "cls", setting: str = "unsup", prompt: di
                       denoise: str = "none", head_on: str = "difference", denoise_at_eval: bool = False,
                       denoise_positions: str = "official", dev_encoder: dict | None = None,
                       eval_precision: str = "auto", negatives: str = "global", on_nonfinite: str = "stop",
-                      tuning: dict | None = None, **_: Any) -> None:
+                      tuning: dict | None = None, backbone: dict | None = None, **_: Any) -> None:
     """Refuse a method argument out of its range, or a combination that cannot work.
 
     Args: the :class:`~cselab.methods.base.ContrastiveMethod` arguments (others are ignored).  ``pooler`` may also
     be an analysis representation of ``method=baseline`` (``static_avg``, ``static_avg_debiased``, ``topk``).
+    ``backbone`` (``{"family": ...}``): a decoder family gets :func:`check_decoder_args` too.
 
     Raises:
         ConfigError: names the key(s) and what was expected.
@@ -64,8 +67,46 @@ def check_method_args(*, pooler: str = "cls", setting: str = "unsup", prompt: di
     tuning = tuning or {"name": "full"}
     name = tuning.get("name", "full")
     if name not in TUNINGS:
-        raise ConfigError(f"tuning.name={name!r}: expected full, frozen, prefix or soft_prompt")
+        raise ConfigError(f"tuning.name={name!r}: expected one of {TUNINGS}")
+    family = (backbone or {}).get("family")
+    if family == "decoder":
+        check_decoder_args(pooler=pooler, denoise=denoise, tuning=tuning, **_)
+    elif name == "lora":
+        raise ConfigError(f"tuning=lora is the decoder LLMs' tuning (PromptEOL's QLoRA recipe); backbone.family={family} "
+                          "uses tuning=full | frozen | prefix | soft_prompt")
+    if name == "lora" and (int(tuning.get("r", 64)) < 1 or float(tuning.get("dropout", 0.05)) < 0):
+        raise ConfigError(f"tuning.r must be >= 1 and tuning.dropout >= 0, got r={tuning.get('r')}, "
+                          f"dropout={tuning.get('dropout')}")
     if name == "soft_prompt" and denoise != "none":
         raise ConfigError("tuning=soft_prompt with denoise is not supported: set method.denoise=none")
     if name == "prefix" and int(tuning.get("pre_seq_len", 16)) < 1:
         raise ConfigError(f"tuning.pre_seq_len must be >= 1, got {tuning.get('pre_seq_len')}")
+
+
+def check_decoder_args(*, pooler: str, denoise: str, tuning: dict, head: str = "none", mlm: dict | None = None,
+                       **_: Any) -> None:
+    """The rules of a decoder LLM backbone (``backbone.family=decoder``), each refusal naming why.
+
+    Raises:
+        ConfigError: a [MASK] / [CLS] pooler (a causal LM has no mask token to fill, and its first token sees
+            only itself: ``method.pooler=last_token`` or ``avg``); template denoising (PromptBERT's bias is the
+            [MASK] state of the template alone, with the sentence's position ids: a decoder prompt has no [MASK],
+            and the last token's state of a template without its sentence is not defined by PromptEOL / PretCoT);
+            ``tuning=prefix`` / ``soft_prompt`` (DCPCSE / PromCSE / SCPCSE prompts are built for BERT / RoBERTa
+            here; decoders take ``tuning=lora | full | frozen``); the MLM auxiliary loss (no MLM head).
+    """
+    if pooler not in DECODER_POOLERS:
+        hint = (" CoT-BERT's two-stage templates are [MASK] templates; their decoder counterpart is Pretended CoT "
+                "(method=prompteol prompt=pretcot)" if pooler == "mask" else "")
+        raise ConfigError(f"method.pooler={pooler} on backbone.family=decoder: a decoder LLM is read at the prompt's "
+                          f"last token (method.pooler=last_token) or averaged (avg).{hint}")
+    if denoise != "none":
+        raise ConfigError(f"method.denoise={denoise} on backbone.family=decoder: template denoising subtracts the "
+                          "[MASK] state of the template alone (PromptBERT Eq. 4); a decoder prompt has no [MASK] and "
+                          "neither PromptEOL nor PretCoT/KE defines a template bias. Set method.denoise=none")
+    name = tuning.get("name", "full")
+    if name in ("prefix", "soft_prompt"):
+        raise ConfigError(f"tuning={name} on backbone.family=decoder: the continuous prompts are implemented for "
+                          "BERT/RoBERTa encoders (DCPCSE, PromCSE, SCPCSE); use tuning=lora, full or frozen")
+    if mlm:
+        raise ConfigError("method.mlm on backbone.family=decoder: a decoder LLM has no masked-LM head")

@@ -13,17 +13,24 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
+#: decoder model types with learned ABSOLUTE positions: left-padded rows get their positions from the attention
+#: mask (OPT does this itself; rotary models -- LLaMA, Qwen2, Mistral -- keep their default, as the official code)
+ABSOLUTE_POSITION_DECODERS = ("gpt2", "gpt_neo", "gpt_bigcode", "biogpt")
+
 
 class Encoder(nn.Module):
-    """A Hugging Face transformer encoder plus the facts the methods need about it.
+    """A Hugging Face transformer (an encoder, or a decoder LLM's ``AutoModel``) plus the facts the methods
+    need about it.
 
     Attributes:
-        model: the ``AutoModel`` (or the base model of an ``AutoModelForMaskedLM``).
+        model: the ``AutoModel`` (or the base model of an ``AutoModelForMaskedLM``), or its PEFT wrapper
+            (prefix or LoRA).
         mlm: the masked-LM model when loaded with ``mlm_head=True`` (its ``.model`` shares weights), else None.
-        family: ``bert`` or ``roberta`` (picks the template form).
+        family: ``bert``, ``roberta`` (picks the template form) or ``decoder`` (causal LM: left-padded whole
+            prompts, ``pooler=last_token``).
         position_offset: the first position id: 0 for BERT, ``padding_idx + 1`` (= 2) for RoBERTa-like
             models, which number positions from there.
-        hidden_size: D.
+        hidden_size: D, the width of the last hidden state (OPT-350m: its ``word_embed_proj_dim``, 512).
     """
 
     def __init__(self, model: nn.Module, family: str, mlm: nn.Module | None = None) -> None:
@@ -36,13 +43,16 @@ class Encoder(nn.Module):
         roberta_like = emb is not None and hasattr(emb, "create_position_ids_from_input_ids")
         self.padding_idx = int(padding_idx) if padding_idx is not None else None
         self.position_offset = int(padding_idx) + 1 if roberta_like and padding_idx is not None else 0
-        self.hidden_size = int(model.config.hidden_size)
+        self.hidden_size = int(getattr(model.config, "word_embed_proj_dim", None) or model.config.hidden_size)
+        self.is_decoder = family == "decoder"
+        self.positions_from_mask = self.is_decoder and model.config.model_type in ABSOLUTE_POSITION_DECODERS
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 512)) - self.position_offset
         self.tuning = "full"
         self.prefix_len = 0          # prompt length of tuning=prefix (0: none)
         self.prefix_variant = None
         self.prefix_positions = "shifted"
         self.soft_template: nn.Module | None = None  # tuning=soft_prompt
+        self.lora: dict | None = None  # tuning=lora: its LoraConfig arguments
 
     @property
     def base_model(self) -> nn.Module:
@@ -123,6 +133,44 @@ class Encoder(nn.Module):
         with draw.shared():
             yield
 
+    def add_lora(self, r: int = 64, alpha: float = 16, dropout: float = 0.05,
+                 target_modules: str | list[str] = "all-linear", bias: str = "none") -> None:
+        """Freeze the backbone and add LoRA adapters with PEFT (``get_peft_model`` + ``LoraConfig``).
+
+        The official PromptEOL recipe (kongds/scaling_sentemb ``train_llm.sh:15-17``, ``ft_llm.py:409-431``): r=64,
+        alpha=16, dropout 0.05, no bias, on every Linear layer but the LM head (PEFT's ``all-linear``; an
+        ``AutoModel`` has no LM head).  PEFT keeps the adapter weights in float32 on a bf16 backbone.
+
+        Raises:
+            ValueError: ``tuning=lora`` on an encoder with a prompt module already added, or a target module
+                name that matches nothing (PEFT's message, with the ``tuning.target_modules`` key named).
+        """
+        from peft import LoraConfig, get_peft_model
+
+        if self.tuning != "full":
+            raise ValueError(f"tuning=lora on a backbone that already has tuning={self.tuning}")
+        targets = target_modules if isinstance(target_modules, str) else list(target_modules)
+        config = LoraConfig(r=int(r), lora_alpha=alpha, lora_dropout=float(dropout), target_modules=targets,
+                            bias=bias)
+        try:
+            self.model = get_peft_model(self.model, config)
+        except ValueError as err:
+            raise ValueError(f"tuning.target_modules={target_modules!r}: {err}") from err
+        self.tuning = "lora"
+        self.lora = {"r": int(r), "alpha": alpha, "dropout": float(dropout), "target_modules": targets, "bias": bias}
+
+    def merge_lora(self) -> None:
+        """Fold the LoRA adapters into the backbone's weights (``merge_and_unload``): the same function, a plain
+        model again (``tuning`` becomes ``full``).  For exports without PEFT.
+
+        Raises:
+            ValueError: the backbone has no LoRA adapters.
+        """
+        if self.tuning != "lora":
+            raise ValueError(f"merge_lora: the backbone has tuning={self.tuning}, not lora")
+        self.model = self.model.merge_and_unload()
+        self.tuning, self.lora = "full", None
+
     def add_soft_template(self, init_ids: list[int]) -> None:
         """Freeze the backbone and make the template tokens continuous (SCPCSE / OptiPrompt).
 
@@ -158,6 +206,10 @@ class Encoder(nn.Module):
         ``template_index`` (soft templates): slot of each template token, -1 elsewhere.
         """
         kwargs = {"attention_mask": attention_mask, "output_hidden_states": output_hidden_states, "return_dict": True}
+        if self.is_decoder:  # no KV cache; learned absolute positions follow the left padding
+            kwargs["use_cache"] = False
+            if self.positions_from_mask and position_ids is None:
+                position_ids = (attention_mask.long().cumsum(1) - 1).clamp(min=0)
         if self.tuning == "prefix" and self.prefix_variant != "input_layer":
             if self.prefix_positions == "unshifted" and position_ids is None:
                 position_ids = self._default_positions(input_ids)

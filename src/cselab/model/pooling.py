@@ -12,19 +12,31 @@ Source: SimCSE ``evaluation.py`` / ``models.py`` (``cls``, ``cls_before_pooler``
   as SimCSE did before, which is what the papers' 56.70 bert-base baseline used.
 * ``avg_top2``: mean of the last two layers.
 * ``mask``: the last-layer state at ``rep_index`` (the template's representation [MASK]).
+* ``last_token``: a decoder's state at the LAST attended token of each row (PromptEOL: the token that predicts
+  the one word, kongds/scaling_sentemb ``evaluation.py:223`` ``hidden_states[-1][:, -1, :]`` on left-padded
+  rows); ``layer`` picks the hidden state (-1: the last layer after the final norm; -2: the output of the
+  penultimate entry, before the final norm, as PretCoT / KE read it, ZBWpro/PretCoTandKE ``evaluation.py:266-267``).
 """
 
 from __future__ import annotations
 
 import torch
 
-POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_first_last_legacy", "avg_top2", "mask")
+POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_first_last_legacy", "avg_top2", "mask",
+           "last_token")
 _NEEDS_HIDDEN = {"avg_first_last", "avg_first_last_legacy", "avg_top2"}
 
 
-def needs_hidden_states(pooler: str) -> bool:
+def needs_hidden_states(pooler: str, layer: int = -1) -> bool:
     """Whether ``pooler`` reads intermediate layers (ask the encoder for ``output_hidden_states``)."""
-    return pooler in _NEEDS_HIDDEN
+    return pooler in _NEEDS_HIDDEN or (pooler == "last_token" and layer != -1)
+
+
+def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(N,) index of each row's last attended token in an (N, T) mask, for left or right padding alike."""
+    t = attention_mask.shape[1]
+    positions = torch.arange(t, device=attention_mask.device).expand_as(attention_mask)
+    return torch.where(attention_mask.bool(), positions, torch.full_like(positions, -1)).max(dim=1).values
 
 
 def _masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -37,6 +49,7 @@ def pool(
     outputs,
     attention_mask: torch.Tensor,
     rep_index: torch.Tensor | None = None,
+    layer: int = -1,
 ) -> torch.Tensor:
     """Pool encoder outputs into (N, D).
 
@@ -46,10 +59,11 @@ def pool(
             ``pooler_output`` (N, D) for ``cls``).
         attention_mask: (N, T), 1 on real tokens.
         rep_index: (N,) long, position of the representation token (``mask`` pooler).
+        layer: ``last_token``: the entry of ``hidden_states`` to read (-1: ``last_hidden_state``).
 
     Raises:
         ValueError: unknown pooler, ``cls`` on a model without a pooler layer, ``mask`` without rep_index,
-            or a layer pooler without hidden states.
+            or a layer pooler without hidden states (``last_token`` with ``layer`` != -1 included).
     """
     last = outputs.last_hidden_state
     if pooler == "cls":
@@ -65,6 +79,13 @@ def pool(
         if rep_index is None:
             raise ValueError("pooler=mask needs the template's [MASK] positions (rep_index)")
         return last[torch.arange(last.shape[0], device=last.device), rep_index]
+    if pooler == "last_token":
+        if layer != -1:
+            hs = getattr(outputs, "hidden_states", None)
+            if hs is None:
+                raise ValueError(f"pooler=last_token at layer {layer} needs output_hidden_states=True")
+            last = hs[layer]
+        return last[torch.arange(last.shape[0], device=last.device), last_token_index(attention_mask)]
     if pooler in _NEEDS_HIDDEN:
         hs = getattr(outputs, "hidden_states", None)
         if hs is None:
