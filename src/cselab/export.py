@@ -67,7 +67,8 @@ def model_code_files() -> list[Path]:
 
 
 def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verify: Sequence[str] | bool = True,
-           results: str | os.PathLike | None = None, repo_id: str | None = None) -> dict[str, Any]:
+           results: str | os.PathLike | None = None, repo_id: str | None = None,
+           merge_lora: bool = False) -> dict[str, Any]:
     """Write a sentence-transformers folder that embeds like ``cselab.load(source).encode``.
 
     Args:
@@ -79,13 +80,16 @@ def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verif
             skip); the largest absolute difference is returned.
         results: the run's ``results.json`` for the model card (default: the one of the checkpoint's run).
         repo_id: the Hub id the card's loading snippet names (``--push-to-hub``).
+        merge_lora: ``tuning=lora``: ship the backbone with the adapters folded into its weights (a copy of the
+            model is merged; ``source`` is untouched), else the adapters as they are (PEFT needed to load).
 
     Returns:
         :func:`describe`'s plan plus ``"path"``, ``"modules"`` (the ``modules.json`` types),
         ``"trust_remote_code"`` (True), ``"max_abs_diff"`` (None without ``verify``) and ``"results"``.
 
     Raises:
-        ExportError: the method cannot be exported (module docstring), or ``out_dir`` is not empty.
+        ExportError: the method cannot be exported (module docstring), ``out_dir`` is not empty, or
+            ``merge_lora`` on a model without LoRA adapters.
         FileNotFoundError: no such checkpoint.
     """
     from sentence_transformers import SentenceTransformer
@@ -103,14 +107,23 @@ def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verif
     else:
         method, origin = source, None
     plan = describe(method)
+    if merge_lora and method.model.backbone.tuning != "lora":
+        raise ExportError(f"merge_lora: the model has tuning={method.model.backbone.tuning}, not lora")
     was_training, device = method.training, method.device
     method.eval().to("cpu")
+    model = method.model
+    if merge_lora:
+        import copy
+
+        model = copy.deepcopy(model)
+        model.merge_lora()
+        plan = {**plan, "prompt_kind": "lora (merged)"}
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-export-", dir=out.parent))  # same filesystem
         try:
             staging.chmod(0o777 & ~umask())  # mkdtemp makes it 0700: the folder gets the process umask
-            SentenceTransformer(modules=[CselabEmbedding(method.model)], device="cpu").save(
+            SentenceTransformer(modules=[CselabEmbedding(model)], device="cpu").save(
                 str(staging), create_model_card=False)
             for path in model_code_files():
                 shutil.copyfile(path, staging / path.name)

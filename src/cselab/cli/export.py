@@ -13,7 +13,7 @@ from cselab import export as exporting
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m cselab.export CHECKPOINT OUT_DIR [--overwrite] [--no-verify] [--results RESULTS_JSON]
-    [--push-to-hub ID [--private]]``.
+    [--merge-lora] [--push-to-hub ID [--private]]``.
 
     ``--push-to-hub`` (off by default) checks the token and the network BEFORE loading the checkpoint, then
     uploads the folder (with its model card) with ``huggingface_hub``.  Exit status: 0; 1 when the export's
@@ -27,6 +27,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("out_dir", help="the sentence-transformers folder to write")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
     parser.add_argument("--no-verify", action="store_true", help="skip the comparison on probe sentences")
+    parser.add_argument("--merge-lora", action="store_true",
+                        help="tuning=lora: fold the adapters into the backbone's weights (a plain model, no PEFT "
+                             "at load time) instead of shipping them as adapters")
     parser.add_argument("--results", default=None, metavar="RESULTS_JSON",
                         help="the run's results.json for the model card (default: the checkpoint's run's)")
     parser.add_argument("--push-to-hub", default=None, metavar="ID",
@@ -43,7 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     try:
         result = exporting.export(args.checkpoint, args.out_dir, overwrite=args.overwrite,
-                                  verify=not args.no_verify, results=args.results, repo_id=args.push_to_hub)
+                                  verify=not args.no_verify, results=args.results, repo_id=args.push_to_hub,
+                                  merge_lora=args.merge_lora)
     except (exporting.ExportError, FileNotFoundError) as err:
         print(f"cselab.export: {err}", file=sys.stderr)
         return 2
