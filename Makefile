@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY      = $(VENV)/bin/python
 PIP     = $(PY) -m pip
 
-.PHONY: install data demo test test-pip lint clean
+.PHONY: install data demo test test-pip lint clean tiny-decoders
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,3 +47,8 @@ lint: install
 
 clean:
 	rm -rf outputs multirun .pytest_cache $(PIP_VENV)
+
+# 2-layer random OPT / LLaMA / Qwen2 decoders with a BPE trained on the wiki sample: models/tiny_{opt,llama,qwen2}
+# (backbone=tiny_opt ...), for CPU runs of the decoder-LLM methods (method=prompteol)
+tiny-decoders: install
+	$(PY) -m cselab.tiny_decoders --out models --corpus $(if $(wildcard data/wiki1m_sample),data/wiki1m_sample/wiki1m_for_simcse.head11914.txt,tests/data/wiki1m_head300.txt)

@@ -262,3 +262,21 @@ def compose_tiny_run(tmp_path: Path, tiny_bert_dir: Path, sts_data_dir, *overrid
             "method=simcse", f"backbone.name_or_path={tiny_bert_dir}", f"data.path={corpus}", "data.batch_size=8",
             "trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.enable_progress_bar=false",
             f"data_dir={sts_data_dir}", *overrides])
+
+
+# ------------------------------------------------------------------------------------------ decoder LLMs
+
+#: the first 300 lines of the embedded wiki1m sample (data/wiki1m_sample, PROVENANCE.md), kept with the tests so
+#: the tiny decoders' BPE is trained on the same text with or without `make data`
+WIKI_HEAD = Path(__file__).resolve().parent / "data" / "wiki1m_head300.txt"
+
+
+@pytest.fixture(scope="session")
+def tiny_decoder_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny random decoders (2 layers, 32 wide) with a byte-level BPE trained here on the wiki sample:
+    ``{"opt": ..., "llama": ..., "qwen2": ...}`` folders (:func:`cselab.tiny_decoders.build_tiny_decoder`)."""
+    from cselab.tiny_decoders import KINDS, build_tiny_decoder, read_corpus
+
+    lines = read_corpus(WIKI_HEAD, limit=None)
+    root = tmp_path_factory.mktemp("tiny_decoders")
+    return {kind: build_tiny_decoder(kind, root / f"tiny_{kind}", lines, seed=0) for kind in KINDS}

@@ -16,8 +16,10 @@ ZBWpro/PretCoTandKE ``evaluation.py:234-243``, ``train.py:234-259``):
   truncation at evaluation;
 * in training (``max_seq_len`` set) none of these rules: the sentence is tokenized without special tokens, cut
   to ``max_seq_len`` tokens and decoded back to text (:meth:`PromptCollate.train_sentence`), then inserted;
-* left padding (pad id 0 in the official code; here the tokenizer's pad id, or 0 when it has none: the
-  attention mask, built from the lengths, hides pads whatever their id).
+* left padding with pad id 0 (``evaluation.py:143-144``, ``ft_llm.py:334-335``): for LLaMA 0 is ``<unk>``, for
+  OPT ``<s>``, for Qwen2 an ordinary token; the attention mask, built from the lengths, hides pads whatever
+  their id (the official training mask ``input_ids > 0``, ``ft_llm.py:153``, is the same wherever no real token
+  has id 0).
 
 Demonstrations for in-context learning (PromptEOL ``run_icl.sh``) are part of the template string itself
 (``conf/prompt/prompteol_icl.yaml``).
@@ -113,7 +115,7 @@ class PromptCollate:
         self.max_seq_len = max_seq_len
         self.add_period = bool(eval_rules)
         self.decode_cleanup = decode_cleanup
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.pad_id = 0  # the official pad id, whatever the tokenizer's own
         self.fields = list(dict.fromkeys(v.field for v in self.views))
 
     def train_sentences(self, sentences: Sequence[str]) -> list[str]:
