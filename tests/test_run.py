@@ -79,3 +79,31 @@ def test_baseline_avg_matches_simcse_evaluator_reference(tmp_path):
     for task, value in reference.items():
         assert res["test"][task] == pytest.approx(value, abs=0.01), task
     assert "72.37  80.60  75.59  85.39  78.99  82.03" in proc.stdout
+
+
+@pytest.mark.integration
+def test_decoder_prompts_sweep_without_fine_tuning(tmp_path, tiny_decoder_dirs):
+    """#15's command: `-m method=prompteol prompt=prompteol,pretcot,knowledge backbone=<tiny decoder folder>
+    method.train=false` (STS-B only, to stay CI-sized)."""
+    _run("-m", "method=prompteol", "prompt=prompteol,pretcot,knowledge", "backbone=tiny_opt",
+         f"backbone.name_or_path={tiny_decoder_dirs['opt']}", "method.train=false", "eval.test_tasks=[stsb]",
+         f"hydra.sweep.dir={tmp_path}", threads=1)
+    results = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/results.json"))]
+    assert sorted(r["config"]["prompt"]["name"] for r in results) == ["knowledge", "pretcot", "prompteol"]
+    scores = {r["config"]["prompt"]["name"]: r["test"]["stsb"] for r in results}
+    assert all(-100 <= v <= 100 for v in scores.values()) and len(set(scores.values())) == 3
+    assert all(r["global_step"] == 0 for r in results)
+
+
+@pytest.mark.integration
+def test_decoder_lora_fine_tuning_on_the_nli_sample(tmp_path, tiny_decoder_dirs):
+    """Contrastive LoRA fine-tuning of a tiny LLaMA-style decoder on the 9-row NLI sample (2 steps of 4 triplets,
+    activation checkpointing), then the best checkpoint reloaded and tested."""
+    _run("method=prompteol", "backbone=tiny_llama", f"backbone.name_or_path={tiny_decoder_dirs['llama']}",
+         "data=nli_sample", "data.batch_size=4", "data.drop_last=true", "trainer.val_check_interval=1",
+         "activation_checkpointing=true", "tuning.r=8", "eval.test_tasks=[stsb]", f"hydra.run.dir={tmp_path}",
+         threads=1)
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["global_step"] == 2 and [p["step"] for p in res["val_curve"]] == [1, 2]
+    assert res["config"]["tuning"]["name"] == "lora" and res["config"]["method"]["pooler"] == "last_token"
+    assert res["dev"]["stsb"] == pytest.approx(res["best_dev"], abs=1e-3)
