@@ -145,13 +145,15 @@ class Encoder(nn.Module):
             ValueError: ``tuning=lora`` on an encoder with a prompt module already added, or a target module
                 name that matches nothing (PEFT's message, with the ``tuning.target_modules`` key named).
         """
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
         if self.tuning != "full":
             raise ValueError(f"tuning=lora on a backbone that already has tuning={self.tuning}")
         targets = target_modules if isinstance(target_modules, str) else list(target_modules)
         config = LoraConfig(r=int(r), lora_alpha=alpha, lora_dropout=float(dropout), target_modules=targets,
                             bias=bias)
+        if getattr(self.model, "is_loaded_in_4bit", False):  # QLoRA: norms in fp32 (ft_llm.py:408); checkpointing
+            self.model = prepare_model_for_kbit_training(self.model, use_gradient_checkpointing=False)  # is ours
         try:
             self.model = get_peft_model(self.model, config)
         except ValueError as err:
