@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("evaluation", ("cselab.evaluation", "cselab.mteb")),
     ("methods", ("cselab.methods", "cselab.loading", "cselab")),  # "cselab": the package facade (cselab.load)
     ("pipeline", ("cselab.pipeline", "cselab.loggers", "cselab.sweep", "cselab.callbacks")),
-    ("apps", ("cselab.report", "cselab.analysis", "cselab.model_card", "cselab.export")),
+    ("apps", ("cselab.report", "cselab.analysis", "cselab.model_card", "cselab.export", "cselab.tiny_decoders")),
     ("cli", ("cselab.cli", "cselab.evaluate_mteb")),  # evaluate_mteb: only the python -m shim of cselab.cli.mteb
 ]
 

@@ -1,6 +1,6 @@
 """Tiny random decoder LLMs for offline checks: 2 layers, a byte-level BPE trained here on the wiki sample.
 
-    python -m cselab.tiny_decoders                 # models/tiny_opt, models/tiny_llama, models/tiny_qwen2
+    python -m cselab.tiny_decoders                 # models/tiny_opt, models/tiny_llama, models/tiny_qwen2 (= cselab tiny-decoders)
     python -m cselab.tiny_decoders --kinds opt --out models --corpus data/wiki1m_sample/wiki1m_for_simcse.head11914.txt
 
 Each folder loads like a hub model (``AutoModel`` / ``AutoTokenizer``, ``backbone=tiny_opt`` ...) and follows its
@@ -18,7 +18,6 @@ The weights are random (``torch.manual_seed(seed)``): scores mean nothing, token
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -123,24 +122,7 @@ def read_corpus(path: str | Path, limit: int | None = 2000) -> list[str]:
     return lines[:limit] if limit else lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI: build the tiny decoders (module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m cselab.tiny_decoders", description=__doc__.splitlines()[0])
-    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
-    parser.add_argument("--out", default="models", help="parent folder (default: models -> models/tiny_<kind>)")
-    parser.add_argument("--corpus", default=DEFAULT_CORPUS, help=f"BPE training text (default {DEFAULT_CORPUS})")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    try:
-        lines = read_corpus(args.corpus)
-    except FileNotFoundError as err:
-        print(f"cselab: {err}", file=sys.stderr)
-        return 1
-    for kind in args.kinds:
-        path = build_tiny_decoder(kind, Path(args.out) / f"tiny_{kind}", lines, seed=args.seed)
-        print(f"{path}: tiny random {kind} decoder ({len(lines)} corpus lines for the BPE)")
-    return 0
+if __name__ == "__main__":  # python -m cselab.tiny_decoders = cselab tiny-decoders
+    from cselab.cli.tiny_decoders import main
 
-
-if __name__ == "__main__":
     sys.exit(main())

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "analysis": ("cselab.cli.analysis", "static / top-k token analyses (PromptBERT Tables 5, 7, 9)"),
     "cxc": ("cselab.cli.cxc", "PromCSE's CxC evaluation"),
     "nli-convert": ("cselab.cli.nli_convert", "SNLI / MultiNLI / SICK -> sent0,sent1,hard_neg triplets"),
+    "tiny-decoders": ("cselab.cli.tiny_decoders", "2-layer random OPT / LLaMA / Qwen2 decoders for offline runs"),
 }
 
 #: optional module -> the extra that installs it (a command that needs one says which to install)
