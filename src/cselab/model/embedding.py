@@ -74,7 +74,8 @@ class EmbeddingModel(nn.Module):
               lora, ...}``), ``head`` (``mlp`` | ``mlm_transform`` | ``none``), ``family``;
             * decoders (``family: decoder``, :class:`.decoder_input.PromptCollate`): ``pool_layer`` (the hidden
               state ``last_token`` reads: -1, or -2 for PretCoT / KE), ``eval_rules`` (the official evaluation
-              sentence rules), ``decode_cleanup`` (the training truncation's decode).
+              sentence rules; the decoder prompts set it, and the official code applies them only with a
+              template), ``decode_cleanup`` (the training truncation's decode).
 
     Raises:
         ValueError: a config value out of its range (names the key).
@@ -208,7 +209,7 @@ class EmbeddingModel(nn.Module):
         views = cfg["train_views"] if training else [cfg["eval_view"]]
         return PromptCollate(self.tokenizer, [ViewSpec(field, template) for field, template in views],
                              max_seq_len=cfg.get("max_seq_len", 32) if training else cfg.get("eval_max_seq_len"),
-                             eval_rules=not training and bool(cfg.get("eval_rules", True)),
+                             eval_rules=not training and bool(cfg.get("eval_rules", False)),
                              decode_cleanup=cfg.get("decode_cleanup"))
 
     # ----------------------------------------------------------------------------------------- forward

@@ -80,6 +80,6 @@ def build_embedding_model(
         "eval_batch_size": eval_batch_size, "eval_precision": str(eval_precision),
         "mlm_probability": float(mlm.get("probability", 0.15)) if mlm else 0.0,
         "tuning": dict(tuning) if tuning else {"name": "full"},
-        "pool_layer": int(prompt.get("layer", -1)), "eval_rules": bool(prompt.get("eval_rules", True)),
+        "pool_layer": int(prompt.get("layer", -1)), "eval_rules": bool(prompt.get("eval_rules", False)),
         "decode_cleanup": backbone.get("decode_cleanup"),
     })
