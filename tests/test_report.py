@@ -353,7 +353,8 @@ def published():
 def test_published_loads_with_sources_and_plausible_scores(published):
     assert len(published) > 100
     for row in published:
-        assert row.source_paper in {"promptbert", "cot-bert", "dcpcse", "promcse"} and row.source_table
+        assert row.source_paper in {"promptbert", "cot-bert", "dcpcse", "promcse", "prompteol", "pretcot"}
+        assert row.source_table
         assert row.backbone in BACKBONES and row.setting in SETTINGS
         numbers = [v for v in row.scores.values() if v is not None] + list(row.dev.values())
         assert numbers and all(0 <= v <= 100 for v in numbers)
@@ -408,7 +409,7 @@ def test_published_numbers_appear_in_the_paper_texts(published):
     texts["promptbert"].append((PAPERS_DIR / "promptbert.alt-extraction.txt").read_text())
     tokens = {p: [numbers(t) for t in ts] for p, ts in texts.items()}
     for row in published:
-        if row.derived:
+        if row.derived or row.source_paper not in texts:  # decoder-LLM rows: the next two tests
             continue
         for toks in tokens[row.source_paper]:
             if None not in row.scores.values():
@@ -420,6 +421,45 @@ def test_published_numbers_appear_in_the_paper_texts(published):
         for col, std in row.std.items():
             pattern = rf"{row.scores[col]:.2f}\s*±\s*{std:.2f}"
             assert any(re.search(pattern, t) for t in texts[row.source_paper]), (row.key, col)
+
+
+PROMPTEOL_MIRROR = Path("/work/.mirror/kongds+scaling_sentemb/repo")
+
+
+@pytest.mark.skipif(not PROMPTEOL_MIRROR.is_dir(), reason="no local mirror of kongds/scaling_sentemb")
+def test_prompteol_rows_are_the_official_readme_rows(published):
+    """Each PromptEOL row is, in order, the 8 numbers of its README table row at the lines its source names."""
+    import subprocess
+
+    readme = subprocess.run(["git", "-C", str(PROMPTEOL_MIRROR), "show", "8567aa0:README.md"], capture_output=True,
+                            text=True, check=True).stdout.splitlines()
+    rows = [r for r in published if r.source_paper == "prompteol"]
+    assert len(rows) == 15
+    for row in rows:
+        start, end = map(int, re.search(r"README\.md:(\d+)-(\d+)", row.source_table).groups())
+        cells = re.findall(r"<td[^>]*>([\d.]+)</td>", "\n".join(readme[start - 1:end]))
+        assert cells == [f"{row.scores[k]:.2f}" for k in SCORE_KEYS], (row.key, row.source)
+
+
+def test_decoder_rows_cover_opt_and_llama_with_and_without_fine_tuning(published):
+    direct_icl = {r.backbone for r in published if r.variant == "no fine-tuning: prompteol_icl"}
+    tuned = {r.backbone for r in published if r.method == "prompteol" and r.variant is None}
+    assert direct_icl == {"opt_125m", "opt_350m", "opt_1_3b", "opt_2_7b", "opt_6_7b", "opt_13b", "opt_30b", "opt_66b"}
+    assert tuned == {"opt_1_3b", "opt_2_7b", "opt_6_7b", "opt_13b", "llama_7b", "llama_13b", "llama_30b"}
+    pretcot = lookup(published, "prompteol", "llama2_7b", "sup", "no fine-tuning: pretcot")
+    assert pretcot.scores["avg"] == 76.86 and "second-hand" in pretcot.note
+    assert lookup(published, "prompteol", "opt_2_7b", "sup").scores["avg"] == 85.62
+
+
+@pytest.mark.parametrize(("config", "variant"), [
+    ({"method": {"name": "prompteol", "train": False}, "prompt": {"name": "prompteol_icl"}},
+     "no fine-tuning: prompteol_icl"),
+    ({"method": {"name": "prompteol", "train": False}, "prompt": {"name": "knowledge"}}, "no fine-tuning: knowledge"),
+    ({"method": {"name": "prompteol", "train": True}, "prompt": {"name": "prompteol"}}, None),
+    ({"method": {"name": "prompteol", "train": True}, "prompt": {"name": "promptsth"}}, "template: promptsth"),
+])
+def test_variant_of_decoder_runs(config, variant):
+    assert variant_of(config) == variant
 
 
 def _write_entries(tmp_path: Path, entries: list[dict]) -> Path:

@@ -8,15 +8,16 @@ reproduces (``None`` = the paper's default recipe).
 
 Entry schema (every key other than those marked optional is required; unknown keys are errors)::
 
-    method:   str                  config method.name: simcse, promptbert, cot_bert, dcpcse, scpcse, promcse, baseline
-    backbone: bert_base | bert_large | roberta_base | roberta_large
+    method:   str                  config method.name: simcse, promptbert, cot_bert, dcpcse, scpcse, promcse, baseline,
+                                   prompteol (PromptEOL, Pretended CoT and Knowledge Enhancement on decoder LLMs)
+    backbone: bert_base | bert_large | roberta_base | roberta_large | a decoder of :data:`DECODER_BACKBONES`
     setting:  unsup | sup
     variant:  str | null           null = the paper's default recipe; else the ablation row's name
     scores:   {sts12, sts13, sts14, sts15, sts16, stsb, sickr, avg: float in [0, 100] | null}   (all 8 keys)
     std:      {<score key>: float >= 0}              optional, the paper's "+-" (over seeds)
     dev:      {stsb: float in [0, 100]}              optional, STS-B dev (rows reported on dev only)
     extra:    {str: float}                           optional, other numbers of the row (CxC, anisotropy, ...)
-    source:   {paper: promptbert | cot-bert | dcpcse | promcse, table: str}
+    source:   {paper: promptbert | cot-bert | dcpcse | promcse | prompteol | pretcot, table: str}
     note, erratum, derived: str                      optional; erratum = a known inconsistency of the paper,
                                                      derived = how a number stated only in words was computed
 """
@@ -40,16 +41,22 @@ COLUMN_NAMES: dict[str, str] = {
     "sts12": "STS12", "sts13": "STS13", "sts14": "STS14", "sts15": "STS15", "sts16": "STS16",
     "stsb": "STS-B", "sickr": "SICK-R", "avg": "Avg",
 }
-BACKBONES: tuple[str, ...] = ("bert_base", "bert_large", "roberta_base", "roberta_large")
+#: the decoder LLMs of the PromptEOL and PretCoT / KE rows (``conf/backbone/<name>.yaml``, ``family: decoder``)
+DECODER_BACKBONES: tuple[str, ...] = (
+    "opt_125m", "opt_350m", "opt_1_3b", "opt_2_7b", "opt_6_7b", "opt_13b", "opt_30b", "opt_66b",
+    "llama_7b", "llama_13b", "llama_30b", "llama2_7b", "mistral_7b", "qwen2_0_5b", "gpt2")
+BACKBONES: tuple[str, ...] = ("bert_base", "bert_large", "roberta_base", "roberta_large", *DECODER_BACKBONES)
 SETTINGS: tuple[str, ...] = ("unsup", "sup")
-#: source paper id -> display name (the ids are the file stems in shared/papers)
+#: source paper id -> display name (the first four ids are the file stems in shared/papers; the two decoder-LLM
+#: papers are not there: PromptEOL's rows come from its official README, the PretCoT / KE rows second-hand)
 PAPERS: dict[str, str] = {
     "promptbert": "PromptBERT", "cot-bert": "CoT-BERT", "dcpcse": "DCPCSE", "promcse": "PromCSE",
+    "prompteol": "PromptEOL", "pretcot": "PretCoT/KE",
 }
 #: a method's own paper: preferred by :func:`lookup` when several papers print the same row
 OWN_PAPER: dict[str, str] = {
     "promptbert": "promptbert", "baseline": "promptbert", "cot_bert": "cot-bert",
-    "dcpcse": "dcpcse", "scpcse": "dcpcse", "promcse": "promcse",
+    "dcpcse": "dcpcse", "scpcse": "dcpcse", "promcse": "promcse", "prompteol": "prompteol",
 }
 DEFAULT_PATH = Path(__file__).with_name("published.yaml")
 
@@ -306,6 +313,9 @@ def variant_of(config: Mapping[str, Any]) -> str | None:
       ``"prompt (manual)"`` for ``promptbert_manual`` (``+ denoising`` when ``denoise != none``), else
       ``"template: <prompt.name>"``; other poolers via :data:`BASELINE_POOLER_VARIANTS` (``avg`` ->
       ``"last avg."``, ``avg_first_last_legacy`` -> ``"first-last avg."``, ...).
+    * ``method.name == "prompteol"`` (decoder LLMs): ``method.train`` false -> ``"no fine-tuning: <prompt.name>"``
+      (``prompteol``, ``prompteol_icl``, ``pretcot``, ``knowledge``); fine-tuned with ``promptsth`` /
+      ``promptsum`` -> ``"template: <prompt.name>"``; fine-tuned with PromptEOL's template -> ``None``.
     * ``(method, prompt.name)`` in :data:`PROMPT_VARIANTS` (CoT-BERT Table 3 templates).
     * cot_bert: ``loss.positive_negative_term`` false -> ``"without a(i+,j-)"`` (Table 4);
       ``denoise`` ``none`` / ``position`` -> ``"without denoise"`` / ``"position denoise"`` (Table 6).
@@ -345,6 +355,11 @@ def variant_of(config: Mapping[str, Any]) -> str | None:
             k = config_value(config, "method.topk", 200)
             return f"top-{k} tokens" + (" + denoising" if config_value(config, "method.topk_denoise") else "")
         return BASELINE_POOLER_VARIANTS.get(pooler)
+
+    if method == "prompteol":
+        if config_value(config, "method.train", config_value(config, "train", True)) is False:
+            return f"no fine-tuning: {prompt}"
+        return f"template: {prompt}" if prompt not in (None, "prompteol") else None
 
     if (method, prompt) in PROMPT_VARIANTS:
         return PROMPT_VARIANTS[(method, prompt)]
