@@ -203,6 +203,17 @@ def test_training_prompt_truncates_only_the_sentence(kind, tokenizers):
     assert "lazy dog and 'quotes'." in test.prompts([long])[0]          # no truncation at evaluation
 
 
+def test_training_decode_cleanup_is_the_2023_default_when_asked(tokenizers):
+    """OPT's 2023 tokenizers cleaned up spaces on decode (`` .`` -> ``.``); transformers 5 does not for BPE."""
+    tok = tokenizers["opt"]
+    template = load_prompt("prompteol")["templates"]["decoder"]["view1"]
+    sentence = "A man , who is here , is n't sad ."
+    clean = PromptCollate(tok, [ViewSpec("text", template)], max_seq_len=32, decode_cleanup=True)
+    raw = PromptCollate(tok, [ViewSpec("text", template)], max_seq_len=32, decode_cleanup=False)
+    assert clean.prompts([sentence]) == ["This sentence : \"A man, who is here, isn't sad.\" means in one word:\""]
+    assert raw.prompts([sentence]) == [f'This sentence : "{sentence}" means in one word:"']
+
+
 def test_icl_template_is_the_official_demonstration():
     from hydra import compose, initialize_config_dir
 

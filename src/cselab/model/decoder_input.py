@@ -89,9 +89,10 @@ class PromptCollate:
         max_seq_len: training: the sentence is cut to this many tokens and decoded back before it is inserted
             (official ``cutoff_len = 32``); ``None``: no truncation (evaluation).
         eval_rules: apply :func:`prompteol_sentence` to each sentence (the official evaluation batcher).
-        decode_cleanup: ``clean_up_tokenization_spaces`` of the training decode (``None``: the tokenizer's own
-            setting).  The official code ran on transformers of 2023, where GPT-2 / OPT tokenizers cleaned up
-            (`` .`` -> ``.``) and LLaMA's did not.
+        decode_cleanup: the space clean-up of the training decode (`` .`` -> ``.``, `` 's`` -> ``'s`` ...,
+            ``tokenizer.clean_up_tokenization``): ``True`` applies it, ``False`` never, ``None`` leaves it to the
+            tokenizer's own decode.  The official code ran on transformers of 2023, where GPT-2 / OPT tokenizers
+            cleaned up by default and LLaMA's did not; transformers 5 no longer cleans up BPE decodes.
 
     ``__call__`` / ``build`` return ``input_ids`` (B, V, T) left-padded, ``attention_mask`` (B, V, T),
     ``rep_index`` (B, V) = T - 1 (the last token of every row), ``sent_len`` (B, V) prompt lengths in tokens.
@@ -124,8 +125,11 @@ class PromptCollate:
         if self.max_seq_len is None or not sentences:
             return list(sentences)
         ids = self.tokenizer(list(sentences), add_special_tokens=False)["input_ids"]
-        kwargs = {} if self.decode_cleanup is None else {"clean_up_tokenization_spaces": bool(self.decode_cleanup)}
-        return [self.tokenizer.decode(i[: self.max_seq_len], **kwargs) for i in ids]
+        if self.decode_cleanup is None:
+            return [self.tokenizer.decode(i[: self.max_seq_len]) for i in ids]
+        # transformers 5 skips the clean-up for BPE tokenizers whatever the flag: apply it explicitly
+        texts = [self.tokenizer.decode(i[: self.max_seq_len], clean_up_tokenization_spaces=False) for i in ids]
+        return [self.tokenizer.clean_up_tokenization(t) for t in texts] if self.decode_cleanup else texts
 
     def prompts(self, sentences: Sequence[str], view: int = 0) -> list[str]:
         """The prompt strings of ``sentences`` in view ``view``: the sentence rules, then
