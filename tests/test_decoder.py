@@ -228,6 +228,11 @@ def test_icl_template_is_the_official_demonstration():
     assert '"A jockey riding a horse." means in one word:"Equestrian".This' in other.prompt.templates.decoder.view1
     collate = PromptCollate(None, [ViewSpec("text", ours)], eval_rules=True)
     assert collate.prompts(["Two dogs play"]) == [official_eval_prompt(OFFICIAL_ICL_OPT_125M, "Two dogs play")]
+    # prompt=custom takes an official icl_examples.txt line as it is (the demonstration search is a sweep of those)
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        custom = compose("config", overrides=["method=prompteol", "backbone=tiny_opt", "prompt=custom",
+                                              f"prompt.template='{OFFICIAL_ICL_OPT_125M}'"])
+    assert split_prompt(custom.prompt.templates.decoder.view1) == split_prompt(ours)
 
 
 # ------------------------------------------------------------------------------------------ the representation
