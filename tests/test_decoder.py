@@ -430,3 +430,9 @@ def test_missing_real_decoder_fails_at_once_offline(monkeypatch):
     monkeypatch.setenv("HF_HOME", "/nonexistent-cselab-hf-home")
     with pytest.raises(BackboneUnavailableError, match="tiny_opt"):
         load_backbone("facebook/opt-1.3b")
+
+
+def test_direct_inference_adds_no_adapters(tiny_decoder_dirs):
+    method = make_decoder_method(tiny_decoder_dirs["opt"], train=False)
+    assert not any("lora" in n for n, _ in method.named_parameters())
+    assert method.num_trainable_parameters() == 0

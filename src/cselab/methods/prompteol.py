@@ -24,6 +24,8 @@ class PromptEOL(PromptBERT):
     """PromptEOL / PretCoT / KE: the views are the prompt's (``sup_view`` x 3 in sup, ``train_views`` in unsup,
     ``eval_view`` at test), as :class:`~cselab.methods.promptbert.PromptBERT` reads them; the decoder template
     input (:class:`cselab.model.decoder_input.PromptCollate`) and ``pooler=last_token`` make it a decoder method.
+    With ``train=False`` a ``tuning=lora`` becomes ``frozen``: no adapters are added (they would start as the
+    identity), so a direct-inference model saves and exports as the plain backbone.
 
     Raises:
         ConfigError: a backbone that is not a decoder LLM (``backbone.family`` must be ``decoder``), or what
@@ -40,4 +42,6 @@ class PromptEOL(PromptBERT):
             raise ConfigError(f"method=prompteol needs a decoder LLM (backbone.family=decoder), got backbone "
                               f"{backbone.get('name_or_path')!r} of family {family}: e.g. backbone=opt_1_3b, or "
                               "offline backbone=tiny_opt (make tiny-decoders)")
+        if not kwargs.get("train", True) and (kwargs.get("tuning") or {}).get("name") == "lora":
+            kwargs["tuning"] = {"name": "frozen"}  # direct inference: no adapters (zero-initialised LoRA = identity)
         super().__init__(*args, **kwargs)
