@@ -30,6 +30,9 @@ TEMPLATES = {  # as the official scripts write them (train_llm.sh:4; PK settings
     "knowledge": ('The essence of a sentence is often captured by its main subjects and actions, while descriptive '
                   'terms provide additional but less central details. With this in mind , this sentence : "*sent_0*" '
                   'means in one word:"', -2),
+    # run_icl.sh:5, opt-125m's demonstration (conf/prompt/prompteol_icl.yaml, backbone.name=opt_125m)
+    "prompteol_icl": ('This_sentence_:_"A_man_is_smoking."_means_in_one_word:"Smoking".This_sentence_:_"*sent_0*"'
+                      '_means_in_one_word:"', -1),
 }
 
 
@@ -77,9 +80,12 @@ def main(argv=None) -> int:
     model = AutoModel.from_pretrained(folder).eval()
     print(f"tiny random OPT at {folder}; {len(sentences)} distinct STS-B dev sentences")
     import yaml
+    from omegaconf import OmegaConf
 
     for name, (template, layer) in TEMPLATES.items():
-        prompt_cfg = yaml.safe_load((ROOT / "conf" / "prompt" / f"{name}.yaml").read_text())
+        raw = yaml.safe_load((ROOT / "conf" / "prompt" / f"{name}.yaml").read_text())
+        prompt_cfg = OmegaConf.to_container(OmegaConf.create({"prompt": raw, "backbone": {"name": "opt_125m"}}),
+                                            resolve=True)["prompt"]  # prompteol_icl: the backbone's demonstration
         torch.manual_seed(0)
         method = PromptEOL(backbone={"name_or_path": str(folder), "family": "decoder"}, setting="sup",
                            pooler="last_token", head="none", prompt=prompt_cfg, tuning={"name": "frozen"},
@@ -91,7 +97,7 @@ def main(argv=None) -> int:
         same = sum(a == b for a, b in zip(ours_ids, their_ids, strict=True))
         diff = (ours - theirs).abs().max().item()
         cos = torch.nn.functional.cosine_similarity(ours, theirs).min().item()
-        print(f"{name:10s} layer {layer:+d}: token ids identical {same}/{len(sentences)}; embeddings max |diff| "
+        print(f"{name:13s} layer {layer:+d}: token ids identical {same}/{len(sentences)}; embeddings max |diff| "
               f"{diff:.2e}, min cosine {cos:.7f}")
         # training prompts: the sentence cut to 32 tokens and decoded back, no sentence rule
         train = method.model.collate("train")
@@ -99,7 +105,7 @@ def main(argv=None) -> int:
         frame = template.replace("_", " ")
         train_same = sum(train.prompt_ids([s])[0] == tokenizer(frame.replace("*sent 0*", c).strip())["input_ids"]
                          for s, c in zip(sentences[:300], cut[:300], strict=False))
-        print(f"{'':10s} training prompts (first 300): token ids identical {train_same}/300")
+        print(f"{'':13s} training prompts (first 300): token ids identical {train_same}/300")
     return 0
 
 
