@@ -235,6 +235,40 @@ def test_icl_template_is_the_official_demonstration():
     assert split_prompt(custom.prompt.templates.decoder.view1) == split_prompt(ours)
 
 
+def test_icl_file_reads_one_template_per_line_for_the_demonstration_search(tmp_path):
+    """``prompt=icl_file prompt.file=... prompt.line=N``: line N (1-based) of a file of official templates, as the
+    official search reads icl_examples.txt (evaluation.py:238-242); a sweep over ``prompt.line`` is the search."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import cselab.config  # noqa: F401  (resolvers)
+    from cselab.pipeline import validate
+
+    lines = ['This_sentence_:_"*sent_0*"_means_in_one_word:"', OFFICIAL_ICL_OPT_125M, "", "last"]
+    (tmp_path / "icl.txt").write_text("\n".join(lines) + "\n")
+
+    def compose_line(line):
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            return compose("config", overrides=["method=prompteol", "backbone=tiny_opt", "method.train=false",
+                                                "prompt=icl_file", f"prompt.file={tmp_path / 'icl.txt'}",
+                                                f"prompt.line={line}"])
+
+    cfg = compose_line(2)
+    validate(cfg)
+    view = cfg.prompt.templates.decoder.view1
+    assert view == OFFICIAL_ICL_OPT_125M
+    collate = PromptCollate(None, [ViewSpec("text", view)], eval_rules=True)
+    assert collate.prompts(["Two dogs play"]) == [official_eval_prompt(OFFICIAL_ICL_OPT_125M, "Two dogs play")]
+    assert compose_line(1).prompt.templates.decoder.view1 == lines[0]
+    for line, why in ((3, "line 3 is empty"), (5, "has 4 lines .1-based.; line 5 is out of range")):
+        with pytest.raises(Exception, match=why):
+            OmegaConf.to_container(compose_line(line).prompt, resolve=True)
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        missing = compose("config", overrides=["method=prompteol", "prompt=icl_file", "prompt.file=/nonexistent.txt"])
+    with pytest.raises(Exception, match="prompt.file='/nonexistent.txt': no such file"):
+        OmegaConf.to_container(missing.prompt, resolve=True)
+
+
 # ------------------------------------------------------------------------------------------ the representation
 
 @pytest.mark.parametrize("kind", KINDS)

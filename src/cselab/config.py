@@ -20,7 +20,7 @@ def register_resolvers() -> None:
     it is null, else ``b`` (``hydra.run.dir: ${cselab_or:${resume},outputs/${run_name}}``); ``${cselab_prompt:p}``
     -> ``p`` unless it has no templates (``prompt=none``: None); ``${cselab_dev_encoder:choice,spec}`` -> ``spec``
     when ``eval.dev_encoder=official``, else None (the test encoder); ``${cselab_backbone_name:id_or_folder}`` ->
-    :func:`backbone_name`.  (``${cselab_backbone_family:...}`` reads a model's config: it is registered by
+    :func:`backbone_name`; ``${cselab_file_line:path,n}`` -> :func:`file_line`.  (``${cselab_backbone_family:...}`` reads a model's config: it is registered by
     :mod:`cselab.model.loading`.)"""
     if not OmegaConf.has_resolver("eq"):
         OmegaConf.register_new_resolver("eq", lambda a, b: str(a) == str(b))
@@ -32,6 +32,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("cselab_dev_encoder", lambda choice, spec: spec if choice == "official" else None)
     if not OmegaConf.has_resolver("cselab_backbone_name"):  # conf/backbone/auto.yaml: the name of an id / folder
         OmegaConf.register_new_resolver("cselab_backbone_name", backbone_name)
+    if not OmegaConf.has_resolver("cselab_file_line"):  # conf/prompt/icl_file.yaml: one template per line
+        OmegaConf.register_new_resolver("cselab_file_line", file_line)
     if not OmegaConf.has_resolver("cselab_run_name"):
         # cached in the config: a -m sweep resolves it once in the launcher, and Hydra copies that cache into
         # every job's config (ConfigLoader.load_sweep_config), so the jobs share the sweep directory's name
@@ -122,6 +124,26 @@ def backbone_name(name_or_path: str) -> str:
     if not name:
         raise ValueError(f"backbone.name_or_path={name_or_path!r}: expected a hub id or a model folder")
     return name
+
+
+def file_line(path: str, line: int) -> str:
+    """Line ``line`` (1-based) of the text file ``path``, without its newline: a template of
+    ``conf/prompt/icl_file.yaml`` (the official demonstration search reads ``icl_examples.txt`` line by line,
+    kongds/scaling_sentemb ``evaluation.py:238-242``).
+
+    Raises:
+        ValueError: the file is missing, or has no such line (the message names ``prompt.file`` / ``prompt.line``
+            and the number of lines).
+    """
+    file = Path(str(path)).expanduser()
+    if not file.is_file():
+        raise ValueError(f"prompt.file={path!r}: no such file (one template per line, e.g. the official "
+                         "icl_examples.txt of kongds/scaling_sentemb)")
+    lines = file.read_text(encoding="utf-8").splitlines()
+    if not 1 <= int(line) <= len(lines) or not lines[int(line) - 1].strip():
+        raise ValueError(f"prompt.line={line}: {path} has {len(lines)} lines (1-based); line {line} is "
+                         f"{'empty' if 1 <= int(line) <= len(lines) else 'out of range'}")
+    return lines[int(line) - 1]
 
 
 def looks_like_model(value: str) -> bool:
