@@ -409,6 +409,40 @@ def test_save_load_round_trip_keeps_lora(kind, tiny_decoder_dirs, tmp_path):
     torch.testing.assert_close(loaded.encode(SENTENCES), before, atol=1e-5, rtol=1e-4)
 
 
+def test_cselab_load_of_a_lora_checkpoint_is_quiet_and_checks_the_adapters(tiny_decoder_dirs, tmp_path):
+    """A LoRA checkpoint holds only the adapters (the backbone comes from its name_or_path): ``cselab.load`` gives
+    the same embeddings without Lightning's warning about the frozen keys, and refuses a checkpoint that lacks an
+    adapter tensor, naming it."""
+    import warnings
+
+    import lightning as L
+
+    import cselab
+
+    method = make_decoder_method(tiny_decoder_dirs["opt"])
+    with torch.no_grad():
+        for n, p in method.named_parameters():
+            if ".lora_B." in n:
+                p.normal_(0, 0.1)
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.strategy.connect(method)
+    trainer.save_checkpoint(tmp_path / "m.ckpt")
+    ckpt = torch.load(tmp_path / "m.ckpt", weights_only=False)
+    assert ckpt["state_dict"] and all("lora_" in k for k in ckpt["state_dict"])
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        loaded = cselab.load(tmp_path / "m.ckpt")
+    assert not [w for w in seen if "not in the checkpoint" in str(w.message)]
+    torch.testing.assert_close(loaded.encode(SENTENCES), method.encode(SENTENCES), atol=1e-6, rtol=1e-5)
+    dropped = sorted(ckpt["state_dict"])[0]
+    del ckpt["state_dict"][dropped]
+    torch.save(ckpt, tmp_path / "partial.ckpt")
+    with pytest.raises(ValueError, match="1 trained tensors of PromptEOL are not in the checkpoint, e.g. "
+                                         + dropped.replace(".", r"\.")):
+        cselab.load(tmp_path / "partial.ckpt")
+
+
 @pytest.mark.parametrize("merge", [False, True])
 def test_sentence_transformers_export(merge, tiny_decoder_dirs, tmp_path):
     pytest.importorskip("sentence_transformers")

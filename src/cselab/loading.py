@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import importlib
 import os
+import warnings
+
+#: Lightning's warning for a non-strict load; a frozen-backbone checkpoint holds only its trained tensors, the
+#: backbone's come from its ``name_or_path``, so the frozen keys are expected to be missing (checked instead)
+_FROZEN_KEYS_WARNING = "Found keys that are in the model state dict but not in the checkpoint"
 
 
 def load(checkpoint: str | os.PathLike, map_location: str = "cpu", method: str | None = None):
@@ -20,7 +25,8 @@ def load(checkpoint: str | os.PathLike, map_location: str = "cpu", method: str |
 
     Raises:
         FileNotFoundError: no such checkpoint.
-        ValueError: no recorded method class and no ``method`` given.
+        ValueError: no recorded method class and no ``method`` given; a checkpoint of a frozen-backbone method
+            (LoRA, prefixes, soft prompts) that lacks some of the method's trainable tensors (named).
     """
     import torch
 
@@ -38,5 +44,13 @@ def load(checkpoint: str | os.PathLike, map_location: str = "cpu", method: str |
     else:
         raise ValueError(f"{checkpoint} records no method class ('cselab_method_class'): pass "
                          "cselab.load(path, method='<method name>')")
-    model = cls.load_from_checkpoint(checkpoint, map_location=map_location, weights_only=False)
+    with warnings.catch_warnings():  # the frozen backbone's keys: expected to be missing, checked below
+        warnings.filterwarnings("ignore", message=_FROZEN_KEYS_WARNING)
+        model = cls.load_from_checkpoint(checkpoint, map_location=map_location, weights_only=False)
+    if not getattr(model, "strict_loading", True):
+        trained = {n for n, p in model.named_parameters() if p.requires_grad}
+        missing = sorted(trained - set(ckpt.get("state_dict", {})))
+        if missing:
+            raise ValueError(f"{checkpoint}: {len(missing)} trained tensors of {type(model).__name__} are not in the "
+                             f"checkpoint, e.g. {', '.join(missing[:3])}; was it written by another configuration?")
     return model.eval()
