@@ -214,7 +214,9 @@ def test_global_negatives_match_one_process(case, splits, nodrop_bert_dir, tmp_p
         print(f"{case} splits={splits} rank {r}: |loss - ref| = {loss_diff:.2e}, max |grad - ref| = {grad_diff:.2e}")
         scale = max(float(g.abs().max()) for g in ref_grads.values())
         assert loss_diff < 1e-5
-        assert grad_diff < 1e-5 * max(1.0, scale)  # float32, summed in another order: relative to the largest
+        # float32, summed in another order: relative to the largest gradient.  Measured on a 2-core CPU: up to
+        # 1.1e-5 x scale (cot_infonce, largest gradient 106); a wrong gather (a factor 1/W) would be 0.5 x scale
+        assert grad_diff < 5e-5 * max(1.0, scale)
         assert max(float(g.abs().max()) for g in res["grads"].values()) > 1e-4  # not trivially zero
     if with_sts:  # STS callback: rank 0 evaluates (encode works under DDP), both ranks log rank 0's score
         assert (tmp_path / "evaluated_rank0").exists() and not (tmp_path / "evaluated_rank1").exists()

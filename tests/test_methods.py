@@ -256,7 +256,7 @@ def test_load_backbone_offline_hub_id(monkeypatch, tmp_path) -> None:
     message = str(info.value)
     assert "no-such-org/no-such-model" in message
     assert "offline" in message.lower()
-    assert "backbone=minilm_l6" in message and "backbone.name_or_path=" in message
+    assert "backbone=minilm_l6" in message and "backbone=/path/to/a/local/model/folder" in message
 
 
 def test_backbone_error_is_an_os_error() -> None:
