@@ -155,6 +155,30 @@ def close_loggers(loggers: list) -> None:
                 log.warning("could not finish the W&B run: %s", err)
 
 
+def log_transfer_table(loggers: list, transfer: dict, names: dict[str, str]) -> None:
+    """The transfer accuracies: ``test/transfer_<task>`` metrics on every logger, and on W&B the table
+    ``test/transfer_table`` (columns MR ... MRPC, Avg; accuracy x 100).  A logger failure is only a warning.
+
+    Args:
+        transfer: task -> ``{"acc", "devacc", ...}`` and ``avg`` -> float (``results.json``'s ``transfer``).
+        names: task -> the papers' column name.
+    """
+    accs = {t: float(v["acc"]) for t, v in transfer.items() if isinstance(v, dict)}
+    if "avg" in transfer:
+        accs["avg"] = float(transfer["avg"])
+    for logger in loggers:
+        try:
+            logger.log_metrics({f"test/transfer_{t}": v for t, v in accs.items()}, step=0)
+            if type(logger).__name__ == "WandbLogger":
+                import wandb
+
+                cols = [names.get(t, "Avg" if t == "avg" else t) for t in accs]
+                logger.experiment.log({"test/transfer_table": wandb.Table(
+                    columns=cols, data=[[round(v, 2) for v in accs.values()]])})
+        except Exception as err:  # never lose a finished run to a logger
+            log.warning("could not log the transfer table to %s: %s", type(logger).__name__, err)
+
+
 def log_test_charts(loggers: list, test: dict[str, float], by_bin: dict | None, names: dict[str, str]) -> None:
     """W&B tables and charts of the test results (other loggers are skipped; a failure is only a warning):
 

@@ -30,7 +30,14 @@ from cselab.data.unsup import UnsupDataModule
 from cselab.evaluation.callback import DEV_METRIC, STSCallback
 from cselab.evaluation.results import build_results, write_results
 from cselab.evaluation.sts import PAPER_NAMES, format_table
-from cselab.loggers import build_loggers, close_loggers, log_test_charts, logged_config, run_display_name
+from cselab.loggers import (
+    build_loggers,
+    close_loggers,
+    log_test_charts,
+    log_transfer_table,
+    logged_config,
+    run_display_name,
+)
 from cselab.methods.checks import ConfigError, check_method_args
 from cselab.progress import ProgressLog, interactive, progress_bar
 
@@ -225,6 +232,49 @@ def check_data_files(cfg: DictConfig) -> None:
         share = float(cfg.data.get("max_undecodable_share", 0.01))
         (check_nli if cfg.setting.name == "sup" else check_corpus)(found, max_undecodable_share=share)
     check_sts_tasks(data_root(cfg.data_dir), list(cfg.eval.test_tasks), cfg.eval.dev_task)
+    transfer_protocol(cfg)  # the protocol node and the transfer files (counts), long before they are encoded
+
+
+def transfer_protocol(cfg: DictConfig):
+    """The SentEval transfer protocol of ``eval.transfer_mode`` (``transfer.<mode>``), its files checked; None when
+    ``eval.transfer_tasks`` is empty.
+
+    Raises:
+        ConfigError: ``eval.transfer_mode`` names no ``transfer.<mode>`` node, or a bad protocol key (named).
+        ValueError: an unknown task in ``eval.transfer_tasks``; FileNotFoundError / ValueError: a missing or
+            truncated transfer file (named, with the expected count).
+    """
+    tasks = list(cfg.eval.get("transfer_tasks") or [])
+    if not tasks:
+        return None
+    from cselab.data.transfer import check_transfer_files
+    from cselab.evaluation.transfer import TransferProtocol
+
+    mode = str(cfg.eval.get("transfer_mode", "test"))
+    node = cfg.get("transfer", {}).get(mode)
+    if node is None:
+        raise ConfigError(f"eval.transfer_mode={mode!r}: no transfer.{mode} node; expected one of "
+                          f"{sorted(cfg.get('transfer', {}))} (conf/transfer/<mode>.yaml)")
+    try:
+        protocol = TransferProtocol.from_config(OmegaConf.to_container(node, resolve=True))
+        check_transfer_files(data_root(cfg.data_dir), tasks)
+    except ValueError as err:
+        raise ConfigError(f"eval.transfer_tasks / transfer.{mode}: {err}") from err
+    return protocol
+
+
+def run_transfer(cfg: DictConfig, method) -> dict[str, Any]:
+    """SentEval's transfer tasks on the method's test encoder (after the STS test, so on the tested weights):
+    ``{"transfer": {task: {...}, "avg"}, "transfer_protocol": {...}, "transfer_timings_s": {...}}``, or ``{}``."""
+    protocol = transfer_protocol(cfg)
+    if protocol is None:
+        return {}
+    from cselab.evaluation.transfer import TransferEvaluator, tqdm_progress
+
+    evaluator = TransferEvaluator(data_root(cfg.data_dir), list(cfg.eval.transfer_tasks), protocol)
+    progress = tqdm_progress() if interactive() else None
+    scores = evaluator.evaluate(lambda s: method.encode(s, batch_size=cfg.eval.batch_size, encoder="test"), progress)
+    return {"transfer": scores, "transfer_protocol": protocol.to_dict(), "transfer_timings_s": evaluator.timings}
 
 
 def build_method(cfg: DictConfig):
@@ -371,6 +421,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         by_bin = cosine_by_gold_bin(*sts.test_pairs["stsb"])
         bins = {b: {"n": int(len(c)), "mean": float(c.mean()) if len(c) else None,
                     "std": float(c.std()) if len(c) else None} for b, c in by_bin.items()}
+    transfer = run_transfer(cfg, method) if rank_zero else {}
     results = build_results(
         sts.test_scores,
         sts.dev_scores,
@@ -383,6 +434,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         global_step=global_step,
         wall_time_s=round(time.perf_counter() - start + sts.elapsed_before, 1),  # + earlier processes (resume)
         stsb_test_cosine_by_gold_bin=bins,
+        **transfer,
     )
     if not rank_zero:  # under DDP only rank 0 writes and prints
         close_loggers(loggers)
@@ -392,6 +444,12 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     print(f"\n{cfg.method.name} | {cfg.backbone.name_or_path} | {cfg.setting.name} | STS (Spearman x 100)\n{table}")
     trained = f"   trainable parameters: {results['trainable_parameters']:,}" if cfg.method.train else ""
     print(f"STS-B dev: {results['dev'].get('stsb', float('nan')):.2f}{trained}   results: {path}")
+    if transfer:
+        from cselab.evaluation.transfer import TRANSFER_NAMES, format_transfer_table
+
+        print(f"transfer ({transfer['transfer_protocol']['mode']}, accuracy x 100)\n"
+              f"{format_transfer_table(transfer['transfer'], list(cfg.eval.transfer_tasks))}")
+        log_transfer_table(loggers, transfer["transfer"], TRANSFER_NAMES)
     log_test_charts(loggers, results["test"], by_bin, PAPER_NAMES)
     close_loggers(loggers)
     return results

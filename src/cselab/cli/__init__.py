@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "data": ("cselab.cli.data", "link ../shared/data or fetch SimCSE's data files"),
     "analysis": ("cselab.cli.analysis", "static / top-k token analyses (PromptBERT Tables 5, 7, 9)"),
     "cxc": ("cselab.cli.cxc", "PromCSE's CxC evaluation"),
+    "transfer": ("cselab.cli.transfer", "SentEval's transfer tasks (MR ... MRPC) on a run, a checkpoint or a model"),
     "nli-convert": ("cselab.cli.nli_convert", "SNLI / MultiNLI / SICK -> sent0,sent1,hard_neg triplets"),
     "tiny-decoders": ("cselab.cli.tiny_decoders", "2-layer random OPT / LLaMA / Qwen2 decoders for offline runs"),
 }

@@ -1,0 +1,97 @@
+"""``cselab transfer TARGET``: SentEval's seven transfer tasks on a trained run, a checkpoint, an exported model or
+a backbone (:mod:`cselab.evaluation.transfer`).
+
+    cselab transfer outputs/simcse_bert_base_unsup                  # a run directory: its best checkpoint
+    cselab transfer checkpoints/best-step500.ckpt --mode fasttest
+    cselab transfer exported/my-model                               # a folder written by cselab export
+    cselab transfer minilm_l6 --pooler avg --tasks mr trec mrpc     # a backbone (config name, hub id or folder)
+
+Prints the papers' table and each task's wall time; ``--out FILE`` writes the results as JSON (accuracies x 100,
+the protocol with SentEval's commit, the timings).  Exit status 0, 1 on a missing / truncated data file, 2 on bad
+arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command's arguments."""
+    from cselab.data.transfer import TRANSFER_TASKS
+
+    p = argparse.ArgumentParser(prog="cselab transfer", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", help="run directory | .ckpt | exported folder | backbone config name / hub id / folder")
+    p.add_argument("--tasks", nargs="+", default=list(TRANSFER_TASKS), help="default: all seven")
+    p.add_argument("--mode", choices=["test", "fasttest"], default="test",
+                   help="SentEval's configuration (SimCSE / PromptBERT evaluation.py --mode); default test")
+    p.add_argument("--pooler", default="avg", help="for a backbone target: the pooler (default avg)")
+    p.add_argument("--data-dir", default=None, help="data directory (default $CSELAB_DATA_DIR or ./data)")
+    p.add_argument("--batch-size", type=int, default=None, help="sentences per forward pass")
+    p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    return p
+
+
+def load_target(target: str, pooler: str = "avg"):
+    """What to encode with: an object with ``encode(sentences, batch_size=...)``.
+
+    A run directory loads its best checkpoint (``results.json``'s ``best_checkpoint``, else the newest
+    ``checkpoints/best-*.ckpt``); a folder with ``cselab_model.json`` loads as an exported model; a ``.ckpt``
+    with ``cselab.load``; anything else is a backbone evaluated as ``method=baseline`` with ``pooler``.
+
+    Raises:
+        FileNotFoundError: a run directory without a checkpoint (a run that trained nothing has none: evaluate
+            its backbone instead).
+    """
+    path = Path(target)
+    if path.is_dir() and (path / "results.json").is_file():
+        best = json.loads((path / "results.json").read_text(encoding="utf-8")).get("best_checkpoint")
+        ckpts = [Path(best)] if best and Path(best).is_file() else sorted(
+            (path / "checkpoints").glob("best-*.ckpt"), key=lambda p: p.stat().st_mtime)
+        if not ckpts:
+            raise FileNotFoundError(f"{path}: no best checkpoint (results.json best_checkpoint or "
+                                    "checkpoints/best-*.ckpt); a run with method.train=false has none: pass its "
+                                    "backbone and --pooler instead")
+        target = str(ckpts[-1])
+    if path.is_dir() and (path / "cselab_model.json").is_file():
+        from cselab.model.embedding import EmbeddingModel
+
+        return EmbeddingModel.load(path)
+    from cselab.cli.mteb import load_source
+
+    return load_source(target, pooler=pooler)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the transfer tasks; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    from cselab.evaluation.transfer import TransferEvaluator, format_transfer_table, tqdm_progress
+
+    try:
+        evaluator = TransferEvaluator(args.data_dir, args.tasks, args.mode)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"cselab transfer: {err}", file=sys.stderr)
+        return 1
+    start = time.perf_counter()
+    model = load_target(args.target, args.pooler)
+    load_s = time.perf_counter() - start
+    results = evaluator.evaluate(lambda s: model.encode(s, batch_size=args.batch_size), progress=tqdm_progress())
+    total = time.perf_counter() - start
+    tasks = evaluator.tasks
+    print(f"\n{args.target} | transfer ({args.mode}) | accuracy x 100\n{format_transfer_table(results, tasks)}")
+    times = ", ".join(f"{k} {v['seconds']:.1f} s" for k, v in evaluator.timings.items())
+    print(f"wall time: {total:.1f} s (model load {load_s:.1f} s; {times})")
+    if args.out:
+        from cselab.evaluation.results import write_results
+
+        write_results(args.out, {"transfer": results, "transfer_protocol": evaluator.protocol.to_dict(),
+                                 "transfer_timings_s": evaluator.timings, "target": args.target,
+                                 "wall_time_s": round(total, 1)})
+        print(f"results: {args.out}")
+    return 0

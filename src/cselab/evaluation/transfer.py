@@ -1,0 +1,329 @@
+"""SentEval's transfer protocol (MR, CR, SUBJ, MPQA, SST-2, TREC, MRPC) on a model's ``encode``.
+
+The protocol is transcribed from facebookresearch/SentEval @ :data:`SENTEVAL_COMMIT` (file:line per rule in
+docs/fidelity.md, rows T1-T12); what changes is only how the work is scheduled:
+
+* the sentences of the requested tasks are collected, deduplicated, sorted by length and encoded once each
+  through ``encode`` (SentEval calls the batcher per task, per split and per batch, in file order);
+* the classifiers of one task are trained together (:func:`cselab.evaluation.logreg.fit_grid`): every cell of
+  the grid (folds x L2 values) is an independent problem, and each gets the weights, batches, updates and
+  early stopping the sequential SentEval classifier gives it;
+* SST-2's final classifier is the grid cell of the chosen L2 value: SentEval trains it again from the same seed
+  on the same data (``validation.py:232-239``), which gives the same weights.
+
+Classifiers (``senteval/tools/validation.py``): MR / CR / SUBJ / MPQA ``InnerKFoldClassifier`` (outer k folds; in
+each, the L2 value with the best mean accuracy over inner k folds, then a classifier on the outer training part
+with a 5 % validation split, scored on the outer test fold); TREC / MRPC ``KFoldClassifier`` (k folds of train
+choose the L2 value, then train with a 5 % validation split, scored on test; MRPC also F1); SST-2
+``SplitClassifier`` (the L2 value by the dev accuracy, scored on test).  Folds come from scikit-learn's
+``StratifiedKFold(n_splits=k, shuffle=True, random_state=1111)`` on the rows in SentEval's order.  The L2 grid is
+``10**t for t in range(-5, -1)``.  Accuracies are x 100 and rounded to 2 decimals where SentEval rounds them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+from sklearn.metrics import f1_score
+from sklearn.model_selection import StratifiedKFold
+
+from cselab.data.transfer import (
+    PAPER_NAMES,
+    TRANSFER_TASKS,
+    TransferTask,
+    canonical_transfer_task,
+    check_transfer_files,
+    load_transfer_task,
+)
+from cselab.evaluation.logreg import ClassifierConfig, Problem, fit_grid, predict
+
+__all__ = ["SENTEVAL_COMMIT", "TRANSFER_NAMES", "TRANSFER_TASKS", "TransferProtocol", "PROTOCOLS", "TransferEvaluator",
+           "format_transfer_table", "run_classifier", "tqdm_progress"]
+
+log = logging.getLogger(__name__)
+
+#: task -> the papers' column name (MR ... MRPC)
+TRANSFER_NAMES = PAPER_NAMES
+
+#: the SentEval commit whose protocol is transcribed (recorded in results.json)
+SENTEVAL_COMMIT = "5d6dc117d1ac30357ddaeb7347fb5684e9b87015"
+
+#: ``encode(sentences) -> Tensor[len(sentences), D]``
+EncodeFn = Callable[[list[str]], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class TransferProtocol:
+    """SentEval's ``params`` for the transfer tasks (``conf/transfer/<mode>.yaml``).
+
+    Attributes:
+        mode: ``test`` | ``fasttest`` (the names of SimCSE's / PromptBERT's ``evaluation.py --mode``).
+        kfold: folds of the cross-validations (10 / 5).
+        classifier: the logistic regression's settings (:class:`ClassifierConfig`).
+        l2_grid: the L2 penalties tried (``validation.py:61``: ``10**t for t in range(-5, -1)``).
+        seed: SentEval's seed (``engine.py:31``: 1111): classifier seeds and the k-fold of TREC / MRPC.
+        validation_split: the share held out when the final classifier trains on a whole training part (0.05).
+    """
+
+    mode: str = "test"
+    kfold: int = 10
+    classifier: ClassifierConfig = field(default_factory=ClassifierConfig)
+    l2_grid: tuple[float, ...] = tuple(10 ** t for t in range(-5, -1))
+    seed: int = 1111
+    validation_split: float = 0.05
+
+    @classmethod
+    def from_config(cls, node: Mapping) -> TransferProtocol:
+        """Build from a config mapping (``conf/transfer/*.yaml``).
+
+        Raises:
+            ValueError: an unknown key or a bad value, named by its ``transfer.`` key.
+        """
+        node = dict(node)
+        known = {"mode", "kfold", "classifier", "l2_grid", "seed", "validation_split"}
+        unknown = sorted(set(node) - known)
+        if unknown:
+            raise ValueError(f"transfer.{unknown[0]}: unknown key (expected some of {sorted(known)})")
+        classifier = dict(node.pop("classifier", {}) or {})
+        seed = int(node.get("seed", 1111))
+        classifier.setdefault("seed", seed)
+        grid = tuple(float(x) for x in node.pop("l2_grid", cls.l2_grid))
+        if int(node.get("kfold", 10)) < 2:
+            raise ValueError(f"transfer.kfold={node.get('kfold')}: expected an integer >= 2")
+        return cls(**{**node, "seed": seed}, classifier=ClassifierConfig(**classifier), l2_grid=grid)
+
+    def to_dict(self) -> dict:
+        """The protocol as recorded in results.json (with the SentEval commit)."""
+        out = asdict(self)
+        out["l2_grid"] = list(self.l2_grid)
+        out["senteval_commit"] = SENTEVAL_COMMIT
+        return out
+
+
+#: SimCSE / PromptBERT ``evaluation.py``: ``test`` (kfold 10, adam, batch 64, tenacity 5, epoch size 4) and
+#: ``fasttest`` (kfold 5, rmsprop, batch 128, tenacity 3, epoch size 2)
+PROTOCOLS: dict[str, TransferProtocol] = {
+    "test": TransferProtocol("test", 10, ClassifierConfig("adam", 64, 5, 4)),
+    "fasttest": TransferProtocol("fasttest", 5, ClassifierConfig("rmsprop", 128, 3, 2)),
+}
+
+
+def _folds(labels: np.ndarray, k: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split`` on the rows in order."""
+    skf = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
+    return list(skf.split(np.zeros((len(labels), 1)), labels))
+
+
+def _accuracy(fitted, X: torch.Tensor, y: np.ndarray) -> float:
+    return 1.0 * int((predict(fitted, X) == y).sum()) / len(y)
+
+
+def run_classifier(task: TransferTask, features: dict[str, torch.Tensor], protocol: TransferProtocol,
+                   progress: Callable[[int, int], None] | None = None) -> dict:
+    """Score one task's features with its SentEval classifier.
+
+    Args:
+        task: the task (its labels and classifier kind).
+        features: split -> (N_split, F) features in the split's row order (MRPC: ``[|u - v|, u * v]``).
+        protocol: the protocol.
+        progress: ``progress(done, total)`` over the classifiers of the task's grid.
+
+    Returns:
+        ``{"devacc", "acc", "ndev", "ntest", "l2"}`` (accuracies x 100; MRPC also ``"f1"``), as SentEval's
+        ``run`` returns them (``binary.py:45``, ``trec.py:88``, ``mrpc.py:96``, ``sst.py:94``); ``l2``: the
+        chosen penalty (a list, one per outer fold, for the nested cross-validation).
+    """
+    grid, k, cfg = protocol.l2_grid, protocol.kfold, protocol.classifier
+    names = list(features)
+    offsets = np.cumsum([0] + [len(features[n]) for n in names])
+    X = torch.cat([features[n] for n in names]).to(torch.float32)
+    y_np = np.concatenate([task.splits[n].labels for n in names])
+    y = torch.from_numpy(y_np)
+    rows = {n: np.arange(offsets[i], offsets[i + 1]) for i, n in enumerate(names)}
+
+    if task.classifier == "inner_kfold":  # validation.py:57-107
+        data = rows["all"]
+        outer = _folds(y_np[data], k, 1111)  # validation.py:63-65: random_state=1111 (not the seed)
+        problems, where = [], []
+        for f, (tr, _) in enumerate(outer):
+            inner = _folds(y_np[data][tr], k, 1111)
+            for r, reg in enumerate(grid):
+                for itr, ite in inner:
+                    problems.append(Problem(data[tr][itr], reg, dev=data[tr][ite]))
+                    where.append((f, r))
+        total = len(problems) + len(outer)
+        fitted = fit_grid(X, y, task.nclasses, problems, cfg, _offset(progress, 0, total))
+        dev_results, chosen = [], []
+        for f in range(len(outer)):
+            scores = [round(100 * np.mean([fitted[i].best_accuracy for i, w in enumerate(where) if w == (f, r)]), 2)
+                      for r in range(len(grid))]
+            chosen.append(grid[int(np.argmax(scores))])
+            dev_results.append(np.max(scores))
+        finals = [Problem(data[tr], chosen[f], validation_split=protocol.validation_split)
+                  for f, (tr, _) in enumerate(outer)]
+        final = fit_grid(X, y, task.nclasses, finals, cfg, _offset(progress, len(problems), total))
+        test_results = [round(100 * _accuracy(final[f], X[data[te]], y_np[data[te]]), 2)
+                        for f, (_, te) in enumerate(outer)]
+        return {"devacc": float(round(np.mean(dev_results), 2)), "acc": float(round(np.mean(test_results), 2)),
+                "ndev": len(data), "ntest": len(data), "l2": chosen}
+
+    if task.classifier == "kfold":  # validation.py:126-181
+        train, test = rows["train"], rows["test"]
+        folds = _folds(y_np[train], k, protocol.seed)
+        problems = [Problem(train[tr], reg, dev=train[te]) for reg in grid for tr, te in folds]
+        total = len(problems) + 1
+        fitted = fit_grid(X, y, task.nclasses, problems, cfg, _offset(progress, 0, total))
+        scores = [round(100 * np.mean([fitted[r * k + f].best_accuracy for f in range(k)]), 2)
+                  for r in range(len(grid))]
+        l2 = grid[int(np.argmax(scores))]
+        final = fit_grid(X, y, task.nclasses, [Problem(train, l2, validation_split=protocol.validation_split)], cfg,
+                         _offset(progress, len(problems), total))[0]
+        yhat = predict(final, X[test])
+        out = {"devacc": float(np.max(scores)), "acc": float(round(100 * float((yhat == y_np[test]).mean()), 2)),
+               "ndev": len(train), "ntest": len(test), "l2": l2}
+        if task.name == "mrpc":
+            out["f1"] = float(round(100 * f1_score(y_np[test], yhat), 2))  # mrpc.py:91
+        return out
+
+    train, valid, test = rows["train"], rows["valid"], rows["test"]  # validation.py:202-246
+    fitted = fit_grid(X, y, task.nclasses, [Problem(train, reg, dev=valid) for reg in grid], cfg, progress)
+    scores = [round(100 * f.best_accuracy, 2) for f in fitted]
+    best = int(np.argmax(scores))
+    return {"devacc": float(np.max(scores)), "acc": float(round(100 * _accuracy(fitted[best], X[test], y_np[test]), 2)),
+            "ndev": len(valid), "ntest": len(test), "l2": grid[best]}
+
+
+def _offset(progress, start: int, total: int):
+    if progress is None:
+        return None
+    return lambda done, _n: progress(start + done, total)
+
+
+def _features(task: TransferTask, embed: Callable[[list[str]], torch.Tensor]) -> dict[str, torch.Tensor]:
+    """split -> features: the embeddings, or MRPC's ``np.c_[|u - v|, u * v]`` (``mrpc.py:78-87``)."""
+    out = {}
+    for name, split in task.splits.items():
+        u = embed(split.sentences)
+        if split.pairs is None:
+            out[name] = u
+        else:
+            v = embed(split.pairs)
+            out[name] = torch.cat([(u - v).abs(), u * v], dim=1)
+    return out
+
+
+class TransferEvaluator:
+    """The seven transfer tasks on a model's ``encode``, with SentEval's protocol.
+
+    Args:
+        data_dir: the data directory (``data.data_dir``; files under ``senteval/downstream``).
+        tasks: task names (default: the seven, :data:`~cselab.data.transfer.TRANSFER_TASKS`).
+        protocol: a :class:`TransferProtocol` or a mode name (``test`` | ``fasttest``).
+        chunk: distinct sentences per ``encode`` call (progress granularity).
+
+    Raises:
+        ValueError: an unknown task or mode; FileNotFoundError / ValueError: a missing or truncated file (checked
+            here, before any encoding: :func:`cselab.data.transfer.check_transfer_files`).
+
+    Example::
+
+        results = TransferEvaluator("data", ["mr", "trec"], "fasttest").evaluate(model.encode)
+        results["mr"]["acc"]   # accuracy x 100
+    """
+
+    def __init__(self, data_dir: str | os.PathLike | None, tasks: Iterable[str] = TRANSFER_TASKS,
+                 protocol: TransferProtocol | str = "test", chunk: int = 2048) -> None:
+        self.tasks = [canonical_transfer_task(t) for t in tasks]
+        if isinstance(protocol, str):
+            if protocol not in PROTOCOLS:
+                raise ValueError(f"transfer mode {protocol!r}: expected one of {sorted(PROTOCOLS)}")
+            protocol = PROTOCOLS[protocol]
+        self.protocol = protocol
+        self.data_dir = data_dir
+        self.chunk = int(chunk)
+        check_transfer_files(data_dir, self.tasks)
+        self.timings: dict[str, dict[str, float]] = {}
+
+    def evaluate(self, encode: EncodeFn, progress: Callable[[str, int, int], None] | None = None) -> dict:
+        """Encode every distinct sentence once, then score each task.
+
+        Args:
+            encode: ``encode(sentences) -> Tensor[N, D]``.
+            progress: ``progress(label, done, total)``: ``"encoding"`` over distinct sentences, then
+                ``"<TASK> classifiers"`` over the classifiers of each task.
+
+        Returns:
+            ``{task: {"devacc", "acc", "ndev", "ntest", "l2"[, "f1"]}, ..., "avg": mean acc}`` (``avg`` when all
+            seven tasks ran); per-task wall times are kept in :attr:`timings` (seconds).
+        """
+        tasks = {t: load_transfer_task(self.data_dir, t) for t in self.tasks}
+        distinct = sorted({s for task in tasks.values() for s in task.sentences()}, key=lambda s: (len(s), s))
+        start = time.perf_counter()
+        parts = []
+        for i in range(0, len(distinct), self.chunk):
+            batch = distinct[i:i + self.chunk]
+            out = encode(batch)
+            if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != len(batch):
+                raise ValueError(f"encode returned {getattr(out, 'shape', type(out))} for {len(batch)} sentences: "
+                                 "expected a (N, D) tensor")
+            parts.append(out.detach().float().cpu())
+            if progress is not None:
+                progress("encoding", i + len(batch), len(distinct))
+        table = torch.cat(parts) if parts else torch.zeros(0, 0)
+        index = {s: i for i, s in enumerate(distinct)}
+        encode_s = time.perf_counter() - start
+        log.info("transfer: %s distinct sentences encoded in %.1f s", f"{len(distinct):,}", encode_s)
+
+        def embed(sentences: list[str]) -> torch.Tensor:
+            return table[torch.tensor([index[s] for s in sentences], dtype=torch.long)]
+
+        results: dict = {}
+        self.timings = {"encoding": {"seconds": round(encode_s, 1), "sentences": len(distinct)}}
+        for name, task in tasks.items():
+            t0 = time.perf_counter()
+            label = f"{PAPER_NAMES[name]} classifiers"
+            cb = (lambda done, total, lab=label: progress(lab, done, total)) if progress is not None else None
+            results[name] = run_classifier(task, _features(task, embed), self.protocol, cb)
+            self.timings[name] = {"seconds": round(time.perf_counter() - t0, 1)}
+            log.info("transfer %s (%s): acc %.2f (dev %.2f) in %.1f s", PAPER_NAMES[name], self.protocol.mode,
+                     results[name]["acc"], results[name]["devacc"], time.perf_counter() - t0)
+        if all(t in results for t in TRANSFER_TASKS):
+            results["avg"] = float(np.mean([results[t]["acc"] for t in TRANSFER_TASKS]))
+        return results
+
+
+def format_transfer_table(results: Mapping, tasks: Sequence[str] = TRANSFER_TASKS) -> str:
+    """The papers' transfer table (accuracy x 100, two decimals), header and one row; tasks not run are ``-``."""
+    names = [PAPER_NAMES[t] for t in tasks] + ["Avg"]
+    values = [results.get(t, {}).get("acc") if isinstance(results.get(t), Mapping) else None for t in tasks]
+    values.append(results.get("avg"))
+    cells = [f"{v:.2f}" if isinstance(v, (int, float)) else "-" for v in values]
+    width = max(8, *(len(n) for n in names))
+    return "".join(n.rjust(width) for n in names) + "\n" + "".join(c.rjust(width) for c in cells)
+
+
+def tqdm_progress() -> Callable[[str, int, int], None]:
+    """A ``progress(label, done, total)`` drawing one tqdm bar per label on stderr (rate and ETA), or log lines
+    when stderr is not a terminal."""
+    from tqdm.auto import tqdm
+
+    bars: dict[str, tqdm] = {}
+
+    def update(label: str, done: int, total: int) -> None:
+        bar = bars.get(label)
+        if bar is None:
+            for other in bars.values():
+                other.close()
+            bar = bars[label] = tqdm(total=total, desc=label, unit="sent" if label == "encoding" else "clf",
+                                     mininterval=1.0)
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+
+    return update
