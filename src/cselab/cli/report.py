@@ -95,6 +95,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: no results.json or Hydra run directory under {', '.join(args.dirs)}", file=sys.stderr)
         return 1
     text = render(report, args.format, dev=args.dev)
+    if args.format == "markdown":  # runs with SentEval transfer results: the papers' transfer tables beside them
+        from cselab.report.transfer import render_transfer_tables, transfer_rows_of_runs
+
+        runs = [(str(r.path), {**r.results, "config": r.results.get("config") or r.config})
+                for g in report.groups for r in g.runs if r.results]
+        transfer = render_transfer_tables(transfer_rows_of_runs(runs))
+        text += f"\n{transfer}" if transfer else ""
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text, encoding="utf-8")
