@@ -4,7 +4,8 @@
     python -m cselab.data.download --what senteval wiki1m nli --data-dir data
 
 Sources: the Hugging Face dataset repository ``princeton-nlp/datasets-for-simcse`` holds
-``senteval.tar`` (SentEval's processed STS/SICK, unpacks to ``downstream/...``), ``wiki1m_for_simcse.txt`` and
+``senteval.tar`` (SentEval's processed STS/SICK and transfer sets, unpacks to ``downstream/...``; ``--what transfer``
+checks the seven transfer sets' line counts after unpacking), ``wiki1m_for_simcse.txt`` and
 ``nli_for_simcse.csv``; ``huggingface_hub.hf_hub_download`` fetches them with caching and resumable downloads.
 """
 
@@ -16,7 +17,10 @@ import tarfile
 from pathlib import Path
 
 REPO = "princeton-nlp/datasets-for-simcse"
-FILES = {"senteval": "senteval.tar", "wiki1m": "wiki1m_for_simcse.txt", "nli": "nli_for_simcse.csv"}
+FILES = {"senteval": "senteval.tar", "wiki1m": "wiki1m_for_simcse.txt", "nli": "nli_for_simcse.csv",
+         "transfer": "senteval.tar"}
+#: the folders of the SentEval transfer tasks in senteval.tar (checked against SentEval's line counts after unpacking)
+TRANSFER_DIRS = ("MR", "CR", "SUBJ", "MPQA", "SST", "TREC", "MRPC")
 
 
 def link_shared(data_dir: Path, shared: Path) -> bool:
@@ -38,17 +42,31 @@ def fetch(data_dir: Path, what: list[str]) -> None:
     data_dir.mkdir(parents=True, exist_ok=True)
     for key in what:
         name = FILES[key]
-        if key == "senteval" and (data_dir / "senteval" / "downstream").is_dir():
+        downstream = data_dir / "senteval" / "downstream"
+        if key == "senteval" and (downstream / "STS").is_dir():
+            continue
+        if key == "transfer" and all((downstream / d).is_dir() for d in TRANSFER_DIRS):
+            _check_transfer(data_dir)
             continue
         if key != "senteval" and (data_dir / name).exists():
             continue
         print(f"downloading {REPO}/{name} ...", flush=True)
         path = Path(hf_hub_download(REPO, name, repo_type="dataset"))
-        if key == "senteval":
+        if key in ("senteval", "transfer"):  # SimCSE's senteval.tar: SentEval's processed STS, SICK and transfer sets
             with tarfile.open(path) as tar:
                 tar.extractall(data_dir / "senteval", filter="data")
+            if key == "transfer":
+                _check_transfer(data_dir)
         else:
             shutil.copyfile(path, data_dir / name)
+
+
+def _check_transfer(data_dir: Path) -> None:
+    """SentEval's line counts of the seven transfer tasks (a truncated download is named with the expected count)."""
+    from cselab.data.transfer import TRANSFER_TASKS, check_transfer_files
+
+    check_transfer_files(data_dir, TRANSFER_TASKS)
+    print(f"transfer tasks in {data_dir / 'senteval' / 'downstream'}: the seven SentEval sets, line counts checked")
 
 
 if __name__ == "__main__":  # python -m cselab.data.download = cselab data
