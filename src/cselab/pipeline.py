@@ -3,6 +3,8 @@
 ``run.py`` only composes the Hydra config and calls :func:`run`.  Steps:
 
 1. validate the config (names the offending keys before any heavy work);
+   a resumed run's config is compared with its checkpoint's (``resume.allow_changed``,
+   :mod:`cselab.callbacks.run_config`);
 2. build the method (loads the backbone) and, when training, its DataModule with the method's collate;
 3. fit with the STS callback validating STS-B dev every ``trainer.val_check_interval`` steps and a
    ``ModelCheckpoint`` keeping the best ``val/stsb_spearman``;
@@ -22,6 +24,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from cselab.callbacks import FlopCounter, RNGState
+from cselab.callbacks.run_config import RunConfig, check_resume, resolved_config
 from cselab.checkpoint_io import AtomicCheckpointIO, LastCheckpoint
 from cselab.config import has_templates
 from cselab.data.nli import NLIDataModule
@@ -272,12 +275,22 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
             "again in the same directory, or name another run with run_name=...",
             _read_json(output_dir / "results.json"),
         )
-    if cfg.get("resume") and cfg.method.train and not (
+    resume_dir = OmegaConf.select(cfg, "resume.dir")
+    if resume_dir and cfg.method.train and not (
             (output_dir / "checkpoints" / "last.ckpt").is_file() or any(output_dir.glob("hpc_ckpt_*.ckpt"))):
-        raise ConfigError(f"resume={cfg.resume}: no checkpoints/last.ckpt in that directory to resume from "
+        raise ConfigError(f"resume={resume_dir}: no checkpoints/last.ckpt in that directory to resume from "
                           "(a run writes it at its first validation)")
     validate(cfg)
     check_data_files(cfg)  # every input file, before the backbone loads and long before fit ends
+    ckpt_path = None
+    if cfg.method.train:
+        ckpt_path = cfg.get("ckpt_path")
+        if ckpt_path == "auto" and (output_dir / "results.json").exists():  # overwrite=true: a fresh run
+            ckpt_path = None
+        ckpt_path = resolve_ckpt_path(ckpt_path, output_dir)
+    resume_step = checkpoint_step(ckpt_path)
+    # the new command against the checkpoint's config, before the backbone loads (resume.allow_changed)
+    changed_on_resume = check_resume(cfg, ckpt_path, resume_step)
     L.seed_everything(cfg.seed, workers=True)
     method = build_method(cfg)
     if cfg.method.train and cfg.get("activation_checkpointing", False):
@@ -300,7 +313,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     checkpoint = None
     if cfg.method.train:
         # FLOPs of each batch shape (before the throughput monitor, which reads them), the RNG state in checkpoints
-        callbacks += [FlopCounter(), RNGState(),
+        callbacks += [FlopCounter(), RNGState(), RunConfig(resolved_config(cfg), changed_on_resume, resume_step),
                       L.pytorch.callbacks.ThroughputMonitor(batch_size_fn=_batch_size, window_size=5)]
         checkpoint = L.pytorch.callbacks.ModelCheckpoint(
             dirpath=output_dir / "checkpoints",
@@ -323,13 +336,6 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     tags.append(_short_tag(f"variant={cfg.get('variant') or 'default'}"))
     name = run_display_name(cfg.method.name, cfg.backbone.get("name", str(cfg.backbone.name_or_path)),
                             cfg.setting.name, cfg.get("variant"), cfg.seed)
-    ckpt_path = None
-    if cfg.method.train:
-        ckpt_path = cfg.get("ckpt_path")
-        if ckpt_path == "auto" and (output_dir / "results.json").exists():  # overwrite=true: a fresh run
-            ckpt_path = None
-        ckpt_path = resolve_ckpt_path(ckpt_path, output_dir)
-    resume_step = checkpoint_step(ckpt_path)
     loggers = build_loggers(OmegaConf.to_container(cfg.logger, resolve=True), str(output_dir), tags,
                             group=cfg.get("group"), name=name, resume_step=resume_step)
     config = OmegaConf.to_container(cfg, resolve=True)
@@ -383,6 +389,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         global_step=global_step,
         wall_time_s=round(time.perf_counter() - start + sts.elapsed_before, 1),  # + earlier processes (resume)
         stsb_test_cosine_by_gold_bin=bins,
+        changed_on_resume=changed_on_resume,
     )
     if not rank_zero:  # under DDP only rank 0 writes and prints
         close_loggers(loggers)
