@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,7 @@ def validate(cfg: DictConfig) -> None:
     if cfg.method.train and cfg.setting.name == "unsup" and cfg.data.get("streaming") and cfg.trainer.max_steps <= 0:
         raise ConfigError("data.streaming=true has no epoch length: set trainer.max_steps (e.g. 1M / batch_size)")
     _check_template_override(cfg)
+    check_templates(cfg)  # every template parsed before any weights load
     allowed = cfg.method.get("tunings")
     if cfg.method.train and allowed is not None and cfg.tuning.name not in allowed:
         raise ConfigError(
@@ -149,6 +151,55 @@ def _check_template_override(cfg: DictConfig) -> None:
     raise ConfigError(
         f"prompt.template='{template}' is read only by prompt=custom, but prompt={name}. To evaluate or train "
         f"with this template, type: prompt=custom prompt.template='{template}'{one_view}")
+
+
+def check_templates(cfg: DictConfig) -> None:
+    """Parse every template of the run's prompt for the backbone's family (``prompt.templates.<family>.*``) as
+    the model will (:meth:`cselab.model.template.Template.parse` with ``prompt.mask_index`` for BERT / RoBERTa,
+    :func:`cselab.model.decoder_input.split_prompt` for decoders), and check that the views the prompt names
+    (``train_views``, ``sup_view``, ``eval_view``) exist: in :func:`validate`, before any weights load.
+
+    Raises:
+        ConfigError: the message names the config key the template comes from (``prompt.template`` for
+            ``prompt=custom``, ``prompt.file, prompt.line`` for ``prompt=icl_file``, else
+            ``prompt.templates.<family>.<view>``) and why.
+    """
+    from cselab.model.decoder_input import split_prompt
+    from cselab.model.template import Template, TemplateError
+
+    prompt = prompt_config(cfg)
+    if prompt is None:
+        return
+    family = str(cfg.backbone.family)
+    templates = prompt.get("templates") or {}
+    if family not in templates:
+        raise ConfigError(f"prompt={prompt.get('name')} has no templates for backbone.family={family} "
+                          f"(prompt.templates has {sorted(templates)})")
+    views = templates[family]
+    raw = OmegaConf.to_container(views, resolve=False)
+    for key, view in [*[("prompt.train_views", v) for v in prompt.get("train_views") or []],
+                      ("prompt.sup_view", prompt.get("sup_view")), ("prompt.eval_view", prompt.get("eval_view"))]:
+        if view is not None and view not in views:
+            raise ConfigError(f"{key} names the view {view!r}, which prompt.templates.{family} lacks "
+                              f"(its views: {sorted(views)})")
+    mask_index = int(prompt.get("mask_index", -1))
+    for view in views:
+        source = raw[view]
+        # the key the user typed: prompt.template (prompt=custom), prompt.file, prompt.line (prompt=icl_file), ...
+        references = re.findall(r"\$\{([\w.]+)\}", source) if isinstance(source, str) else []
+        key = ", ".join(references) or f"prompt.templates.{family}.{view}"
+        try:
+            template = views[view]
+        except Exception as err:  # e.g. prompt=icl_file: prompt.file / prompt.line name no line
+            raise ConfigError(f"{key}: {err}") from err
+        try:
+            if family == "decoder":
+                split_prompt(template)
+            else:
+                Template.parse(template, mask_index)
+        except TemplateError as err:
+            raise ConfigError(f"{key}={template!r} (prompt={prompt.get('name')}, backbone.family={family}): "
+                              f"{err}") from err
 
 
 def resolve_ckpt_path(ckpt_path: str | None, output_dir: str | Path) -> str | None:
