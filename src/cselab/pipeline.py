@@ -261,7 +261,7 @@ def compile_backbone(method, options) -> None:
 
 def check_data_files(cfg: DictConfig) -> None:
     """Every input file, checked before the backbone is loaded (:mod:`cselab.data.checks`): the training file
-    (``data.path``: exists, readable, not empty, not mostly undecodable, the NLI header) and the STS files of
+    (``data.path``: exists, readable, not empty, not mostly undecodable or control characters, the NLI header) and the STS files of
     every test task and of the dev task (names known, files parse).
 
     Raises:
@@ -277,7 +277,9 @@ def check_data_files(cfg: DictConfig) -> None:
         what = "NLI triplets csv" if cfg.setting.name == "sup" else "unsup corpus"
         found = require(path if path.startswith("/") else data_root(cfg.data_dir) / path, what, "data.path")
         share = float(cfg.data.get("max_undecodable_share", 0.01))
-        (check_nli if cfg.setting.name == "sup" else check_corpus)(found, max_undecodable_share=share)
+        control = float(cfg.data.get("max_control_share", 0.01))
+        (check_nli if cfg.setting.name == "sup" else check_corpus)(found, max_undecodable_share=share,
+                                                                   max_control_share=control)
     check_sts_tasks(data_root(cfg.data_dir), list(cfg.eval.test_tasks), cfg.eval.dev_task)
 
 
@@ -480,8 +482,27 @@ def _read_json(path: Path) -> dict:
         return {}
 
 
+def disk_full_record(err: BaseException, output_dir: str | Path) -> dict[str, Any]:
+    """``{"cause": "disk full", "path", "free_bytes"}`` when ``err`` or an exception in its chain is a full disk
+    (:class:`cselab.files.DiskFullError`, or an ``OSError`` ENOSPC / EDQUOT written outside
+    :func:`cselab.files.staged`), else ``{}``.  ``path``: the file being written (else ``output_dir``);
+    ``free_bytes``: the free space when the write failed (else now)."""
+    from cselab.files import DiskFullError, disk_full_error, exception_chain, free_bytes
+
+    chain = exception_chain(err)
+    full = next((e for e in chain if isinstance(e, DiskFullError)), None)
+    if full is None:
+        path = next((e.filename for e in chain if isinstance(e, OSError) and e.filename), None) or output_dir
+        full = disk_full_error(err, path, free_bytes(path))
+    if full is None:
+        return {}
+    return {"cause": "disk full", "path": str(full.filename),
+            "free_bytes": full.free_bytes if full.free_bytes is not None else free_bytes(full.filename)}
+
+
 def record_failure(output_dir: str | Path, err: BaseException) -> Path | None:
-    """Write ``failed.json`` (error type, message, traceback) in a run's directory; the report lists it.
+    """Write ``failed.json`` (error type, message, traceback; for a full disk also ``cause``, ``path`` and
+    ``free_bytes``, :func:`disk_full_record`) in a run's directory; the report lists it.
 
     Never raises: when the file cannot be written (a full disk, a read-only folder), the failure and the reason
     are logged instead and ``None`` is returned, so a sweep's handler goes on with the next job.
@@ -497,6 +518,7 @@ def record_failure(output_dir: str | Path, err: BaseException) -> Path | None:
             "message": str(err),
             "traceback": "".join(traceback.format_exception(type(err), err, err.__traceback__)),
         }
+        info.update(disk_full_record(err, output_dir))
         return atomic_write_text(Path(output_dir) / "failed.json", json.dumps(info, indent=2) + "\n")
     except Exception as write_err:
         log.error("could not write %s (%s: %s); the run failed with %s: %s", Path(output_dir) / "failed.json",
