@@ -11,7 +11,7 @@
 Two kinds of folder, chosen by :func:`plain_reason`:
 
 * **plain sentence-transformers modules** whenever the test encoder is expressible that way (an encoder
-  backbone, fully fine-tuned or frozen or with LoRA merged, no template, no template denoising, the pooler
+  backbone, fully fine-tuned or frozen, no template, no template denoising, the pooler
   ``cls_before_pooler`` / ``avg`` / ``cls`` (BERT's pooler layer), at most SimCSE's MLP head (``Linear`` +
   ``Tanh``, SimCSE ``simcse/models.py:19-32`` ``MLPLayer``)): ``Transformer`` (``max_seq_length`` = the test
   encoder's truncation, the tokenizer's own lower-casing) + ``Pooling`` (``cls`` / ``mean``) + ``Dense``
@@ -20,8 +20,8 @@ Two kinds of folder, chosen by :func:`plain_reason`:
   (``cselab_model.json``, ``cselab_model.safetensors``, ``backbone/`` config and tokenizer), the files of the
   ``cselab.model`` package themselves (the runtime code, relative imports only: no cselab install needed) and
   ``modules.json`` naming one module, ``st_module.CselabEmbedding``: templates ([MASK] states, the period rule,
-  whole-string tokenization, template-bias subtraction), prefixes and soft prompts, unmerged LoRA, decoder
-  prompts, other poolers and BERT's MLM-transform head.  Sentence-transformers' own prompts only prepend a
+  whole-string tokenization, template-bias subtraction), prefixes and soft prompts, decoder LLMs (LoRA merged
+  or not), other poolers and BERT's MLM-transform head.  Sentence-transformers' own prompts only prepend a
   string to the sentence and pool every token or [CLS]; no cselab template is that (each has text after
   ``[X]`` or a ``[MASK]`` representation), so templates always ship ``st_module``.  Code shipped with a model
   loads only with ``trust_remote_code=True`` (sentence-transformers >= 6).
