@@ -261,8 +261,8 @@ def compile_backbone(method, options) -> None:
 
 def check_data_files(cfg: DictConfig) -> None:
     """Every input file, checked before the backbone is loaded (:mod:`cselab.data.checks`): the training file
-    (``data.path``: exists, readable, not empty, not mostly undecodable or control characters, the NLI header) and the STS files of
-    every test task and of the dev task (names known, files parse).
+    (``data.path``: exists, readable, not empty, not mostly undecodable or control characters, the NLI header)
+    and the STS files of every test task and of the dev task (names known, files parse).
 
     Raises:
         FileNotFoundError: a file is missing (names the path, the config key and how to get the data).
