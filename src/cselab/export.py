@@ -202,7 +202,7 @@ def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verif
             staging.chmod(0o777 & ~umask())  # mkdtemp makes it 0700: the folder gets the process umask
             reason = plain_reason(model)
             if reason is None:  # plain modules: loads with no remote code
-                with tempfile.TemporaryDirectory(dir=out.parent) as backbone_dir:
+                with tempfile.TemporaryDirectory(dir=staging) as backbone_dir:  # removed before the rename
                     SentenceTransformer(modules=plain_modules(model, Path(backbone_dir)), device="cpu").save(
                         str(staging), create_model_card=False)
             else:
