@@ -20,7 +20,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
 
-from cselab.config import backbone_path_overrides, moved_key_error, variant_name  # (registers the resolvers)
+from cselab.config import (  # (registers the resolvers)
+    backbone_path_overrides,
+    moved_key_error,
+    resume_overrides,
+    variant_name,
+)
 from cselab.logs import one_line_per_event
 from cselab.model.loading import register_family_resolver  # noqa: F401  (${cselab_backbone_family:...})
 from cselab.sweep import exit_status
@@ -45,7 +50,7 @@ def main(cfg: DictConfig) -> float | None:
         with open_dict(cfg):
             cfg.group = cfg.run_name
     try:
-        if multirun and cfg.get("resume"):
+        if multirun and cfg.resume.get("dir"):
             raise ConfigError("resume=... continues one run; to continue a -m sweep, re-run the sweep's command")
         results = run(cfg, output_dir)
     except RunFinished as done:  # re-running a finished run (or a sweep's finished job): nothing to do
@@ -66,7 +71,7 @@ if __name__ == "__main__":
         sys.exit(f"cselab: {moved}")
     try:  # backbone=<hub id or folder> -> backbone=auto backbone.name_or_path=<id or folder>
         options = {p.stem for p in (Path(__file__).resolve().parent / "conf" / "backbone").glob("*.yaml")}
-        sys.argv[1:] = backbone_path_overrides(sys.argv[1:], options)
+        sys.argv[1:] = resume_overrides(backbone_path_overrides(sys.argv[1:], options))  # resume=D: resume.dir=D
     except ValueError as err:
         sys.exit(f"cselab: {err}")
     main()

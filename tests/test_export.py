@@ -78,7 +78,8 @@ def _checkpoint(m, tmp_path) -> str:
 
 def _roundtrip(ckpt: str, out) -> tuple[float, dict]:
     info = export(ckpt, out, verify=PROBES)
-    model = SentenceTransformer(str(out), device="cpu", trust_remote_code=True)
+    # a plain folder loads without remote code: trust_remote_code=False is what a refusing pipeline passes
+    model = SentenceTransformer(str(out), device="cpu", trust_remote_code=info["trust_remote_code"])
     theirs = model.encode(PROBES, convert_to_tensor=True, batch_size=3).float().cpu()
     ours = cselab.load(ckpt).encode(PROBES)
     assert theirs.shape == ours.shape
@@ -90,16 +91,56 @@ def _roundtrip(ckpt: str, out) -> tuple[float, dict]:
 # ------------------------------------------------------------------------------------------------ the five methods
 
 
-def test_simcse_unsup_exports_the_runtime_code(make_method, tmp_path):
+PLAIN_TOL = 1e-6
+TRANSFORMER, POOLING, DENSE = ("sentence_transformers.base.modules.transformer.Transformer",
+                               "sentence_transformers.sentence_transformer.modules.pooling.Pooling",
+                               "sentence_transformers.base.modules.dense.Dense")
+
+
+def _plain(out) -> None:
+    """The folder holds sentence-transformers' own modules and no code at all."""
+    assert not list(out.glob("*.py")) and not (out / "cselab_model.json").exists()
+    assert "trust_remote_code" not in (out / "README.md").read_text().split("## Usage")[1]
+    assert "Plain sentence-transformers modules" in (out / "README.md").read_text()
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_simcse_sup_cls_and_mlp_exports_plain_modules(make_method, tmp_path, family):
+    """SimCSE with its MLP at test: Transformer + Pooling(cls) + Dense(Tanh), no remote code, <= 1e-6."""
+    m = make_method("simcse", family, pooler="cls", head="mlp", mlp_only_train=False)
+    diff, info = _roundtrip(_checkpoint(m, tmp_path), tmp_path / "st")
+    assert diff <= PLAIN_TOL
+    assert info["modules"] == [TRANSFORMER, POOLING, DENSE] and not info["trust_remote_code"]
+    assert info["st_module_reason"] is None and info["use_head"]
+    config = json.loads((tmp_path / "st" / "2_Dense" / "config.json").read_text())
+    assert config["activation_function"] == "torch.nn.modules.activation.Tanh"
+    _plain(tmp_path / "st")
+
+
+def test_simcse_unsup_tests_without_the_mlp_plain(make_method, tmp_path):
+    """Unsup SimCSE trains with the MLP and tests without it ([CLS] of the last layer): Transformer + Pooling."""
     m = make_method("simcse", "bert", pooler="cls", head="mlp", mlp_only_train=True)
     diff, info = _roundtrip(_checkpoint(m, tmp_path), tmp_path / "st")
-    assert diff < TOL
-    assert info["modules"] == ["st_module.CselabEmbedding"] and info["trust_remote_code"]
+    assert diff <= PLAIN_TOL
+    assert info["modules"] == [TRANSFORMER, POOLING] and not info["trust_remote_code"]
     assert info["pooler"] == "cls_before_pooler" and not info["use_head"]
-    shipped = {p.name: p.read_text() for p in model_code_files()}
-    assert {"embedding.py", "st_module.py", "template_input.py", "backbone.py", "pooling.py"} <= set(shipped)
-    for name, text in shipped.items():  # the exported code IS the runtime modules' code
-        assert (tmp_path / "st" / name).read_text() == text, name
+    assert json.loads((tmp_path / "st" / "1_Pooling" / "config.json").read_text())["pooling_mode"] == "cls"
+    _plain(tmp_path / "st")
+
+
+def test_avg_pooled_exports_plain_modules_and_truncates_as_the_test_encoder(make_method, tmp_path):
+    m = make_method("simcse", "bert", pooler="avg", head="none", eval_max_seq_len=8)  # long probes are cut
+    ckpt = _checkpoint(m, tmp_path)
+    diff, info = _roundtrip(ckpt, tmp_path / "st")
+    assert diff <= PLAIN_TOL
+    assert info["modules"] == [TRANSFORMER, POOLING] and not info["trust_remote_code"]
+    assert json.loads((tmp_path / "st" / "1_Pooling" / "config.json").read_text())["pooling_mode"] == "mean"
+    assert cselab.load(ckpt).model.config["eval_max_seq_len"] == 8
+    assert SentenceTransformer(str(tmp_path / "st"), device="cpu").max_seq_length == 8
+    full = make_method("simcse", "bert", pooler="avg", head="none")  # the cut matters for the long probes
+    full.load_state_dict(cselab.load(ckpt).state_dict())
+    assert float((full.eval().encode(PROBES) - cselab.load(ckpt).encode(PROBES)).abs().max()) > 1e-3
+    _plain(tmp_path / "st")
 
 
 def test_promptbert_unsup_template_and_period_rule(make_method, tmp_path):
@@ -108,6 +149,14 @@ def test_promptbert_unsup_template_and_period_rule(make_method, tmp_path):
     assert diff < TOL
     assert info["add_period"] and info["denoise"] == "none"
     assert not info["use_head"]  # unsup PromptBERT: MLP in training only
+    assert info["modules"] == ["st_module.CselabEmbedding"] and info["trust_remote_code"]
+    assert "template" in info["st_module_reason"] and "period rule" in info["st_module_reason"]
+    card = (tmp_path / "st" / "README.md").read_text()
+    assert "st_module.CselabEmbedding" in card and info["st_module_reason"] in card
+    shipped = {p.name: p.read_text() for p in model_code_files()}
+    assert {"embedding.py", "st_module.py", "template_input.py", "backbone.py", "pooling.py"} <= set(shipped)
+    for name, text in shipped.items():  # the exported code IS the runtime modules' code
+        assert (tmp_path / "st" / name).read_text() == text, name
 
 
 def test_cot_bert_last_mask(make_method, tmp_path):

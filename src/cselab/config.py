@@ -17,7 +17,7 @@ def has_templates(prompt) -> bool:
 def register_resolvers() -> None:
     """``${eq:a,b}`` -> ``a == b`` (e.g. SimCSE's ``mlp_only_train: ${eq:${setting.name},unsup}``);
     ``${cselab_run_name:method,backbone,setting,overrides,mode}`` -> :func:`run_name` of this job or sweep; ``${cselab_or:a,b}`` -> ``a`` unless
-    it is null, else ``b`` (``hydra.run.dir: ${cselab_or:${resume},outputs/${run_name}}``); ``${cselab_prompt:p}``
+    it is null, else ``b`` (``hydra.run.dir: ${cselab_or:${resume.dir},outputs/${run_name}}``); ``${cselab_prompt:p}``
     -> ``p`` unless it has no templates (``prompt=none``: None); ``${cselab_dev_encoder:choice,spec}`` -> ``spec``
     when ``eval.dev_encoder=official``, else None (the test encoder); ``${cselab_backbone_name:id_or_folder}`` ->
     :func:`backbone_name`; ``${cselab_file_line:path,n}`` -> :func:`file_line`.  (``${cselab_backbone_family:...}``
@@ -183,6 +183,13 @@ def backbone_path_overrides(argv: list[str], options: set[str]) -> list[str]:
                              f"backbone={','.join(models)}")
         out += ["backbone=auto", f"backbone.name_or_path={','.join(models)}"]
     return out
+
+
+def resume_overrides(argv: list[str]) -> list[str]:
+    """Command-line overrides with ``resume=<run dir>`` written as ``resume.dir=<run dir>`` (``resume`` is a node:
+    ``dir`` and ``allow_changed``, ``conf/config.yaml``); everything else passes unchanged."""
+    return [f"resume.dir={item.split('=', 1)[1]}" if item.startswith(("resume=", "+resume=")) else item
+            for item in argv]
 
 
 #: longest run directory name kept readable; a longer one keeps its start and a hash of the whole

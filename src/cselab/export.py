@@ -1,18 +1,33 @@
-"""Export a trained cselab method to a sentence-transformers folder: ``EmbeddingModel.save`` plus the code.
+"""Export a trained cselab method to a sentence-transformers folder.
 
     python -m cselab.export outputs/.../checkpoints/best-step500.ckpt exported/promptbert-unsup
     python -m cselab.export CHECKPOINT OUT_DIR --push-to-hub me/promptbert-unsup   # + upload (token, network)
 
     from sentence_transformers import SentenceTransformer
-    model = SentenceTransformer("exported/promptbert-unsup", trust_remote_code=True)
+    model = SentenceTransformer("exported/simcse-unsup")                       # plain modules: no remote code
+    model = SentenceTransformer("exported/promptbert-unsup", trust_remote_code=True)   # a template: st_module
     model.encode(["a man is playing a guitar"])    # == cselab.load(ckpt).encode([...]) (float32, CPU)
 
-The folder holds the method's :class:`cselab.model.embedding.EmbeddingModel` as it saves itself
-(``cselab_model.json``, ``cselab_model.safetensors``, ``backbone/`` config and tokenizer), the files of the
-``cselab.model`` package themselves (the runtime code, relative imports only: no cselab install needed) and
-``modules.json`` naming one module, ``st_module.CselabEmbedding``.  Every method's forward path is exported by
-construction: there is no second implementation.  Code shipped with a model loads only with
-``trust_remote_code=True`` (sentence-transformers >= 6).
+Two kinds of folder, chosen by :func:`plain_reason`:
+
+* **plain sentence-transformers modules** whenever the test encoder is expressible that way (an encoder
+  backbone, fully fine-tuned or frozen, no template, no template denoising, the pooler
+  ``cls_before_pooler`` / ``avg`` / ``cls`` (BERT's pooler layer), at most SimCSE's MLP head (``Linear`` +
+  ``Tanh``, SimCSE ``simcse/models.py:19-32`` ``MLPLayer``)): ``Transformer`` (``max_seq_length`` = the test
+  encoder's truncation, the tokenizer's own lower-casing) + ``Pooling`` (``cls`` / ``mean``) + ``Dense``
+  (``Tanh``) for the head or the pooler layer.  ``SentenceTransformer(folder)`` loads it with no remote code;
+* otherwise the method's :class:`cselab.model.embedding.EmbeddingModel` as it saves itself
+  (``cselab_model.json``, ``cselab_model.safetensors``, ``backbone/`` config and tokenizer), the files of the
+  ``cselab.model`` package themselves (the runtime code, relative imports only: no cselab install needed) and
+  ``modules.json`` naming one module, ``st_module.CselabEmbedding``: templates ([MASK] states, the period rule,
+  whole-string tokenization, template-bias subtraction), prefixes and soft prompts, decoder LLMs (LoRA merged
+  or not), other poolers and BERT's MLM-transform head.  Sentence-transformers' own prompts only prepend a
+  string to the sentence and pool every token or [CLS]; no cselab template is that (each has text after
+  ``[X]`` or a ``[MASK]`` representation), so templates always ship ``st_module``.  Code shipped with a model
+  loads only with ``trust_remote_code=True`` (sentence-transformers >= 6).
+
+Either way the export encodes probe sentences both ways and returns the largest absolute difference; the
+model card says which kind the folder is and why.
 
 Refused (:class:`ExportError`, nothing written): the analysis representations of ``method=baseline``
 (``static_avg``, ``static_avg_debiased``, ``topk``: not the embedding model's forward) and an output folder that
@@ -58,6 +73,66 @@ def describe(method) -> dict[str, Any]:
     return method.model.describe()
 
 
+#: cselab poolers -> sentence-transformers ``Pooling`` modes (``cls``: then BERT's pooler layer as a ``Dense``)
+ST_POOLING: dict[str, str] = {"cls_before_pooler": "cls", "avg": "mean", "cls": "cls"}
+
+
+def plain_reason(model) -> str | None:
+    """Why the embedding model ``model`` (:class:`cselab.model.embedding.EmbeddingModel`) needs ``st_module``,
+    or ``None`` when plain sentence-transformers modules (``Transformer`` + ``Pooling`` + ``Dense``) compute
+    exactly its test encoder (module docstring)."""
+    from cselab.model.heads import MLPHead
+
+    plan, backbone = model.describe(), model.backbone
+    if backbone.is_decoder:
+        return "a decoder LLM's prompt (the official evaluation sentence rules, left padding, the last token)"
+    if backbone.tuning not in ("full", "frozen"):
+        return {"prefix": "prefix tuning (past key values at every layer)",
+                "soft_prompt": "a continuous template (soft prompt)",
+                "lora": "unmerged LoRA adapters (export with --merge-lora for a plain backbone)"}.get(
+                    backbone.tuning, f"tuning={backbone.tuning}")
+    if plan["template"] is not None:
+        return (f"the template {plan['template']!r} (whole-string tokenization"
+                + (", the period rule" if plan["add_period"] else "")
+                + (", template-bias subtraction" if plan["denoise"] != "none" else "")
+                + (", the [MASK] state" if plan["pooler"] == "mask" else "") + ")")
+    if plan["add_period"] or plan["denoise"] != "none":
+        return "the period rule or template denoising at test"
+    if plan["pooler"] not in ST_POOLING or plan["pool_layer"] != -1:
+        return f"the pooler {plan['pooler']!r} (sentence-transformers pools the last layer by cls or mean only)"
+    if plan["use_head"] and not isinstance(model.head, MLPHead):
+        return f"the head {plan['head']} (LayerNorm eps and GELU of BERT's MLM transform)"
+    if plan["pooler"] == "cls" and getattr(backbone.base_model, "pooler", None) is None:
+        return "pooler=cls without the backbone's pooler layer"
+    return None
+
+
+def plain_modules(model, folder: Path) -> list:
+    """The sentence-transformers modules of a model :func:`plain_reason` accepts: ``Transformer`` (the backbone
+    and tokenizer written to ``folder``, ``max_seq_length`` = ``eval_max_seq_len`` or the backbone's positions,
+    as the test encoder truncates), ``Pooling`` and, for SimCSE's MLP head at test or BERT's pooler layer,
+    ``Dense`` (``Linear`` + ``Tanh``, the weights copied)."""
+    from sentence_transformers.sentence_transformer.modules import Dense, Pooling, Transformer
+    from torch import nn
+
+    plan, backbone = model.describe(), model.backbone
+    backbone.base_model.save_pretrained(folder)
+    model.tokenizer.save_pretrained(folder)
+    limit = model.config.get("eval_max_seq_len") or backbone.max_positions
+    transformer = Transformer(str(folder), max_seq_length=int(limit), do_lower_case=False)
+    dim = int(backbone.hidden_size)
+    modules = [transformer, Pooling(dim, pooling_mode=ST_POOLING[plan["pooler"]])]
+    linear = None
+    if plan["pooler"] == "cls":  # BERT's pooler layer: tanh(W h_cls + b)
+        linear = backbone.base_model.pooler.dense
+    elif plan["use_head"]:  # SimCSE's MLPLayer: tanh(W h + b)
+        linear = model.head.dense
+    if linear is not None:
+        modules.append(Dense(dim, dim, activation_function=nn.Tanh(),
+                             init_weight=linear.weight.detach().clone(), init_bias=linear.bias.detach().clone()))
+    return modules
+
+
 def model_code_files() -> list[Path]:
     """The ``cselab.model`` files an exported folder holds (the runtime code of the embedding model)."""
     import cselab.model
@@ -69,7 +144,8 @@ def model_code_files() -> list[Path]:
 def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verify: Sequence[str] | bool = True,
            results: str | os.PathLike | None = None, repo_id: str | None = None,
            merge_lora: bool = False) -> dict[str, Any]:
-    """Write a sentence-transformers folder that embeds like ``cselab.load(source).encode``.
+    """Write a sentence-transformers folder that embeds like ``cselab.load(source).encode``: plain modules when
+    :func:`plain_reason` allows, else ``st_module`` (module docstring).
 
     Args:
         source: a cselab checkpoint path (``cselab.load`` rebuilds the method) or a method object (any device;
@@ -84,8 +160,9 @@ def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verif
             model is merged; ``source`` is untouched), else the adapters as they are (PEFT needed to load).
 
     Returns:
-        :func:`describe`'s plan plus ``"path"``, ``"modules"`` (the ``modules.json`` types),
-        ``"trust_remote_code"`` (True), ``"max_abs_diff"`` (None without ``verify``) and ``"results"``.
+        :func:`describe`'s plan plus ``"st_module_reason"`` (:func:`plain_reason`: None for plain modules),
+        ``"path"``, ``"modules"`` (the ``modules.json`` types), ``"trust_remote_code"`` (False for plain
+        modules), ``"max_abs_diff"`` (None without ``verify``) and ``"results"``.
 
     Raises:
         ExportError: the method cannot be exported (module docstring), ``out_dir`` is not empty, or
@@ -123,13 +200,21 @@ def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verif
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-export-", dir=out.parent))  # same filesystem
         try:
             staging.chmod(0o777 & ~umask())  # mkdtemp makes it 0700: the folder gets the process umask
-            SentenceTransformer(modules=[CselabEmbedding(model)], device="cpu").save(
-                str(staging), create_model_card=False)
-            for path in model_code_files():
-                shutil.copyfile(path, staging / path.name)
-            entries = json.loads((staging / "modules.json").read_text(encoding="utf-8"))
-            entries[0]["type"] = MODULE_TYPE
-            (staging / "modules.json").write_text(json.dumps(entries, indent=2), encoding="utf-8")
+            reason = plain_reason(model)
+            if reason is None:  # plain modules: loads with no remote code
+                with tempfile.TemporaryDirectory(dir=staging) as backbone_dir:  # removed before the rename
+                    SentenceTransformer(modules=plain_modules(model, Path(backbone_dir)), device="cpu").save(
+                        str(staging), create_model_card=False)
+            else:
+                SentenceTransformer(modules=[CselabEmbedding(model)], device="cpu").save(
+                    str(staging), create_model_card=False)
+                for path in model_code_files():
+                    shutil.copyfile(path, staging / path.name)
+                entries = json.loads((staging / "modules.json").read_text(encoding="utf-8"))
+                entries[0]["type"] = MODULE_TYPE
+                (staging / "modules.json").write_text(json.dumps(entries, indent=2), encoding="utf-8")
+            modules = [e["type"] for e in json.loads((staging / "modules.json").read_text(encoding="utf-8"))]
+            plan = {**plan, "st_module_reason": reason}
             results_path = Path(results) if results is not None else find_results(origin)
             write_card(staging, method, plan, origin, results_path, repo_id)
             if out.exists():  # empty, or overwrite (checked above): replaced only once the new one is complete
@@ -138,11 +223,12 @@ def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verif
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        result = {**plan, "path": str(out), "modules": [MODULE_TYPE], "trust_remote_code": True,
+        remote = reason is not None
+        result = {**plan, "path": str(out), "modules": modules, "trust_remote_code": remote,
                   "max_abs_diff": None, "results": str(results_path) if results_path else None}
         if verify:
             sentences = list(PROBE_SENTENCES if verify is True else verify)
-            loaded = SentenceTransformer(str(out), device="cpu", trust_remote_code=True)
+            loaded = SentenceTransformer(str(out), device="cpu", trust_remote_code=remote)
             theirs = loaded.encode(sentences, convert_to_tensor=True, batch_size=4).float().cpu()
             ours = method.encode(sentences)
             result["max_abs_diff"] = float((theirs - ours).abs().max())

@@ -3,6 +3,8 @@
 ``run.py`` only composes the Hydra config and calls :func:`run`.  Steps:
 
 1. validate the config (names the offending keys before any heavy work);
+   a resumed run's config is compared with its checkpoint's (``resume.allow_changed``,
+   :mod:`cselab.callbacks.run_config`);
 2. build the method (loads the backbone) and, when training, its DataModule with the method's collate;
 3. fit with the STS callback validating STS-B dev every ``trainer.val_check_interval`` steps and a
    ``ModelCheckpoint`` keeping the best ``val/stsb_spearman``;
@@ -13,6 +15,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from cselab.callbacks import FlopCounter, RNGState
+from cselab.callbacks.run_config import RunConfig, check_resume, resolved_config
 from cselab.checkpoint_io import AtomicCheckpointIO, LastCheckpoint
 from cselab.config import has_templates
 from cselab.data.nli import NLIDataModule
@@ -91,6 +95,7 @@ def validate(cfg: DictConfig) -> None:
     if cfg.method.train and cfg.setting.name == "unsup" and cfg.data.get("streaming") and cfg.trainer.max_steps <= 0:
         raise ConfigError("data.streaming=true has no epoch length: set trainer.max_steps (e.g. 1M / batch_size)")
     _check_template_override(cfg)
+    check_templates(cfg)  # every template parsed before any weights load
     allowed = cfg.method.get("tunings")
     if cfg.method.train and allowed is not None and cfg.tuning.name not in allowed:
         raise ConfigError(
@@ -155,6 +160,55 @@ def _check_template_override(cfg: DictConfig) -> None:
         f"with this template, type: prompt=custom prompt.template='{template}'{one_view}")
 
 
+def check_templates(cfg: DictConfig) -> None:
+    """Parse every template of the run's prompt for the backbone's family (``prompt.templates.<family>.*``) as
+    the model will (:meth:`cselab.model.template.Template.parse` with ``prompt.mask_index`` for BERT / RoBERTa,
+    :func:`cselab.model.decoder_input.split_prompt` for decoders), and check that the views the prompt names
+    (``train_views``, ``sup_view``, ``eval_view``) exist: in :func:`validate`, before any weights load.
+
+    Raises:
+        ConfigError: the message names the config key the template comes from (``prompt.template`` for
+            ``prompt=custom``, ``prompt.file, prompt.line`` for ``prompt=icl_file``, else
+            ``prompt.templates.<family>.<view>``) and why.
+    """
+    from cselab.model.decoder_input import split_prompt
+    from cselab.model.template import Template, TemplateError
+
+    prompt = prompt_config(cfg)
+    if prompt is None:
+        return
+    family = str(cfg.backbone.family)
+    templates = prompt.get("templates") or {}
+    if family not in templates:
+        raise ConfigError(f"prompt={prompt.get('name')} has no templates for backbone.family={family} "
+                          f"(prompt.templates has {sorted(templates)})")
+    views = templates[family]
+    raw = OmegaConf.to_container(views, resolve=False)
+    for key, view in [*[("prompt.train_views", v) for v in prompt.get("train_views") or []],
+                      ("prompt.sup_view", prompt.get("sup_view")), ("prompt.eval_view", prompt.get("eval_view"))]:
+        if view is not None and view not in views:
+            raise ConfigError(f"{key} names the view {view!r}, which prompt.templates.{family} lacks "
+                              f"(its views: {sorted(views)})")
+    mask_index = int(prompt.get("mask_index", -1))
+    for view in views:
+        source = raw[view]
+        # the key the user typed: prompt.template (prompt=custom), prompt.file, prompt.line (prompt=icl_file), ...
+        references = re.findall(r"\$\{([\w.]+)\}", source) if isinstance(source, str) else []
+        key = ", ".join(references) or f"prompt.templates.{family}.{view}"
+        try:
+            template = views[view]
+        except Exception as err:  # e.g. prompt=icl_file: prompt.file / prompt.line name no line
+            raise ConfigError(f"{key}: {err}") from err
+        try:
+            if family == "decoder":
+                split_prompt(template)
+            else:
+                Template.parse(template, mask_index)
+        except TemplateError as err:
+            raise ConfigError(f"{key}={template!r} (prompt={prompt.get('name')}, backbone.family={family}): "
+                              f"{err}") from err
+
+
 def resolve_ckpt_path(ckpt_path: str | None, output_dir: str | Path) -> str | None:
     """The checkpoint ``trainer.fit`` resumes from.
 
@@ -214,8 +268,8 @@ def compile_backbone(method, options) -> None:
 
 def check_data_files(cfg: DictConfig) -> None:
     """Every input file, checked before the backbone is loaded (:mod:`cselab.data.checks`): the training file
-    (``data.path``: exists, readable, not empty, not mostly undecodable, the NLI header) and the STS files of
-    every test task and of the dev task (names known, files parse).
+    (``data.path``: exists, readable, not empty, not mostly undecodable or control characters, the NLI header)
+    and the STS files of every test task and of the dev task (names known, files parse).
 
     Raises:
         FileNotFoundError: a file is missing (names the path, the config key and how to get the data).
@@ -230,7 +284,9 @@ def check_data_files(cfg: DictConfig) -> None:
         what = "NLI triplets csv" if cfg.setting.name == "sup" else "unsup corpus"
         found = require(path if path.startswith("/") else data_root(cfg.data_dir) / path, what, "data.path")
         share = float(cfg.data.get("max_undecodable_share", 0.01))
-        (check_nli if cfg.setting.name == "sup" else check_corpus)(found, max_undecodable_share=share)
+        control = float(cfg.data.get("max_control_share", 0.01))
+        (check_nli if cfg.setting.name == "sup" else check_corpus)(found, max_undecodable_share=share,
+                                                                   max_control_share=control)
     check_sts_tasks(data_root(cfg.data_dir), list(cfg.eval.test_tasks), cfg.eval.dev_task)
     transfer_protocol(cfg)  # the protocol node and the transfer files (counts), long before they are encoded
 
@@ -322,12 +378,22 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
             "again in the same directory, or name another run with run_name=...",
             _read_json(output_dir / "results.json"),
         )
-    if cfg.get("resume") and cfg.method.train and not (
+    resume_dir = OmegaConf.select(cfg, "resume.dir")
+    if resume_dir and cfg.method.train and not (
             (output_dir / "checkpoints" / "last.ckpt").is_file() or any(output_dir.glob("hpc_ckpt_*.ckpt"))):
-        raise ConfigError(f"resume={cfg.resume}: no checkpoints/last.ckpt in that directory to resume from "
+        raise ConfigError(f"resume={resume_dir}: no checkpoints/last.ckpt in that directory to resume from "
                           "(a run writes it at its first validation)")
     validate(cfg)
     check_data_files(cfg)  # every input file, before the backbone loads and long before fit ends
+    ckpt_path = None
+    if cfg.method.train:
+        ckpt_path = cfg.get("ckpt_path")
+        if ckpt_path == "auto" and (output_dir / "results.json").exists():  # overwrite=true: a fresh run
+            ckpt_path = None
+        ckpt_path = resolve_ckpt_path(ckpt_path, output_dir)
+    resume_step = checkpoint_step(ckpt_path)
+    # the new command against the checkpoint's config, before the backbone loads (resume.allow_changed)
+    changed_on_resume = check_resume(cfg, ckpt_path, resume_step)
     L.seed_everything(cfg.seed, workers=True)
     method = build_method(cfg)
     if cfg.method.train and cfg.get("activation_checkpointing", False):
@@ -350,7 +416,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     checkpoint = None
     if cfg.method.train:
         # FLOPs of each batch shape (before the throughput monitor, which reads them), the RNG state in checkpoints
-        callbacks += [FlopCounter(), RNGState(),
+        callbacks += [FlopCounter(), RNGState(), RunConfig(resolved_config(cfg), changed_on_resume, resume_step),
                       L.pytorch.callbacks.ThroughputMonitor(batch_size_fn=_batch_size, window_size=5)]
         checkpoint = L.pytorch.callbacks.ModelCheckpoint(
             dirpath=output_dir / "checkpoints",
@@ -373,13 +439,6 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     tags.append(_short_tag(f"variant={cfg.get('variant') or 'default'}"))
     name = run_display_name(cfg.method.name, cfg.backbone.get("name", str(cfg.backbone.name_or_path)),
                             cfg.setting.name, cfg.get("variant"), cfg.seed)
-    ckpt_path = None
-    if cfg.method.train:
-        ckpt_path = cfg.get("ckpt_path")
-        if ckpt_path == "auto" and (output_dir / "results.json").exists():  # overwrite=true: a fresh run
-            ckpt_path = None
-        ckpt_path = resolve_ckpt_path(ckpt_path, output_dir)
-    resume_step = checkpoint_step(ckpt_path)
     loggers = build_loggers(OmegaConf.to_container(cfg.logger, resolve=True), str(output_dir), tags,
                             group=cfg.get("group"), name=name, resume_step=resume_step)
     config = OmegaConf.to_container(cfg, resolve=True)
@@ -434,6 +493,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         global_step=global_step,
         wall_time_s=round(time.perf_counter() - start + sts.elapsed_before, 1),  # + earlier processes (resume)
         stsb_test_cosine_by_gold_bin=bins,
+        changed_on_resume=changed_on_resume,
         **transfer,
     )
     if not rank_zero:  # under DDP only rank 0 writes and prints
@@ -480,8 +540,27 @@ def _read_json(path: Path) -> dict:
         return {}
 
 
+def disk_full_record(err: BaseException, output_dir: str | Path) -> dict[str, Any]:
+    """``{"cause": "disk full", "path", "free_bytes"}`` when ``err`` or an exception in its chain is a full disk
+    (:class:`cselab.files.DiskFullError`, or an ``OSError`` ENOSPC / EDQUOT written outside
+    :func:`cselab.files.staged`), else ``{}``.  ``path``: the file being written (else ``output_dir``);
+    ``free_bytes``: the free space when the write failed (else now)."""
+    from cselab.files import DiskFullError, disk_full_error, exception_chain, free_bytes
+
+    chain = exception_chain(err)
+    full = next((e for e in chain if isinstance(e, DiskFullError)), None)
+    if full is None:
+        path = next((e.filename for e in chain if isinstance(e, OSError) and e.filename), None) or output_dir
+        full = disk_full_error(err, path, free_bytes(path))
+    if full is None:
+        return {}
+    return {"cause": "disk full", "path": str(full.filename),
+            "free_bytes": full.free_bytes if full.free_bytes is not None else free_bytes(full.filename)}
+
+
 def record_failure(output_dir: str | Path, err: BaseException) -> Path | None:
-    """Write ``failed.json`` (error type, message, traceback) in a run's directory; the report lists it.
+    """Write ``failed.json`` (error type, message, traceback; for a full disk also ``cause``, ``path`` and
+    ``free_bytes``, :func:`disk_full_record`) in a run's directory; the report lists it.
 
     Never raises: when the file cannot be written (a full disk, a read-only folder), the failure and the reason
     are logged instead and ``None`` is returned, so a sweep's handler goes on with the next job.
@@ -497,6 +576,7 @@ def record_failure(output_dir: str | Path, err: BaseException) -> Path | None:
             "message": str(err),
             "traceback": "".join(traceback.format_exception(type(err), err, err.__traceback__)),
         }
+        info.update(disk_full_record(err, output_dir))
         return atomic_write_text(Path(output_dir) / "failed.json", json.dumps(info, indent=2) + "\n")
     except Exception as write_err:
         log.error("could not write %s (%s: %s); the run failed with %s: %s", Path(output_dir) / "failed.json",

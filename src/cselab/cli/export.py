@@ -52,6 +52,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cselab.export: {err}", file=sys.stderr)
         return 2
     print(json.dumps(result, indent=2, default=str))
+    kind = ("plain sentence-transformers modules (no remote code)" if not result["trust_remote_code"] else
+            f"st_module (trust_remote_code=True) for {result['st_module_reason']}")
+    diff = result["max_abs_diff"]
+    print(f"cselab.export: {args.out_dir}: {kind}; max |diff| vs cselab.load on the probe sentences: "
+          + ("not checked (--no-verify)" if diff is None else f"{diff:.3g}"), file=sys.stderr)
     if result["max_abs_diff"] is not None and result["max_abs_diff"] > 1e-5:
         print(f"cselab.export: WARNING max abs difference {result['max_abs_diff']:.3g} > 1e-5"
               + ("; not pushed" if args.push_to_hub else ""), file=sys.stderr)

@@ -3,7 +3,9 @@ every task the run will score, so that a bad file fails in seconds, naming it, i
 
 * corpus / NLI csv: not empty, a usable line, at most ``max_undecodable_share`` of its non-empty lines with bytes
   that are not UTF-8 (a few such lines are skipped and counted while training; a file made mostly of them is the
-  wrong file), and for the NLI csv the header ``sent0,sent1,hard_neg``;
+  wrong file), at most ``max_control_share`` of its non-empty UTF-8 lines made mostly of control characters
+  (NULs and the like: valid UTF-8, but not text; a binary file, a corrupted download), and for the NLI csv the
+  header ``sent0,sent1,hard_neg``;
 * STS: every task name is known and every file of every test task (and the dev task's dev split) parses; the
   parsed files stay in the readers' cache, so the evaluation does not read them again.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +23,10 @@ from cselab.data.sts import STSFormatError, canonical_task, load_task, task_spli
 
 #: bytes of a training file scanned for the checks (a larger file is judged on its start)
 SCAN_BYTES = 64 * 2**20
+#: control characters (Unicode category Cc) that are not whitespace: C0 except tab / newlines / separators, DEL, C1
+CONTROL = re.compile(r"[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")
+#: a line is a control-character line when more than this share of its non-whitespace characters are
+CONTROL_LINE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -31,12 +38,15 @@ class LineStats:
         empty: empty or whitespace-only lines.
         undecodable: lines holding bytes that are not UTF-8.
         truncated: the file is larger than the scan (counts cover its first ``SCAN_BYTES``).
+        control: UTF-8 lines whose non-whitespace characters are more than :data:`CONTROL_LINE_SHARE` control
+            characters (:data:`CONTROL`).
     """
 
     lines: int
     empty: int
     undecodable: int
     truncated: bool
+    control: int = 0
 
     @property
     def usable(self) -> int:
@@ -48,8 +58,9 @@ def scan_lines(path: str | os.PathLike, limit: int = SCAN_BYTES, skip_header: bo
     """Count the lines, the empty ones and the ones that are not UTF-8 in the first ``limit`` bytes of ``path``.
 
     Lines are split on ``\\n`` (a trailing ``\\r`` is dropped); with ``skip_header`` the first line is not counted.
+    Also counts the lines made mostly of control characters (:attr:`LineStats.control`).
     """
-    lines = empty = undecodable = 0
+    lines = empty = undecodable = control = 0
     read = 0
     truncated = False
     with open(path, "rb") as f:
@@ -71,10 +82,15 @@ def scan_lines(path: str | os.PathLike, limit: int = SCAN_BYTES, skip_header: bo
                 continue
             if not text.strip():
                 empty += 1
-    return LineStats(lines, empty, undecodable, truncated)
+            elif CONTROL.search(text):
+                visible = len("".join(text.split()))
+                if len(CONTROL.findall(text)) > CONTROL_LINE_SHARE * visible:
+                    control += 1
+    return LineStats(lines, empty, undecodable, truncated, control)
 
 
-def _check_lines(path: Path, stats: LineStats, what: str, max_undecodable_share: float) -> None:
+def _check_lines(path: Path, stats: LineStats, what: str, max_undecodable_share: float,
+                 max_control_share: float = 0.01) -> None:
     where = f"{path} (config key data.path, {what})"
     scope = f"in its first {SCAN_BYTES // 2**20} MiB" if stats.truncated else ""
     if stats.usable == 0:
@@ -92,23 +108,36 @@ def _check_lines(path: Path, stats: LineStats, what: str, max_undecodable_share:
             f"{stats.usable:,} lines would be trained on. Is this the right file? (a few such lines are skipped "
             "and counted; raise data.max_undecodable_share to accept more)"
         )
+    decoded = nonempty - stats.undecodable
+    share = stats.control / decoded if decoded else 0.0
+    if share > max_control_share:
+        raise ValueError(
+            f"{where}: {stats.control:,} of {decoded:,} non-empty UTF-8 lines{' ' + scope if scope else ''} are "
+            f"mostly control characters such as NUL ({share:.1%}, above data.max_control_share="
+            f"{max_control_share:g}); expected text. Is this the right file? (raise data.max_control_share to "
+            "accept it)"
+        )
 
 
-def check_corpus(path: str | os.PathLike, max_undecodable_share: float = 0.01) -> LineStats:
-    """Refuse an unsup corpus that is empty or mostly not UTF-8 (one sentence a line).
+def check_corpus(path: str | os.PathLike, max_undecodable_share: float = 0.01,
+                 max_control_share: float = 0.01) -> LineStats:
+    """Refuse an unsup corpus that is empty, mostly not UTF-8 or mostly control characters (one sentence a line).
 
     Raises:
-        ValueError: no usable line, or more than ``max_undecodable_share`` of the non-empty lines are not UTF-8
-            (names the file, the config key and the counts).
+        ValueError: no usable line, more than ``max_undecodable_share`` of the non-empty lines are not UTF-8, or
+            more than ``max_control_share`` of the UTF-8 ones are mostly control characters (names the file, the
+            config key and the counts).
     """
     path = Path(path)
     stats = scan_lines(path)
-    _check_lines(path, stats, "unsup corpus", max_undecodable_share)
+    _check_lines(path, stats, "unsup corpus", max_undecodable_share, max_control_share)
     return stats
 
 
-def check_nli(path: str | os.PathLike, max_undecodable_share: float = 0.01) -> LineStats:
-    """Refuse an NLI triplets csv without the header ``sent0,sent1,hard_neg``, without rows, or mostly not UTF-8.
+def check_nli(path: str | os.PathLike, max_undecodable_share: float = 0.01,
+              max_control_share: float = 0.01) -> LineStats:
+    """Refuse an NLI triplets csv without the header ``sent0,sent1,hard_neg``, without rows, mostly not UTF-8 or
+    mostly control characters.
 
     Raises:
         ValueError: names the file, the config key, and the header found or the counts.
@@ -125,7 +154,7 @@ def check_nli(path: str | os.PathLike, max_undecodable_share: float = 0.01) -> L
             f"missing {missing}"
         )
     stats = scan_lines(path, skip_header=True)
-    _check_lines(path, stats, "NLI triplets csv", max_undecodable_share)
+    _check_lines(path, stats, "NLI triplets csv", max_undecodable_share, max_control_share)
     return stats
 
 

@@ -1,0 +1,172 @@
+"""The run's resolved config in every checkpoint, so that a resume can compare the new command with it.
+
+A run resumed with other values for keys that change its result (``optim.lr``, ``loss.temperature``,
+``trainer.max_steps``, ...) would continue with the checkpoint's optimizer state while ``results.json`` and
+``.hydra/`` record the new values.  :func:`config_changes` lists the differences (every key of the resolved config
+except :data:`cselab.config.OUTPUT_ONLY_KEYS`, the one list of keys that never change a result, also used for
+``run_name``); :func:`check_resume` refuses them unless ``resume.allow_changed`` lists them, and
+:class:`RunConfig` saves the config and the accepted changes (key, both values, the step) with each checkpoint
+and applies an accepted ``optim.lr`` / ``optim.weight_decay`` to the restored optimizer.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from cselab.config import OUTPUT_ONLY_KEYS, key_matches
+
+log = logging.getLogger(__name__)
+
+#: the key under ``checkpoint["callbacks"]`` that Lightning files :class:`RunConfig`'s state under
+STATE_KEY = "RunConfig"
+#: optimizer hyper-parameters that a restored optimizer state would otherwise override
+OPTIMIZER_KEYS: dict[str, str] = {"optim.lr": "lr", "optim.weight_decay": "weight_decay"}
+_ABSENT = "(absent)"
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a.b": leaf}`` of a nested dict; lists are leaves."""
+    if not isinstance(node, dict) or not node:
+        return {prefix: node} if prefix else {}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def _derived(node: Any, prefix: str = "module") -> list[str]:
+    """Paths under ``module`` whose unresolved value is an interpolation: copies of the groups' keys (the
+    ``module`` node reads every argument from the groups, ``conf/config.yaml``), compared where they live."""
+    if isinstance(node, str):
+        return [prefix] if "${" in node else []
+    if isinstance(node, dict):
+        return [p for key, value in node.items() for p in _derived(value, f"{prefix}.{key}")]
+    return []
+
+
+def resolved_config(cfg: DictConfig) -> dict[str, Any]:
+    """The config as saved in a checkpoint: resolved, plain containers."""
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def config_changes(saved: dict[str, Any], cfg: DictConfig) -> list[tuple[str, Any, Any]]:
+    """The keys whose resolved values differ between a checkpoint's config ``saved`` and ``cfg``, leaving out
+    :data:`~cselab.config.OUTPUT_ONLY_KEYS` (logging, paths, evaluation batch size, workers, ...) and the
+    ``module`` node's copies of other keys.
+
+    Returns:
+        ``[(key, checkpoint value, new value)]`` sorted by key; ``"(absent)"`` for a key one side lacks.
+    """
+    new = resolved_config(cfg)
+    derived = _derived(OmegaConf.to_container(cfg.get("module") or {}, resolve=False))
+    old_flat, new_flat = _flatten(saved), _flatten(new)
+    changes = []
+    for key in sorted(set(old_flat) | set(new_flat)):
+        if key_matches(key, OUTPUT_ONLY_KEYS) or key_matches(key, tuple(derived)):
+            continue
+        before, after = old_flat.get(key, _ABSENT), new_flat.get(key, _ABSENT)
+        if before != after:
+            changes.append((key, before, after))
+    return changes
+
+
+def read_state(ckpt_path: str | Path) -> dict[str, Any] | None:
+    """:class:`RunConfig`'s state in a checkpoint (memory-mapped: the weights are not read), or ``None`` for a
+    checkpoint written before it existed."""
+    state = torch.load(ckpt_path, map_location="cpu", mmap=True, weights_only=False)
+    return (state.get("callbacks") or {}).get(STATE_KEY)
+
+
+def check_resume(cfg: DictConfig, ckpt_path: str | None, step: int | None) -> list[dict[str, Any]]:
+    """Compare a resumed run's config with its checkpoint's, before any weights load.
+
+    Args:
+        cfg: the new command's config; ``resume.allow_changed`` lists keys allowed to differ (a key covers its
+            sub-keys).
+        ckpt_path: the checkpoint ``fit`` resumes from (``None``: a fresh run, nothing to compare).
+        step: the checkpoint's global step (where the accepted changes take effect).
+
+    Returns:
+        every accepted change of this and earlier resumes, ``[{"key", "checkpoint", "now", "step"}]`` (for
+        ``results.json`` and the next checkpoints).
+
+    Raises:
+        cselab.methods.checks.ConfigError: a key that changes the result differs and is not listed; the message
+            names each key with both values and the override that accepts them.
+    """
+    from cselab.methods.checks import ConfigError
+
+    if ckpt_path is None or not Path(ckpt_path).is_file():
+        return []
+    state = read_state(ckpt_path)
+    if state is None:
+        log.warning("%s holds no run config (written by an older cselab): the resumed run's overrides cannot be "
+                    "compared with the checkpoint's", ckpt_path)
+        return []
+    allowed = tuple(str(k) for k in (OmegaConf.select(cfg, "resume.allow_changed") or []))
+    changes = config_changes(state["config"], cfg)
+    refused = [c for c in changes if not key_matches(c[0], allowed)]
+    if refused:
+        lines = "\n".join(f"  {key}: {before!r} in the checkpoint, {after!r} now" for key, before, after in refused)
+        keys = ",".join(key for key, _, _ in refused)
+        raise ConfigError(
+            f"resuming from {ckpt_path} (step {step}) with values that change the result:\n{lines}\n"
+            f"Resume with the checkpoint's values, start a new run (another run_name / overwrite=true), or accept "
+            f"the change from step {step} on with resume.allow_changed=[{keys}]")
+    earlier = list(state.get("changes") or [])
+    now = [{"key": key, "checkpoint": before, "now": after, "step": step} for key, before, after in changes]
+    for change in now:
+        log.warning("resume: %s changes from %r to %r at step %s (resume.allow_changed)", change["key"],
+                    change["checkpoint"], change["now"], step)
+    return earlier + now
+
+
+class RunConfig(L.Callback):
+    """Save the run's resolved config and its accepted resume changes with every checkpoint; when ``fit``
+    resumes with an accepted ``optim.lr`` / ``optim.weight_decay`` change, put the new value into the restored
+    optimizer (and the LR schedule's base), which otherwise keeps the checkpoint's.
+
+    Args:
+        config: the resolved config (:func:`resolved_config`).
+        changes: the accepted changes (:func:`check_resume`); those of this resume have ``step`` = the step
+            resumed from.
+        resume_step: the step this fit resumes from (``None``: a fresh run).
+    """
+
+    def __init__(self, config: dict[str, Any], changes: list[dict[str, Any]] | None = None,
+                 resume_step: int | None = None) -> None:
+        self.config = config
+        self.changes = list(changes or [])
+        self.resume_step = resume_step
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"config": self.config, "changes": self.changes}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Nothing to restore: :func:`check_resume` read the checkpoint's state before the run was built."""
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        new = {OPTIMIZER_KEYS[c["key"]]: c["now"] for c in self.changes
+               if c["key"] in OPTIMIZER_KEYS and c["step"] == self.resume_step and self.resume_step is not None}
+        if not new:
+            return
+        for optimizer in trainer.optimizers:
+            for group in optimizer.param_groups:
+                if "weight_decay" in new:
+                    group["weight_decay"] = float(new["weight_decay"])
+                if "lr" in new:  # the schedule's factor at this step is kept: lr = new base x factor
+                    base = group.get("initial_lr", group["lr"])
+                    group["lr"] = group["lr"] * float(new["lr"]) / base if base else float(new["lr"])
+                    group["initial_lr"] = float(new["lr"])
+        if "lr" in new:
+            for config in trainer.lr_scheduler_configs:
+                scheduler = config.scheduler
+                scheduler.base_lrs = [float(new["lr"])] * len(scheduler.base_lrs)
+                scheduler._last_lr = [g["lr"] for g in scheduler.optimizer.param_groups]
+        log.info("resume: optimizer set to %s from step %s", new, self.resume_step)

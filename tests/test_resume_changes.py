@@ -1,0 +1,97 @@
+"""A resumed run whose command changes a key that changes the result is refused, naming the key with both values;
+``resume.allow_changed`` accepts it, applies it from the checkpoint's step and records it in ``results.json``;
+keys that do not change the result (:data:`cselab.config.OUTPUT_ONLY_KEYS`) pass silently."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from cselab.callbacks.run_config import config_changes, resolved_config
+from cselab.config import resume_overrides
+from cselab.methods.checks import ConfigError
+
+
+class _Killed(RuntimeError):
+    pass
+
+
+def _interrupted_run(tmp_path, tiny_bert_dir, sts_data_dir, monkeypatch):
+    """A 4-step run that dies at step 3, after the step-2 validation wrote checkpoints/last.ckpt."""
+    from cselab.methods.base import ContrastiveMethod
+    from cselab.pipeline import run
+    from tests.conftest import compose_tiny_run
+
+    real_step = ContrastiveMethod.training_step
+
+    def dies_at_step_3(self, batch, batch_idx):
+        if self.global_step == 3:
+            raise _Killed("killed at step 3")
+        return real_step(self, batch, batch_idx)
+
+    cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]", "optim.lr=5e-5",
+                           "trainer.deterministic=true")
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        patch.setattr(ContrastiveMethod, "training_step", dies_at_step_3)
+        with pytest.raises(_Killed):
+            run(cfg, out)
+    assert torch.load(out / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
+    return out
+
+
+@pytest.mark.integration
+def test_resume_with_a_changed_lr_is_refused_then_accepted_and_recorded(tmp_path, tiny_bert_dir, sts_data_dir,
+                                                                        monkeypatch):
+    from cselab.pipeline import run
+    from tests.conftest import compose_tiny_run
+
+    out = _interrupted_run(tmp_path, tiny_bert_dir, sts_data_dir, monkeypatch)
+
+    def resumed(*extra):
+        return compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]",
+                                "trainer.deterministic=true", f"resume.dir={out}", *extra)
+
+    with pytest.raises(ConfigError) as refused:
+        run(resumed("optim.lr=1e-4", "eval.batch_size=7", "data.num_workers=0", "trainer.log_every_n_steps=1"),
+            out)
+    message = str(refused.value)
+    print(message)
+    assert "optim.lr: 5e-05 in the checkpoint, 0.0001 now" in message
+    assert "resume.allow_changed=[optim.lr]" in message
+    # only optim.lr: eval.batch_size, workers and logging do not change the result, nor do the module's copies
+    assert "batch_size" not in message and "log_every" not in message and "module." not in message
+    assert not (out / "results.json").exists()
+
+    results = run(resumed("optim.lr=1e-4", "resume.allow_changed=[optim.lr]"), out)
+    assert results["changed_on_resume"] == [{"key": "optim.lr", "checkpoint": 5e-5, "now": 1e-4, "step": 2}]
+    on_disk = json.loads((out / "results.json").read_text())
+    assert on_disk["changed_on_resume"] == results["changed_on_resume"]
+    assert on_disk["global_step"] == 4
+    # the resumed optimizer really trained with the new lr (the checkpoint's optimizer state held 5e-5)
+    last = torch.load(out / "checkpoints" / "last.ckpt", weights_only=False)
+    [group] = last["optimizer_states"][0]["param_groups"]
+    assert group["initial_lr"] == pytest.approx(1e-4)
+    assert last["lr_schedulers"][0]["base_lrs"] == [pytest.approx(1e-4)]
+    assert last["callbacks"]["RunConfig"]["changes"] == results["changed_on_resume"]  # kept for a later resume
+
+
+def test_config_changes_ignore_output_only_keys_and_module_copies(tmp_path, tiny_bert_dir, sts_data_dir):
+    from tests.conftest import compose_tiny_run
+
+    base = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir)
+    saved = resolved_config(base)
+    same = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.batch_size=3", "data.num_workers=2",
+                            "logger=csv", "trainer.enable_progress_bar=true", "resume.allow_changed=[seed]")
+    assert config_changes(saved, same) == []
+    other = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "loss.temperature=0.1", "seed=3")
+    assert [key for key, _, _ in config_changes(saved, other)] == ["loss.temperature", "seed"]
+    assert OmegaConf.select(other, "module.loss.temperature") == 0.1  # the module's copy is not listed again
+
+
+def test_resume_equals_dir_on_the_command_line_is_the_resume_node():
+    assert resume_overrides(["resume=outputs/x", "optim.lr=1e-4", "resume.allow_changed=[optim.lr]"]) == [
+        "resume.dir=outputs/x", "optim.lr=1e-4", "resume.allow_changed=[optim.lr]"]
