@@ -378,16 +378,19 @@ def _check_encoded(out: object, n: int) -> torch.Tensor:
     return out.detach().to("cpu", torch.float64)
 
 
-def format_table(scores: Mapping[str, float]) -> str:
+def format_table(scores: Mapping[str, float], intervals: Mapping[str, Sequence[float]] | None = None) -> str:
     """Plain-text table in the papers' column order: STS12 STS13 STS14 STS15 STS16 STS-B SICK-R Avg.
 
     Args:
         scores: ``{task: Spearman x 100}`` as returned by :meth:`STSEvaluator.evaluate` (keys may also be the
             paper names, e.g. ``"STS-B"``); ``"avg"`` is shown when present, else computed when all seven
             tasks are present, else ``"-"``.
+        intervals: ``{task: [low, high]}`` (``results.json``'s ``test_ci``), shown as a third line
+            ``[low, high]`` under each score; ``None``: no third line.
 
     Returns:
-        Two lines (header, values with 2 decimals; missing tasks shown as ``"-"``), columns right-aligned.
+        Two lines (header, values with 2 decimals; missing tasks shown as ``"-"``), columns right-aligned; three
+        with ``intervals``.
     """
     lookup = {}
     for k, v in scores.items():
@@ -404,7 +407,14 @@ def format_table(scores: Mapping[str, float]) -> str:
     values.append(avg)
     headers = [PAPER_NAMES[t] for t in TEST_TASKS] + ["Avg"]
     cells = ["-" if v is None else f"{float(v):.2f}" for v in values]
-    widths = [max(len(h), len(c)) for h, c in zip(headers, cells, strict=True)]
+    ci_cells = None
+    if intervals:
+        ci = {(canonical_task(k) if k.lower() != "avg" else "avg"): v for k, v in intervals.items()}
+        ci_cells = [f"[{ci[k][0]:.2f}, {ci[k][1]:.2f}]" if ci.get(k) else "-" for k in (*TEST_TASKS, "avg")]
+    widths = [max(len(h), len(c), len(ci_cells[i]) if ci_cells else 0)
+              for i, (h, c) in enumerate(zip(headers, cells, strict=True))]
     head = "  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))
     row = "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))
-    return f"{head}\n{row}"
+    if ci_cells is None:
+        return f"{head}\n{row}"
+    return f"{head}\n{row}\n" + "  ".join(c.rjust(w) for c, w in zip(ci_cells, widths, strict=True))
