@@ -437,11 +437,11 @@ def check_bootstrap(options) -> None:
 
 def _test_intervals(cfg: DictConfig, sts: STSCallback) -> dict | None:
     """``results.json``'s ``test_ci`` / ``test_ci_info`` from the test pairs (``eval.bootstrap``), timed."""
-    from cselab.evaluation.results import test_intervals
+    from cselab.evaluation.results import score_intervals
 
     options = cfg.eval.get("bootstrap") or {}
     started = time.perf_counter()
-    out = test_intervals(sts.test_pairs, sts.test_subsets, cfg.eval.aggregation,
+    out = score_intervals(sts.test_pairs, sts.test_subsets, cfg.eval.aggregation,
                          n_resamples=int(options.get("n_resamples", 1000)), seed=int(options.get("seed", 0)),
                          level=float(options.get("level", 0.95)), method=str(options.get("method", "percentile")))
     if out is not None:

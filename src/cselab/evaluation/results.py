@@ -31,7 +31,7 @@ def write_results(path: str | os.PathLike, results: dict) -> Path:
     return atomic_write_text(path, json.dumps(results, indent=2, sort_keys=False) + "\n")
 
 
-def test_intervals(
+def score_intervals(
     pairs: dict[str, tuple[list[float], list[float]]], subsets: dict[str, dict[str, int]], aggregation: str = "all",
     n_resamples: int = 1000, seed: int = 0, level: float = 0.95, method: str = "percentile",
 ) -> dict[str, Any] | None:

@@ -383,6 +383,10 @@ def paired_comparison(
                                                                                                b[t].gold):
             raise ValueError(f"task {t}: the two runs were not scored on the same pairs (gold scores or subsets "
                              "differ); a paired comparison needs the same test pairs in the same order")
+    if n_resamples + 1 < 2 * len(common) / alpha:
+        notes.append(f"with {n_resamples} permutations the smallest two-sided p is {2 / (n_resamples + 1):.3g}, "
+                     f"{len(common)} x that after Holm: no task can reach {alpha:g}; use at least "
+                     f"{math.ceil(2 * len(common) / alpha)} resamples")
     ta = {t: a[t] for t in common}
     tb = {t: b[t] for t in common}
     segs = _segments(ta)
