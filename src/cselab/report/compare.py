@@ -159,8 +159,8 @@ def compare_groups(groups: Sequence, pairs: str = "auto", n_resamples: int = 100
 
     Args:
         groups: the report's groups (:class:`cselab.report.collect.Group`).
-        pairs: ``auto`` (every pair of rows that share tasks and a seed, when there are at most ``max_auto``
-            such pairs), ``all`` (every such pair), ``none``.
+        pairs: ``auto`` (every pair of rows that share tasks and a seed whose two runs have ``test_pairs.npz``,
+            when there are at most ``max_auto`` such pairs), ``all`` (every such pair), ``none``.
         n_resamples, seed, level, method: as :func:`cselab.evaluation.stats.paired_comparison`.
 
     Returns:
@@ -181,7 +181,9 @@ def compare_groups(groups: Sequence, pairs: str = "auto", n_resamples: int = 100
             common = [s for s in seeds_a if s in seeds_b]
             tasks_a = {t for r in ga.runs for t in (r.results.get("test") or {})}
             tasks_b = {t for r in gb.runs for t in (r.results.get("test") or {})}
-            if common and (tasks_a & tasks_b) - {"avg"}:
+            with_pairs = [s for s in common if (seeds_a[s].path / PAIRS_FILE).is_file()
+                          and (seeds_b[s].path / PAIRS_FILE).is_file()]
+            if with_pairs and (tasks_a & tasks_b) - {"avg"}:  # runs from before test_pairs.npz: nothing to pair
                 candidates.append((ga, gb, [(seeds_a[s], seeds_b[s]) for s in common]))
     if pairs == "auto" and len(candidates) > max_auto:
         return []
