@@ -156,10 +156,12 @@ def _average_ranks(codes: np.ndarray, k: int) -> np.ndarray:
     """
     codes = np.atleast_2d(codes)
     rows = codes.shape[0]
-    offset = (np.arange(rows, dtype=np.int64) * k)[:, None]
-    counts = np.bincount((codes + offset).ravel(), minlength=rows * k).reshape(rows, k).astype(np.float64)
-    below = np.cumsum(counts, axis=1) - counts
-    return np.take_along_axis(below + (counts + 1.0) / 2.0, codes, axis=1)
+    flat = (codes + (np.arange(rows, dtype=np.int64) * k)[:, None]).ravel()  # row r's values in [r k, (r+1) k)
+    counts = np.bincount(flat, minlength=rows * k).astype(np.int32).reshape(rows, k)
+    below = np.cumsum(counts, axis=1, dtype=np.int32)
+    below -= counts
+    twice = (2 * below + counts + 1).ravel()          # twice the average rank of each value: exact in int32
+    return twice[flat].reshape(codes.shape) * 0.5
 
 
 def _pearson_centered(rx: np.ndarray, ry: np.ndarray, mean: float) -> np.ndarray:
