@@ -358,12 +358,15 @@ def paired_comparison(
     * p-value: ``scipy.stats.permutation_test(permutation_type="samples")`` on each pair's two predictions,
       swapped between the runs at random; the predictions are first replaced by their ranks within their run
       (which leaves each run's Spearman unchanged) so that runs whose cosines live on different scales can be
-      swapped.  Two-sided; the smallest p is ``1 / (n_resamples + 1)``.  Holm-adjusted across the tasks.
+      swapped.  Two-sided; the smallest p is ``2 / (n_resamples + 1)`` (a note says when too few permutations
+      leave no task able to reach ``alpha`` after Holm).  Holm-adjusted across the tasks; the average's p
+      (all pairs swapped at once) is not in the family.
 
     Args:
         a, b: task -> :class:`TaskPairs` of each run; the tasks both have are compared, their gold scores and
             segments must be identical (the same test pairs in the same order).
-        n_resamples, seed, level, method: as :func:`bootstrap_scores` (the permutations use ``seed + 1``).
+        n_resamples, seed, level, method: as :func:`bootstrap_scores` (task i's permutations are seeded with
+            ``seed + 1 + i``, the average's with ``seed + 1 + number of tasks``).
         alpha: the significance level that :meth:`Comparison.significant` uses.
 
     Returns:
