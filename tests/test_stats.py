@@ -190,3 +190,15 @@ def test_stored_pair_scores_reproduce_results_json_exactly(tmp_path, tiny_bert_d
         assert low <= res["test"][task] <= high
     assert "avg" not in res["test_ci"]      # no avg for a partial table, as test.avg
     assert res["test_ci_info"]["method"] == "bootstrap percentile" and res["test_ci_info"]["n_resamples"] == 200
+
+
+def test_console_table_keeps_its_two_lines_and_adds_the_bounds():
+    from cselab.evaluation.sts import TEST_TASKS, format_table
+
+    scores = {t: 70.0 + i for i, t in enumerate(TEST_TASKS)}
+    scores["avg"] = 73.0
+    ci = {t: [v - 1.5, v + 1.25] for t, v in scores.items()}
+    lines = format_table(scores, ci).splitlines()
+    assert lines[:2] == format_table(scores).splitlines()
+    assert lines[2].split()[:8] == [f"{v - 1.5:.2f}" for v in scores.values()] and lines[2].endswith("low")
+    assert lines[3].split()[:8] == [f"{v + 1.25:.2f}" for v in scores.values()] and lines[3].endswith("high")

@@ -402,7 +402,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     trained = f"   trainable parameters: {results['trainable_parameters']:,}" if cfg.method.train else ""
     if results.get("test_ci_info"):
         info = results["test_ci_info"]
-        print(f"[low, high]: {100 * info['level']:g} % {info['method']} interval, {info['n_resamples']} resamples "
+        print(f"interval: {100 * info['level']:g} % {info['method']}, {info['n_resamples']} resamples "
               f"of the {info['resampled']} (seed {info['seed']}); not the variance over training seeds")
     print(f"STS-B dev: {results['dev'].get('stsb', float('nan')):.2f}{trained}   results: {path}")
     log_test_charts(loggers, results["test"], by_bin, PAPER_NAMES, results.get("test_ci"))

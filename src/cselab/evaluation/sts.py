@@ -385,12 +385,12 @@ def format_table(scores: Mapping[str, float], intervals: Mapping[str, Sequence[f
         scores: ``{task: Spearman x 100}`` as returned by :meth:`STSEvaluator.evaluate` (keys may also be the
             paper names, e.g. ``"STS-B"``); ``"avg"`` is shown when present, else computed when all seven
             tasks are present, else ``"-"``.
-        intervals: ``{task: [low, high]}`` (``results.json``'s ``test_ci``), shown as a third line
-            ``[low, high]`` under each score; ``None``: no third line.
+        intervals: ``{task: [low, high]}`` (``results.json``'s ``test_ci``), shown as two more lines, the lower
+            and the upper bounds under each score (marked ``<- interval low`` / ``high``); ``None``: none.
 
     Returns:
-        Two lines (header, values with 2 decimals; missing tasks shown as ``"-"``), columns right-aligned; three
-        with ``intervals``.
+        Two lines (header, values with 2 decimals; missing tasks shown as ``"-"``), columns right-aligned; four
+        with ``intervals`` (the first two unchanged).
     """
     lookup = {}
     for k, v in scores.items():
@@ -407,14 +407,14 @@ def format_table(scores: Mapping[str, float], intervals: Mapping[str, Sequence[f
     values.append(avg)
     headers = [PAPER_NAMES[t] for t in TEST_TASKS] + ["Avg"]
     cells = ["-" if v is None else f"{float(v):.2f}" for v in values]
-    ci_cells = None
-    if intervals:
-        ci = {(canonical_task(k) if k.lower() != "avg" else "avg"): v for k, v in intervals.items()}
-        ci_cells = [f"[{ci[k][0]:.2f}, {ci[k][1]:.2f}]" if ci.get(k) else "-" for k in (*TEST_TASKS, "avg")]
-    widths = [max(len(h), len(c), len(ci_cells[i]) if ci_cells else 0)
-              for i, (h, c) in enumerate(zip(headers, cells, strict=True))]
+    widths = [max(len(h), len(c)) for h, c in zip(headers, cells, strict=True)]
     head = "  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))
     row = "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))
-    if ci_cells is None:
+    if not intervals:
         return f"{head}\n{row}"
-    return f"{head}\n{row}\n" + "  ".join(c.rjust(w) for c, w in zip(ci_cells, widths, strict=True))
+    ci = {(canonical_task(k) if k.lower() != "avg" else "avg"): v for k, v in intervals.items()}
+    lines = [head, row]
+    for side, label in ((0, "low"), (1, "high")):
+        bounds = [f"{ci[k][side]:.2f}" if ci.get(k) else "-" for k in (*TEST_TASKS, "avg")]
+        lines.append("  ".join(c.rjust(w) for c, w in zip(bounds, widths, strict=True)) + f"   <- interval {label}")
+    return "\n".join(lines)
