@@ -147,3 +147,14 @@ def test_compare_cli_identical_and_shuffled(tmp_path, capsys):
     (tmp_path / "old").mkdir()
     assert compare_main([str(a), str(tmp_path / "old")]) == 1
     assert "no per-pair test scores" in capsys.readouterr().err
+
+
+def test_compare_auto_stops_beyond_six_pairs_of_rows_and_says_so(tmp_path, capsys):
+    gold = _gold()
+    for method in ("simcse", "promptbert", "cot_bert", "dcpcse", "promcse"):   # 5 rows: 10 pairs
+        make_run(tmp_path, method, method, 0, 0.4, gold)
+    report = collect([tmp_path], published=[])
+    assert compare_groups(report.groups) == []
+    assert len(compare_groups(report.groups[:4], n_resamples=200)) == 6
+    assert report_main([str(tmp_path)]) == 0
+    assert "10 pairs of rows could be compared" in capsys.readouterr().err

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cselab.report.collect import Report, SameSeedError, collect
-from cselab.report.compare import compare_groups, comparison_records
+from cselab.report.compare import AUTO_MAX_PAIRS, comparable_pairs, compare_groups, comparison_records
 from cselab.report.published import DEFAULT_PATH, PublishedDataError, load_published
 from cselab.report.render import FORMATS, group_title, render, table_records
 
@@ -121,6 +121,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--n-resamples {args.n_resamples}: expected >= 100")
         comparisons = compare_groups(report.groups, args.compare, n_resamples=args.n_resamples,
                                      seed=args.bootstrap_seed)
+        n_pairs = len(comparable_pairs(report.groups))
+        if args.compare == "auto" and n_pairs > AUTO_MAX_PAIRS:
+            print(f"note: {n_pairs} pairs of rows could be compared; --compare auto compares at most "
+                  f"{AUTO_MAX_PAIRS}: pass --compare all, or cselab compare RUN_A RUN_B", file=sys.stderr)
     if args.comparisons_csv is not None:
         columns, rows = comparison_records(comparisons, group_title)
         args.comparisons_csv.parent.mkdir(parents=True, exist_ok=True)

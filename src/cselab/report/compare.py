@@ -19,7 +19,7 @@ from cselab.evaluation.pair_scores import PAIRS_FILE, read_pair_scores, task_pai
 from cselab.evaluation.stats import Comparison, SeedStats, TaskPairs, paired_comparison, seed_statistics
 from cselab.report.published import COLUMN_NAMES
 
-__all__ = ["load_pairs", "compare_runs", "comparison_rows", "render_comparison", "render_seed_difference",
+__all__ = ["AUTO_MAX_PAIRS", "comparable_pairs", "compare_groups", "comparison_records", "load_pairs", "compare_runs", "comparison_rows", "render_comparison", "render_seed_difference",
            "seed_difference"]
 
 
@@ -138,6 +138,10 @@ def render_seed_difference(diffs: Mapping[str, SeedStats], seeds: Sequence[objec
     return "\n".join(lines) + "\n"
 
 
+#: ``--compare auto`` compares the report's rows pairwise only up to this many pairs
+AUTO_MAX_PAIRS = 6
+
+
 class GroupComparison:
     """Two report rows (groups) compared run against run, seed by seed (A - B on the same seed).
 
@@ -153,14 +157,33 @@ class GroupComparison:
         self.over_seeds = seed_difference(by_seed, level)
 
 
+def comparable_pairs(groups: Sequence) -> list[tuple]:
+    """``[(group_a, group_b, [(run_a, run_b), ...])]``: the pairs of report rows that share a test task and a seed
+    whose two runs both have ``test_pairs.npz`` (runs from before it have nothing to pair), in row order."""
+    candidates = []
+    for i, ga in enumerate(groups):
+        for gb in groups[i + 1:]:
+            seeds_a = {json_key(r.seed): r for r in ga.runs}
+            seeds_b = {json_key(r.seed): r for r in gb.runs}
+            common = [s for s in seeds_a if s in seeds_b]
+            tasks_a = {t for r in ga.runs for t in (r.results.get("test") or {})}
+            tasks_b = {t for r in gb.runs for t in (r.results.get("test") or {})}
+            with_pairs = [s for s in common if (seeds_a[s].path / PAIRS_FILE).is_file()
+                          and (seeds_b[s].path / PAIRS_FILE).is_file()]
+            if with_pairs and (tasks_a & tasks_b) - {"avg"}:
+                candidates.append((ga, gb, [(seeds_a[s], seeds_b[s]) for s in common]))
+    return candidates
+
+
 def compare_groups(groups: Sequence, pairs: str = "auto", n_resamples: int = 1000, seed: int = 0,
-                   level: float = 0.95, method: str = "percentile", max_auto: int = 6) -> list[GroupComparison]:
+                   level: float = 0.95, method: str = "percentile", max_auto: int | None = None) -> list[GroupComparison]:
     """Paired comparisons between report rows tested on the same tasks, matched seed by seed.
 
     Args:
         groups: the report's groups (:class:`cselab.report.collect.Group`).
         pairs: ``auto`` (every pair of rows that share tasks and a seed whose two runs have ``test_pairs.npz``,
-            when there are at most ``max_auto`` such pairs), ``all`` (every such pair), ``none``.
+            when there are at most ``max_auto`` such pairs, default :data:`AUTO_MAX_PAIRS`), ``all`` (every such
+            pair), ``none``.
         n_resamples, seed, level, method: as :func:`cselab.evaluation.stats.paired_comparison`.
 
     Returns:
@@ -173,19 +196,8 @@ def compare_groups(groups: Sequence, pairs: str = "auto", n_resamples: int = 100
         raise ValueError(f"compare: expected auto, all or none, got {pairs!r}")
     if pairs == "none":
         return []
-    candidates = []
-    for i, ga in enumerate(groups):
-        for gb in groups[i + 1:]:
-            seeds_a = {json_key(r.seed): r for r in ga.runs}
-            seeds_b = {json_key(r.seed): r for r in gb.runs}
-            common = [s for s in seeds_a if s in seeds_b]
-            tasks_a = {t for r in ga.runs for t in (r.results.get("test") or {})}
-            tasks_b = {t for r in gb.runs for t in (r.results.get("test") or {})}
-            with_pairs = [s for s in common if (seeds_a[s].path / PAIRS_FILE).is_file()
-                          and (seeds_b[s].path / PAIRS_FILE).is_file()]
-            if with_pairs and (tasks_a & tasks_b) - {"avg"}:  # runs from before test_pairs.npz: nothing to pair
-                candidates.append((ga, gb, [(seeds_a[s], seeds_b[s]) for s in common]))
-    if pairs == "auto" and len(candidates) > max_auto:
+    candidates = comparable_pairs(groups)
+    if pairs == "auto" and len(candidates) > (AUTO_MAX_PAIRS if max_auto is None else max_auto):
         return []
     out = []
     for ga, gb, runs in candidates:
