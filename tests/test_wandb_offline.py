@@ -94,6 +94,11 @@ def test_offline_run_name_group_config_dev_curve_and_charts(tmp_path, tiny_bert_
     logged = {k.split(".")[0] for r in rows for k in r}  # tables arrive as <key>.path, <key>.nrows ...
     assert expected <= logged  # (a chart is its table + a Vega spec)
     assert {f"test/stsb_cosine_hist/gold_{b}_table" for b in ("0-1", "1-2", "2-3", "3-4", "4-5")} <= logged
+    # the test table carries the intervals (results.json's test_ci)
+    [scores] = list(offline.rglob("sts_scores_*.table.json"))
+    table = json.loads(scores.read_text())
+    assert table["columns"] == ["task", "spearman", "ci_low", "ci_high"]
+    assert [row[2:] for row in table["data"]] == [results["test_ci"][t] for t in results["test"]]
 
     import csv
 

@@ -63,6 +63,7 @@ OUTPUT_ONLY_KEYS: tuple[str, ...] = (
     "activation_checkpointing",
     "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps",
     "trainer.save_last", "trainer.save_every_n_steps", "trainer.progress_log_s", "eval.batch_size", "data.num_workers",
+    "eval.bootstrap",
 )
 #: override keys that name a run's coordinates (W&B tags of their own)
 COORDINATE_KEYS: tuple[str, ...] = ("method", "backbone", "setting", "seed", "experiment", "sweep")

@@ -180,6 +180,8 @@ def log_transfer_table(loggers: list, transfer: dict, names: dict[str, str]) -> 
 
 
 def log_test_charts(loggers: list, test: dict[str, float], by_bin: dict | None, names: dict[str, str]) -> None:
+def log_test_charts(loggers: list, test: dict[str, float], by_bin: dict | None, names: dict[str, str],
+                    intervals: dict | None = None) -> None:
     """W&B tables and charts of the test results (other loggers are skipped; a failure is only a warning):
 
     * ``test/sts_table``: the papers' table, one row (columns STS12 ... Avg);
@@ -192,6 +194,8 @@ def log_test_charts(loggers: list, test: dict[str, float], by_bin: dict | None, 
         test: task -> score (``avg`` included when present).
         by_bin: gold bin label -> cosines (array-like), or None.
         names: task -> the papers' column name.
+        intervals: task -> ``[low, high]`` (``results.json``'s ``test_ci``): ``test/sts_scores`` gets the columns
+            ``ci_low`` / ``ci_high`` and ``test/sts_table`` a second row, ``"[low, high]"`` per task.
     """
     for logger in loggers:
         if type(logger).__name__ != "WandbLogger":
@@ -203,7 +207,13 @@ def log_test_charts(loggers: list, test: dict[str, float], by_bin: dict | None, 
             cols = [names.get(k, k) for k in test]
             scores = wandb.Table(columns=["task", "spearman"], data=[[c, round(v, 2)] for c, v in zip(cols, test.values(),
                                                                                                      strict=True)])
-            logs = {"test/sts_table": wandb.Table(columns=cols, data=[[round(v, 2) for v in test.values()]]),
+            table_rows = [[round(v, 2) for v in test.values()]]
+            if intervals:
+                scores = wandb.Table(columns=["task", "spearman", "ci_low", "ci_high"],
+                                     data=[[c, round(v, 2), *((intervals.get(k) or [None, None])[:2])]
+                                           for k, c, v in zip(test, cols, test.values(), strict=True)])
+                table_rows.append(["[{:.2f}, {:.2f}]".format(*intervals[k]) if intervals.get(k) else "" for k in test])
+            logs = {"test/sts_table": wandb.Table(columns=cols, data=table_rows, allow_mixed_types=True),
                     "test/sts_scores": scores,
                     "test/sts_chart": wandb.plot.bar(scores, "task", "spearman", title="STS test (Spearman x 100)")}
             if by_bin:

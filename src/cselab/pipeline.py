@@ -110,6 +110,7 @@ def validate(cfg: DictConfig) -> None:
             "Set activation_checkpointing=false, or use tuning.variant=input_layer")
     if cfg.eval.get("dev_encoder", "official") not in ("official", "test"):
         raise ConfigError(f"eval.dev_encoder={cfg.eval.dev_encoder!r}: expected 'official' or 'test'")
+    check_bootstrap(cfg.eval.get("bootstrap"))
     check_method_args(**OmegaConf.to_container(cfg.module, resolve=True))  # the method's own rules
 
 
@@ -481,6 +482,9 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         bins = {b: {"n": int(len(c)), "mean": float(c.mean()) if len(c) else None,
                     "std": float(c.std()) if len(c) else None} for b, c in by_bin.items()}
     transfer = run_transfer(cfg, method) if rank_zero else {}
+    intervals = None
+    if rank_zero and sts.test_pairs:
+        intervals = _test_intervals(cfg, sts)
     results = build_results(
         sts.test_scores,
         sts.dev_scores,
@@ -494,15 +498,24 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         wall_time_s=round(time.perf_counter() - start + sts.elapsed_before, 1),  # + earlier processes (resume)
         stsb_test_cosine_by_gold_bin=bins,
         changed_on_resume=changed_on_resume,
+        **(intervals or {}),
         **transfer,
     )
     if not rank_zero:  # under DDP only rank 0 writes and prints
         close_loggers(loggers)
         return results
+    if sts.test_pairs:
+        from cselab.evaluation.pair_scores import PAIRS_FILE, write_pair_scores
+
+        write_pair_scores(output_dir / PAIRS_FILE, sts.test_pairs, sts.test_subsets, cfg.eval.aggregation)
     path = write_results(output_dir / "results.json", results)
-    table = format_table(results["test"])
+    table = format_table(results["test"], results.get("test_ci"))
     print(f"\n{cfg.method.name} | {cfg.backbone.name_or_path} | {cfg.setting.name} | STS (Spearman x 100)\n{table}")
     trained = f"   trainable parameters: {results['trainable_parameters']:,}" if cfg.method.train else ""
+    if results.get("test_ci_info"):
+        info = results["test_ci_info"]
+        print(f"interval: {100 * info['level']:g} % {info['method']}, {info['n_resamples']} resamples "
+              f"of the {info['resampled']} (seed {info['seed']}); not the variance over training seeds")
     print(f"STS-B dev: {results['dev'].get('stsb', float('nan')):.2f}{trained}   results: {path}")
     if transfer:
         from cselab.evaluation.transfer import TRANSFER_NAMES, format_transfer_table
@@ -510,9 +523,50 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         print(f"transfer ({transfer['transfer_protocol']['mode']}, accuracy x 100)\n"
               f"{format_transfer_table(transfer['transfer'], list(cfg.eval.transfer_tasks))}")
         log_transfer_table(loggers, transfer["transfer"], TRANSFER_NAMES)
-    log_test_charts(loggers, results["test"], by_bin, PAPER_NAMES)
+    log_test_charts(loggers, results["test"], by_bin, PAPER_NAMES, results.get("test_ci"))
     close_loggers(loggers)
     return results
+
+
+def check_bootstrap(options) -> None:
+    """``eval.bootstrap``: ``n_resamples`` an int >= 0 (0: off; else >= 100), ``level`` in (0, 1), ``method``
+    ``percentile`` or ``basic``, ``seed`` an int.
+
+    Raises:
+        ConfigError: names the key, the value and what was expected.
+    """
+    from cselab.evaluation.stats import METHODS
+
+    if options is None:
+        return
+    n = options.get("n_resamples", 1000)
+    if isinstance(n, bool) or not isinstance(n, int) or (n != 0 and n < 100):
+        raise ConfigError(f"eval.bootstrap.n_resamples={n!r}: expected 0 (no intervals) or an int >= 100 "
+                          "(1000 is the default)")
+    seed = options.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"eval.bootstrap.seed={seed!r}: expected an int")
+    level = options.get("level", 0.95)
+    if isinstance(level, bool) or not isinstance(level, int | float) or not 0 < level < 1:
+        raise ConfigError(f"eval.bootstrap.level={level!r}: expected a confidence level in (0, 1), e.g. 0.95")
+    if options.get("method", "percentile") not in METHODS:
+        raise ConfigError(f"eval.bootstrap.method={options.get('method')!r}: expected one of {', '.join(METHODS)}")
+
+
+def _test_intervals(cfg: DictConfig, sts: STSCallback) -> dict | None:
+    """``results.json``'s ``test_ci`` / ``test_ci_info`` from the test pairs (``eval.bootstrap``), timed."""
+    from cselab.evaluation.results import score_intervals
+
+    options = cfg.eval.get("bootstrap") or {}
+    started = time.perf_counter()
+    out = score_intervals(sts.test_pairs, sts.test_subsets, cfg.eval.aggregation,
+                         n_resamples=int(options.get("n_resamples", 1000)), seed=int(options.get("seed", 0)),
+                         level=float(options.get("level", 0.95)), method=str(options.get("method", "percentile")))
+    if out is not None:
+        out["test_ci_info"]["seconds"] = round(time.perf_counter() - started, 2)
+        log.info("test intervals: %d bootstrap resamples in %.2f s", out["test_ci_info"]["n_resamples"],
+                 out["test_ci_info"]["seconds"])
+    return out
 
 
 def _short_tag(tag: str, limit: int = 64) -> str:

@@ -1,6 +1,7 @@
 """The ``cselab`` console command: one entry point for the package's command-line tools (``cselab.cli.*``).
 
     cselab report multirun/2026-11-21/12-00-00 --format markdown     # = python -m cselab.report ...
+    cselab compare RUN_A RUN_B                                       # paired comparison, same test pairs
     cselab export CHECKPOINT OUT_DIR [--push-to-hub ID]              # = python -m cselab.export ...
     cselab mteb CHECKPOINT_OR_BACKBONE --tasks STSBenchmark          # = python -m cselab.evaluate_mteb ...
     cselab --help                                                    # the list of commands
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 #: command -> (module with ``main(argv) -> int``, one-line description)
 COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("cselab.cli.report", "results.json files pooled over seeds beside the papers' numbers"),
+    "compare": ("cselab.cli.compare", "two runs on the same test pairs: differences, paired intervals, p-values"),
     "export": ("cselab.cli.export", "a checkpoint as a sentence-transformers folder (optionally pushed to the Hub)"),
     "mteb": ("cselab.cli.mteb", "score a checkpoint or a backbone on MTEB tasks"),
     "data": ("cselab.cli.data", "link ../shared/data or fetch SimCSE's data files"),

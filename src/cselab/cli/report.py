@@ -6,20 +6,28 @@ and ours - paper (Spearman x 100).  Failed runs (a Hydra job dir without ``resul
 last lines of their ``*.log``.  ``--wandb`` also logs the table as a W&B table (offline without
 ``WANDB_API_KEY``); a W&B error only prints a warning.
 
-Exit status: 0 on success (failed runs included), 1 when nothing was found or the published data is invalid,
-2 on bad arguments or a missing directory.
+Markdown adds the intervals: per run over its test pairs (``results.json``'s ``test_ci``), per row over seeds
+(mean ± std and the t-interval of the mean; a warning when n < 3), whether the published number lies inside the
+latter, and the paired comparisons of rows tested on the same tasks, seed by seed (``--compare``; each run's
+``test_pairs.npz``).  CSV adds the seed intervals, the paper check and (n = 1) the pairs interval as columns;
+``--comparisons-csv FILE`` writes the comparisons.  Runs that share a seed in one row are refused (exit 1).
+
+Exit status: 0 on success (failed runs included), 1 when nothing was found, the published data is invalid or two
+runs of a row share a seed, 2 on bad arguments or a missing directory.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from cselab.report.collect import Report, collect
+from cselab.report.collect import Report, SameSeedError, collect
+from cselab.report.compare import AUTO_MAX_PAIRS, comparable_pairs, compare_groups, comparison_records
 from cselab.report.published import DEFAULT_PATH, PublishedDataError, load_published
-from cselab.report.render import FORMATS, render, table_records
+from cselab.report.render import FORMATS, group_title, render, table_records
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +52,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="last N lines of each *.log shown for a failed run (default: 10)")
     p.add_argument("--published", type=Path, default=DEFAULT_PATH, metavar="YAML",
                    help="published-numbers file (default: the packaged published.yaml)")
+    p.add_argument("--compare", choices=("auto", "all", "none"), default="auto",
+                   help="paired comparisons between rows tested on the same tasks, seed by seed (Markdown): auto = "
+                        "every pair of rows when there are at most 6 pairs (default), all, none")
+    p.add_argument("--n-resamples", type=int, default=1000, metavar="N",
+                   help="bootstrap resamples and permutations of the paired comparisons (default: 1000)")
+    p.add_argument("--bootstrap-seed", type=int, default=0, metavar="S",
+                   help="seed of the comparisons' resampling (default: 0)")
+    p.add_argument("--comparisons-csv", type=Path, default=None, metavar="FILE",
+                   help="also write the paired comparisons as CSV (a row per pair of rows, seed and task)")
     p.add_argument("--wandb", nargs="?", const="cselab", default=None, metavar="PROJECT",
                    help="also log the table to W&B project PROJECT (default cselab); offline without "
                         "WANDB_API_KEY; never fails the command")
@@ -89,12 +106,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, PublishedDataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    report = collect(args.dirs, group_by=group_by, published=published, log_lines=args.log_lines,
-                     paper_backbone=args.paper_backbone)
+    try:
+        report = collect(args.dirs, group_by=group_by, published=published, log_lines=args.log_lines,
+                         paper_backbone=args.paper_backbone)
+    except SameSeedError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     if not report.groups and not report.failed:
         print(f"error: no results.json or Hydra run directory under {', '.join(args.dirs)}", file=sys.stderr)
         return 1
-    text = render(report, args.format, dev=args.dev)
+    comparisons = []
+    if args.compare != "none" and (args.format == "markdown" or args.comparisons_csv is not None):
+        if args.n_resamples < 100:
+            parser.error(f"--n-resamples {args.n_resamples}: expected >= 100")
+        comparisons = compare_groups(report.groups, args.compare, n_resamples=args.n_resamples,
+                                     seed=args.bootstrap_seed)
+        n_pairs = len(comparable_pairs(report.groups))
+        if args.compare == "auto" and n_pairs > AUTO_MAX_PAIRS:
+            print(f"note: {n_pairs} pairs of rows could be compared; --compare auto compares at most "
+                  f"{AUTO_MAX_PAIRS}: pass --compare all, or cselab compare RUN_A RUN_B", file=sys.stderr)
+    if args.comparisons_csv is not None:
+        columns, rows = comparison_records(comparisons, group_title)
+        args.comparisons_csv.parent.mkdir(parents=True, exist_ok=True)
+        with args.comparisons_csv.open("w", encoding="utf-8", newline="") as f:
+            writer = csv.writer(f, lineterminator="\n")
+            writer.writerow(columns)
+            writer.writerows([["" if v is None else v for v in row] for row in rows])
+        print(f"wrote {args.comparisons_csv} ({len(rows)} rows)", file=sys.stderr)
+    text = render(report, args.format, dev=args.dev, comparisons=comparisons)
     if args.format == "markdown":  # runs with SentEval transfer results: the papers' transfer tables beside them
         from cselab.report.transfer import render_transfer_tables, transfer_rows_of_runs
 

@@ -73,6 +73,7 @@ class STSCallback(L.Callback):
         self.test_scores: dict[str, float] = {}
         self.dev_scores: dict[str, float] = {}
         self.test_pairs: dict[str, tuple[list[float], list[float]]] = {}  # task -> (cosines, gold)
+        self.test_subsets: dict[str, dict[str, int]] = {}  # task -> {subset: pairs}, the order of test_pairs
 
     def state_dict(self) -> dict:
         """The STS-B dev curve so far and the run's wall time up to now: saved in every checkpoint, so a resumed
@@ -117,6 +118,7 @@ class STSCallback(L.Callback):
             scores = dict(report.scores)
             if keep_pairs:
                 self.test_pairs = {t: (r.system, r.gold) for t, r in report.tasks.items()}
+                self.test_subsets = {t: {name: s.n for name, s in r.subsets.items()} for t, r in report.tasks.items()}
         return scores if trainer is None else trainer.strategy.broadcast(scores, src=0)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

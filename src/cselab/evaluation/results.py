@@ -29,3 +29,43 @@ def build_results(test: dict[str, float], dev: dict[str, float], config: dict[st
 def write_results(path: str | os.PathLike, results: dict) -> Path:
     """Write ``results`` as indented JSON, atomically."""
     return atomic_write_text(path, json.dumps(results, indent=2, sort_keys=False) + "\n")
+
+
+def score_intervals(
+    pairs: dict[str, tuple[list[float], list[float]]], subsets: dict[str, dict[str, int]], aggregation: str = "all",
+    n_resamples: int = 1000, seed: int = 0, level: float = 0.95, method: str = "percentile",
+) -> dict[str, Any] | None:
+    """The ``results.json`` entries of the test scores' bootstrap intervals (:mod:`cselab.evaluation.stats`).
+
+    Computed from exactly the values stored in ``test_pairs.npz`` (:func:`cselab.evaluation.pair_scores.compact`),
+    so that a later ``cselab compare`` starts from the same numbers.
+
+    Args:
+        pairs: task -> (cosines, gold), as :attr:`cselab.evaluation.callback.STSCallback.test_pairs`.
+        subsets: task -> {subset: pairs} (:attr:`~cselab.evaluation.callback.STSCallback.test_subsets`).
+        aggregation: ``eval.aggregation`` (``mean`` / ``wmean`` resample within each subset).
+        n_resamples: ``eval.bootstrap.n_resamples``; 0 returns ``None`` (intervals off).
+        seed, level, method: ``eval.bootstrap.seed`` / ``.level`` / ``.method``.
+
+    Returns:
+        ``None``, or ``{"test_ci": {task: [low, high], ..., "avg": [low, high]}, "test_ci_info": {...}}``
+        (Spearman x 100; ``avg`` only when all 7 tasks were tested, like ``test.avg``).
+    """
+    from cselab.evaluation.pair_scores import compact
+    from cselab.evaluation.stats import TaskPairs, bootstrap_scores
+
+    if not n_resamples or not pairs:
+        return None
+    tasks = {t: TaskPairs.from_subsets(compact(s), compact(g), list((subsets.get(t) or {t: len(s)}).values()),
+                                       aggregation) for t, (s, g) in pairs.items()}
+    ci = bootstrap_scores(tasks, n_resamples=int(n_resamples), seed=int(seed), level=float(level), method=method,
+                          average=all(t in tasks for t in TEST_TASKS))
+    return {
+        "test_ci": {t: iv.as_list() for t, iv in ci.items()},
+        "test_ci_info": {
+            "level": float(level), "method": f"bootstrap {method}", "n_resamples": int(n_resamples),
+            "seed": int(seed), "resampled": "test pairs" + (" within each subset" if aggregation != "all" else ""),
+            "avg": "each task's pairs resampled independently in every resample, the 7 scores averaged",
+            "pairs_file": "test_pairs.npz",
+        },
+    }

@@ -378,16 +378,19 @@ def _check_encoded(out: object, n: int) -> torch.Tensor:
     return out.detach().to("cpu", torch.float64)
 
 
-def format_table(scores: Mapping[str, float]) -> str:
+def format_table(scores: Mapping[str, float], intervals: Mapping[str, Sequence[float]] | None = None) -> str:
     """Plain-text table in the papers' column order: STS12 STS13 STS14 STS15 STS16 STS-B SICK-R Avg.
 
     Args:
         scores: ``{task: Spearman x 100}`` as returned by :meth:`STSEvaluator.evaluate` (keys may also be the
             paper names, e.g. ``"STS-B"``); ``"avg"`` is shown when present, else computed when all seven
             tasks are present, else ``"-"``.
+        intervals: ``{task: [low, high]}`` (``results.json``'s ``test_ci``), shown as two more lines, the lower
+            and the upper bounds under each score (marked ``<- interval low`` / ``high``); ``None``: none.
 
     Returns:
-        Two lines (header, values with 2 decimals; missing tasks shown as ``"-"``), columns right-aligned.
+        Two lines (header, values with 2 decimals; missing tasks shown as ``"-"``), columns right-aligned; four
+        with ``intervals`` (the first two unchanged).
     """
     lookup = {}
     for k, v in scores.items():
@@ -407,4 +410,11 @@ def format_table(scores: Mapping[str, float]) -> str:
     widths = [max(len(h), len(c)) for h, c in zip(headers, cells, strict=True)]
     head = "  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))
     row = "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))
-    return f"{head}\n{row}"
+    if not intervals:
+        return f"{head}\n{row}"
+    ci = {(canonical_task(k) if k.lower() != "avg" else "avg"): v for k, v in intervals.items()}
+    lines = [head, row]
+    for side, label in ((0, "low"), (1, "high")):
+        bounds = [f"{ci[k][side]:.2f}" if ci.get(k) else "-" for k in (*TEST_TASKS, "avg")]
+        lines.append("  ".join(c.rjust(w) for c, w in zip(bounds, widths, strict=True)) + f"   <- interval {label}")
+    return "\n".join(lines)

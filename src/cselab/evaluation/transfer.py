@@ -42,6 +42,7 @@ from cselab.data.transfer import (
     load_transfer_task,
 )
 from cselab.evaluation.logreg import ClassifierConfig, Problem, fit_grid, predict
+from cselab.evaluation.stats import binomial_interval
 
 __all__ = ["SENTEVAL_COMMIT", "TRANSFER_NAMES", "TRANSFER_TASKS", "TransferProtocol", "PROTOCOLS", "TransferEvaluator",
            "format_transfer_table", "run_classifier", "tqdm_progress"]
@@ -120,10 +121,6 @@ def _folds(labels: np.ndarray, k: int, seed: int) -> list[tuple[np.ndarray, np.n
     return list(skf.split(np.zeros((len(labels), 1)), labels))
 
 
-def _accuracy(fitted, X: torch.Tensor, y: np.ndarray) -> float:
-    return 1.0 * int((predict(fitted, X) == y).sum()) / len(y)
-
-
 def run_classifier(task: TransferTask, features: dict[str, torch.Tensor], protocol: TransferProtocol,
                    progress: Callable[[int, int], None] | None = None) -> dict:
     """Score one task's features with its SentEval classifier.
@@ -135,9 +132,10 @@ def run_classifier(task: TransferTask, features: dict[str, torch.Tensor], protoc
         progress: ``progress(done, total)`` over the classifiers of the task's grid.
 
     Returns:
-        ``{"devacc", "acc", "ndev", "ntest", "l2"}`` (accuracies x 100; MRPC also ``"f1"``), as SentEval's
-        ``run`` returns them (``binary.py:45``, ``trec.py:88``, ``mrpc.py:96``, ``sst.py:94``); ``l2``: the
-        chosen penalty (a list, one per outer fold, for the nested cross-validation).
+        ``{"devacc", "acc", "ndev", "ntest", "l2", "correct"}`` (accuracies x 100; MRPC also ``"f1"``), as
+        SentEval's ``run`` returns them (``binary.py:45``, ``trec.py:88``, ``mrpc.py:96``, ``sst.py:94``); ``l2``:
+        the chosen penalty (a list, one per outer fold, for the nested cross-validation); ``correct``: correctly
+        classified test examples (the nested CV tests every row once, so out of ``ntest`` = all rows).
     """
     grid, k, cfg = protocol.l2_grid, protocol.kfold, protocol.classifier
     names = list(features)
@@ -168,10 +166,10 @@ def run_classifier(task: TransferTask, features: dict[str, torch.Tensor], protoc
         finals = [Problem(data[tr], chosen[f], validation_split=protocol.validation_split)
                   for f, (tr, _) in enumerate(outer)]
         final = fit_grid(X, y, task.nclasses, finals, cfg, _offset(progress, len(problems), total))
-        test_results = [round(100 * _accuracy(final[f], X[data[te]], y_np[data[te]]), 2)
-                        for f, (_, te) in enumerate(outer)]
+        hits = [int((predict(final[f], X[data[te]]) == y_np[data[te]]).sum()) for f, (_, te) in enumerate(outer)]
+        test_results = [round(100 * (1.0 * h / len(te)), 2) for h, (_, te) in zip(hits, outer, strict=True)]
         return {"devacc": float(round(np.mean(dev_results), 2)), "acc": float(round(np.mean(test_results), 2)),
-                "ndev": len(data), "ntest": len(data), "l2": chosen}
+                "ndev": len(data), "ntest": len(data), "l2": chosen, "correct": sum(hits)}
 
     if task.classifier == "kfold":  # validation.py:126-181
         train, test = rows["train"], rows["test"]
@@ -186,7 +184,7 @@ def run_classifier(task: TransferTask, features: dict[str, torch.Tensor], protoc
                          _offset(progress, len(problems), total))[0]
         yhat = predict(final, X[test])
         out = {"devacc": float(np.max(scores)), "acc": float(round(100 * float((yhat == y_np[test]).mean()), 2)),
-               "ndev": len(train), "ntest": len(test), "l2": l2}
+               "ndev": len(train), "ntest": len(test), "l2": l2, "correct": int((yhat == y_np[test]).sum())}
         if task.name == "mrpc":
             out["f1"] = float(round(100 * f1_score(y_np[test], yhat), 2))  # mrpc.py:91
         return out
@@ -195,8 +193,9 @@ def run_classifier(task: TransferTask, features: dict[str, torch.Tensor], protoc
     fitted = fit_grid(X, y, task.nclasses, [Problem(train, reg, dev=valid) for reg in grid], cfg, progress)
     scores = [round(100 * f.best_accuracy, 2) for f in fitted]
     best = int(np.argmax(scores))
-    return {"devacc": float(np.max(scores)), "acc": float(round(100 * _accuracy(fitted[best], X[test], y_np[test]), 2)),
-            "ndev": len(valid), "ntest": len(test), "l2": grid[best]}
+    correct = int((predict(fitted[best], X[test]) == y_np[test]).sum())
+    return {"devacc": float(np.max(scores)), "acc": float(round(100 * (1.0 * correct / len(test)), 2)),
+            "ndev": len(valid), "ntest": len(test), "l2": grid[best], "correct": correct}
 
 
 def _offset(progress, start: int, total: int):
@@ -259,8 +258,9 @@ class TransferEvaluator:
                 ``"<TASK> classifiers"`` over the classifiers of each task.
 
         Returns:
-            ``{task: {"devacc", "acc", "ndev", "ntest", "l2"[, "f1"]}, ..., "avg": mean acc}`` (``avg`` when all
-            seven tasks ran); per-task wall times are kept in :attr:`timings` (seconds).
+            ``{task: {"devacc", "acc", "ndev", "ntest", "l2", "correct", "ci"[, "f1"]}, ..., "avg": mean acc}``
+            (``avg`` when all seven tasks ran; ``ci``: the 95 % Wilson interval of the test accuracy x 100,
+            :func:`cselab.evaluation.stats.binomial_interval`); per-task wall times are in :attr:`timings` (s).
         """
         tasks = {t: load_transfer_task(self.data_dir, t) for t in self.tasks}
         distinct = sorted({s for task in tasks.values() for s in task.sentences()}, key=lambda s: (len(s), s))
@@ -290,6 +290,8 @@ class TransferEvaluator:
             label = f"{PAPER_NAMES[name]} classifiers"
             cb = (lambda done, total, lab=label: progress(lab, done, total)) if progress is not None else None
             results[name] = run_classifier(task, _features(task, embed), self.protocol, cb)
+            ci = binomial_interval(results[name]["correct"], results[name]["ntest"])
+            results[name]["ci"] = [round(ci.low, 2), round(ci.high, 2)]  # 95 % Wilson interval of the test accuracy
             self.timings[name] = {"seconds": round(time.perf_counter() - t0, 1)}
             log.info("transfer %s (%s): acc %.2f (dev %.2f) in %.1f s", PAPER_NAMES[name], self.protocol.mode,
                      results[name]["acc"], results[name]["devacc"], time.perf_counter() - t0)

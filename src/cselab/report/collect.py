@@ -30,6 +30,7 @@ import numpy as np
 import yaml
 
 from cselab.config import OUTPUT_ONLY_KEYS
+from cselab.evaluation.stats import SeedStats, seed_statistics
 from cselab.report.published import (
     BACKBONES,
     SCORE_KEYS,
@@ -106,6 +107,16 @@ class Run:
             return None
         stored = _finite(test.get("avg"))
         return stored if stored is not None else sum(tasks) / len(tasks)
+
+    def interval(self, key: str) -> list[float] | None:
+        """The run's bootstrap interval ``[low, high]`` of test column ``key`` over its test pairs
+        (``results.json``'s ``test_ci``), ``None`` when absent (intervals off, or a run from before them)."""
+        if not self.ok:
+            return None
+        ci = (self.results.get("test_ci") or {}).get(key)
+        if isinstance(ci, list | tuple) and len(ci) == 2 and all(_finite(v) is not None for v in ci):
+            return [float(ci[0]), float(ci[1])]
+        return None
 
     def dev_score(self) -> float | None:
         """STS-B dev Spearman x 100 (``results["dev"]["stsb"]``), ``None`` when absent."""
@@ -189,6 +200,17 @@ class Group:
             values = [r.score(key) for r in self.runs]
         return Stat([v for v in values if v is not None])
 
+    def seed_stats(self, key: str, level: float = 0.95) -> SeedStats:
+        """Mean, sample std and t-based interval of the mean over the group's seeds for column ``key``
+        (:func:`cselab.evaluation.stats.seed_statistics`; a warning when n < 3)."""
+        return seed_statistics(self.stat(key).values, level)
+
+    def paper_inside(self, key: str, level: float = 0.95) -> bool | None:
+        """Whether the published number of column ``key`` lies inside our t-interval over seeds; ``None``
+        without a published number or with fewer than 2 seeds (no interval)."""
+        paper, interval = self.paper(key), self.seed_stats(key, level).interval
+        return None if paper is None or interval is None else interval.contains(paper)
+
     def paper(self, key: str) -> float | None:
         """The published number for column ``key`` (or ``"dev"``), ``None`` when there is none."""
         if self.published is None:
@@ -205,6 +227,32 @@ class Group:
         """Ours (mean) - paper for column ``key`` (Spearman x 100 points); ``None`` if either is missing."""
         ours, paper = self.stat(key).mean, self.paper(key)
         return None if ours is None or paper is None else ours - paper
+
+
+class SameSeedError(ValueError):
+    """Runs that differ in nothing the report groups by also share a seed: pooling them would count one seed
+    twice (two copies of a run read as "n=2, std 0.0").  The message names the seed and the runs."""
+
+
+def check_distinct_seeds(group: Group) -> None:
+    """Refuse a group in which two runs have the same seed and the same configuration (the default
+    :func:`group_key`; under ``--group-by``, runs of different configurations pooled on purpose may share one).
+
+    Raises:
+        SameSeedError: names the seed, the run directories and what to do instead.
+    """
+    by_seed: dict[tuple, list[Run]] = {}
+    for run in group.runs:
+        if run.seed is not None:  # the default key: with --group-by, runs of different configs may share a seed
+            by_seed.setdefault((json.dumps(run.seed, default=str), group_key(run)), []).append(run)
+    for (seed, _), runs in by_seed.items():
+        if len(runs) > 1:
+            where = ", ".join(str(r.path) for r in runs)
+            raise SameSeedError(
+                f"refusing to pool {len(runs)} runs with the same seed {json.loads(seed)!r} "
+                f"({group.method}/{group.backbone}/{group.setting}{'; ' + group.label if group.label else ''}): "
+                f"{where}. Seed statistics need one run per seed; pass one of these directories, give the runs "
+                "distinct seeds, or separate them with --group-by KEYS (a config key in which they differ)")
 
 
 @dataclass
@@ -435,6 +483,9 @@ def group_runs(
     Returns:
         ``(groups, failed)``: groups sorted by method, backbone, setting, variant, label; every failed run
         (also attached to ``group.failed`` when a finished group has the same key).
+
+    Raises:
+        SameSeedError: two finished runs of one group have the same seed (:func:`check_distinct_seeds`).
     """
     rows = load_published() if published is None else list(published)
     runs = list(runs)
@@ -459,6 +510,7 @@ def group_runs(
         varying |= {n for n in names if len({json.dumps(it.get(n), default=str) for it in items}) > 1}
     for g in groups.values():
         g.label = _label(g.key, varying)
+        check_distinct_seeds(g)
         if g.method and g.backbone and g.setting:
             g.published = lookup(rows, g.method, paper_backbone or g.backbone, g.setting, g.variant)
             if paper_backbone and paper_backbone != g.backbone:
@@ -475,6 +527,7 @@ def collect(
     Raises:
         FileNotFoundError: a path does not exist.
         cselab.report.published.PublishedDataError: the published data file is invalid.
+        SameSeedError: two runs of one group share a seed (names the seed and the runs).
     """
     paths = [Path(p) for p in paths]
     groups, failed = group_runs(find_runs(paths, log_lines=log_lines), group_by=group_by, published=published,
@@ -483,6 +536,6 @@ def collect(
 
 
 __all__ = [
-    "BASE_KEYS", "Group", "Report", "Run", "SCORE_KEYS", "Stat", "collect", "find_runs", "group_key",
-    "group_runs", "read_run",
+    "BASE_KEYS", "Group", "Report", "Run", "SCORE_KEYS", "SameSeedError", "Stat", "check_distinct_seeds", "collect",
+    "find_runs", "group_key", "group_runs", "read_run",
 ]

@@ -91,8 +91,10 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def render_markdown(report: Report, dev: bool = False) -> str:
-    """The report as a GitHub Markdown table plus a legend, paper notes and the failed-run list."""
+def render_markdown(report: Report, dev: bool = False, comparisons: Sequence | None = None) -> str:
+    """The report as a GitHub Markdown table plus a legend, paper notes, the intervals (per run over the test
+    pairs, per row over seeds, against the paper), the paired ``comparisons``
+    (:func:`cselab.report.compare.compare_groups`) and the failed-run list."""
     cols = _columns(dev)
     header = ["Method", "Backbone", "Setting", "Variant / overrides", "n",
               *[COLUMN_TITLES[c] for c in cols], "Paper"]
@@ -120,6 +122,7 @@ def render_markdown(report: Report, dev: bool = False) -> str:
     notes = _notes(report.groups)
     if notes:
         out += ["", "Paper notes:", ""] + [f"- {n}" for n in notes]
+    out += interval_sections(report, cols, comparisons)
     for status, title in (("failed", "Failed runs"), ("unfinished", "Unfinished runs (running or interrupted)")):
         runs = [r for r in report.failed if r.status == status]
         if not runs:
@@ -132,6 +135,127 @@ def render_markdown(report: Report, dev: bool = False) -> str:
                 out += [f"    {line}" for line in tail]
                 out += ["    ```", ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+# ------------------------------------------------------------------------------------------ intervals
+
+def _interval_text(interval) -> str:
+    return f"[{interval.low:.2f}, {interval.high:.2f}]"
+
+
+def group_title(g: Group) -> str:
+    """``method/backbone/setting (variant; label)``: a row's name in the interval sections."""
+    return _group_title(g)
+
+
+def _group_title(g: Group) -> str:
+    name = _name(g)
+    what = "; ".join(x for x in (name["variant"], name["label"]) if x)
+    return f"{name['method']}/{name['backbone']}/{name['setting']}" + (f" ({what})" if what else "")
+
+
+def interval_sections(report: Report, cols: Sequence[str], comparisons: Sequence | None = None) -> list[str]:
+    """Markdown lines of the three kinds of interval, each in its own table, and the paired comparisons.
+
+    * per run, over its test pairs: ``score [low, high]`` from ``results.json``'s ``test_ci`` (bootstrap);
+    * per row, over its seeds: ``mean ± std [low, high]``, the t-interval of the mean (n >= 2), with a warning
+      for n < 3;
+    * against the paper: the published number and whether it lies inside that seed interval;
+    * the paired comparisons (:func:`cselab.report.compare.compare_groups`), seed by seed and over seeds.
+    """
+    test_cols = [c for c in cols if c != DEV_COLUMN]
+    titles = [COLUMN_TITLES[c] for c in test_cols]
+    out: list[str] = []
+    runs = [(g, r) for g in report.groups for r in g.runs if any(r.interval(c) for c in test_cols)]
+    if runs:
+        info = next((r.results.get("test_ci_info") for _, r in runs if r.results.get("test_ci_info")), {}) or {}
+        out += ["", f"### Per run: {100 * info.get('level', 0.95):g} % intervals over the test pairs", "",
+                "| Row | Seed | " + " | ".join(titles) + " |", "|---|---|" + "--:|" * len(test_cols)]
+        for g, r in runs:
+            cells = []
+            for c in test_cols:
+                score, ci = r.score(c), r.interval(c)
+                cells.append("–" if score is None else f"{score:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""))
+            out.append(f"| {_md_escape(_group_title(g))} | {r.seed} | " + " | ".join(cells) + " |")
+        out += ["", f"[low, high]: {info.get('method', 'bootstrap percentile')} interval, "
+                    f"{info.get('n_resamples', '?')} resamples of the test pairs (seed {info.get('seed', '?')}); "
+                    "the average's from the same resamples of every task.  It says how much the score of THIS "
+                    "trained model would move on another test set drawn like this one; it does not cover the "
+                    "variance over training seeds."]
+    multi = [g for g in report.groups if g.runs]
+    if multi:
+        out += ["", "### Per row: seed statistics (mean ± std [95 % t-interval of the mean])", "",
+                "| Row | n | Seeds | " + " | ".join(titles) + " |", "|---|--:|---|" + "--:|" * len(test_cols)]
+        warnings = []
+        for g in multi:
+            cells = []
+            for c in test_cols:
+                st = g.seed_stats(c)
+                if st.mean is None:
+                    cells.append("–")
+                    continue
+                text = f"{st.mean:.2f}"
+                if st.std is not None:
+                    text += f" ± {st.std:.2f} {_interval_text(st.interval)}"
+                cells.append(text)
+            warning = g.seed_stats("avg").warning or g.seed_stats(test_cols[0]).warning
+            if warning:
+                warnings.append(f"- {_md_escape(_group_title(g))}: {warning}")
+            out.append(f"| {_md_escape(_group_title(g))} | {g.n} | {_seeds(g)} | " + " | ".join(cells) + " |")
+        out += ["", "Interval: mean ± t(0.975, n−1) · std / √n over the n seeds (runs that differ only in seed; "
+                    "runs sharing a seed are refused).  It covers the variance over training seeds on THIS test "
+                    "set, not the test-set sampling of the per-run intervals."]
+        if warnings:
+            out += ["", "Warnings:", "", *warnings]
+    papers = [g for g in multi if g.published is not None and any(g.paper(c) is not None for c in test_cols)]
+    if papers:
+        out += ["", "### Against the paper: is the published number inside our seed interval?", "",
+                "| Row | Paper | n | " + " | ".join(titles) + " |", "|---|---|--:|" + "--:|" * len(test_cols)]
+        for g in papers:
+            cells = []
+            for c in test_cols:
+                paper, inside = g.paper(c), g.paper_inside(c)
+                if paper is None:
+                    cells.append("–")
+                elif inside is None:
+                    cells.append(f"{paper:.2f} (n<2: no interval)")
+                else:
+                    cells.append(f"{paper:.2f} {'inside' if inside else 'outside'}")
+            out.append(f"| {_md_escape(_group_title(g))} | {_source(g)} | {g.n} | " + " | ".join(cells) + " |")
+    for gc in comparisons or []:
+        out += ["", f"### Paired comparison: A = {_md_escape(_group_title(gc.a))} vs B = "
+                    f"{_md_escape(_group_title(gc.b))}", ""]
+        if not gc.by_seed:
+            out += [f"_not compared: {'; '.join(gc.skipped) or 'no seed in common'}_"]
+            continue
+        tasks = list(next(iter(gc.by_seed.values())).tasks)
+        out += ["| Seed | " + " | ".join(COLUMN_TITLES.get(t, t) for t in tasks) + " |",
+                "|---|" + "--:|" * len(tasks)]
+        for seed, cmp in gc.by_seed.items():
+            cells = []
+            for t in tasks:
+                c = cmp.tasks[t]
+                p = c.p if c.p_holm is None else c.p_holm
+                cells.append(f"{c.diff:+.2f} [{c.interval.low:+.2f}, {c.interval.high:+.2f}] p={p:.3f}"
+                             + ("*" if cmp.significant(t) else ""))
+            out.append(f"| {seed} | " + " | ".join(cells) + " |")
+        cells = []
+        for t in tasks:
+            st = gc.over_seeds.get(t)
+            if st is None or st.mean is None:
+                cells.append("–")
+            else:
+                cells.append(f"{st.mean:+.2f}" + (f" [{st.interval.low:+.2f}, {st.interval.high:+.2f}]"
+                                                   if st.interval else ""))
+        out.append(f"| mean over {len(gc.by_seed)} seeds | " + " | ".join(cells) + " |")
+        cmp0 = next(iter(gc.by_seed.values()))
+        out += ["", f"Per seed: A − B (Spearman × 100 points) on the same test pairs, [paired bootstrap "
+                    f"{cmp0.method} interval, {cmp0.n_resamples} resamples], p = paired permutation test, "
+                    f"Holm-adjusted across the tasks (Avg: unadjusted), * below {cmp0.alpha:g}.  Mean over "
+                    "seeds: the per-seed differences' mean [t-interval over seeds]."]
+        if gc.skipped:
+            out += ["", "Not compared: " + "; ".join(gc.skipped)]
+    return out
 
 
 # ------------------------------------------------------------------------------------------ latex
@@ -203,6 +327,9 @@ def table_records(report: Report) -> tuple[list[str], list[list[Any]]]:
     for c in cols:
         columns += [f"{c}_mean", f"{c}_std", f"{c}_n", f"{c}_paper", f"{c}_paper_std", f"{c}_diff"]
     columns += ["paper_source", "paper_note", "run_dirs", "error", "log_tail"]
+    for c in cols:  # the intervals (appended: the columns above keep their places)
+        columns += [f"{c}_seed_ci_low", f"{c}_seed_ci_high", f"{c}_paper_inside", f"{c}_pairs_ci_low",
+                    f"{c}_pairs_ci_high"]
     rows: list[list[Any]] = []
     for g in report.groups:
         name = _name(g)
@@ -215,6 +342,11 @@ def table_records(report: Report) -> tuple[list[str], list[list[Any]]]:
         note = "" if p is None else "; ".join(x for x in (p.erratum and f"erratum: {p.erratum}",
                                                           p.derived and f"derived: {p.derived}") if x)
         row += [_source(g), note, " ".join(str(r.path) for r in g.runs), "", ""]
+        for c in cols:
+            interval = g.seed_stats(c).interval
+            pairs = g.runs[0].interval(c) if g.n == 1 and c != DEV_COLUMN else None
+            row += [interval.low if interval else None, interval.high if interval else None, g.paper_inside(c),
+                    *(pairs or [None, None])]
         rows.append(row)
     for run in report.failed:
         c = run.config
@@ -225,6 +357,7 @@ def table_records(report: Report) -> tuple[list[str], list[list[Any]]]:
                "" if run.seed is None else str(run.seed)]
         row += [None] * (6 * len(cols))
         row += ["", "", str(run.path), run.error, tail]
+        row += [None] * (5 * len(cols))
         rows.append(row)
     return columns, rows
 
@@ -241,14 +374,15 @@ def render_csv(report: Report, dev: bool = True) -> str:
     return buf.getvalue()
 
 
-def render(report: Report, fmt: str = "markdown", dev: bool = False) -> str:
-    """Render ``report`` as ``fmt`` (one of :data:`FORMATS`); ``dev`` adds the STS-B dev column.
+def render(report: Report, fmt: str = "markdown", dev: bool = False, comparisons: Sequence | None = None) -> str:
+    """Render ``report`` as ``fmt`` (one of :data:`FORMATS`); ``dev`` adds the STS-B dev column; ``comparisons``
+    (Markdown only) adds the paired comparisons.
 
     Raises:
         ValueError: unknown format.
     """
     if fmt == "markdown":
-        return render_markdown(report, dev=dev)
+        return render_markdown(report, dev=dev, comparisons=comparisons)
     if fmt == "latex":
         return render_latex(report, dev=dev)
     if fmt == "csv":
@@ -256,5 +390,5 @@ def render(report: Report, fmt: str = "markdown", dev: bool = False) -> str:
     raise ValueError(f"unknown format {fmt!r}; expected one of {list(FORMATS)}")
 
 
-__all__ = ["FORMATS", "cell_parts", "latex_escape", "render", "render_csv", "render_latex",
+__all__ = ["FORMATS", "cell_parts", "group_title", "interval_sections", "latex_escape", "render", "render_csv", "render_latex",
            "render_markdown", "table_records"]

@@ -1,0 +1,61 @@
+"""``cselab compare RUN_A RUN_B [--n-resamples N] [--seed S] [--format markdown|csv] [--out FILE]``
+
+Paired comparison of two finished runs on the same test pairs (:mod:`cselab.report.compare`): per task and for
+the average, A - B in Spearman x 100 points with its paired bootstrap 95 % interval, the paired permutation
+test's p-value and its Holm adjustment across the tasks.  Needs each run's ``test_pairs.npz`` (written by the
+test phase beside ``results.json``).
+
+Exit status: 0 on success, 1 when a run has no per-pair scores or the runs were not scored on the same pairs,
+2 on bad arguments or a missing directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from cselab.evaluation.stats import METHODS
+from cselab.report.compare import compare_runs, render_comparison
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser (see the module docstring)."""
+    p = argparse.ArgumentParser(prog="cselab compare",
+                                description="Paired comparison of two runs on the same STS test pairs (A - B).")
+    p.add_argument("run_a", metavar="RUN_A", help="run directory (with test_pairs.npz)")
+    p.add_argument("run_b", metavar="RUN_B", help="run directory (with test_pairs.npz)")
+    p.add_argument("--n-resamples", type=int, default=1000, metavar="N",
+                   help="bootstrap resamples and random permutations (default: 1000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the resampling (default: 0)")
+    p.add_argument("--level", type=float, default=0.95, help="confidence level (default: 0.95)")
+    p.add_argument("--method", choices=METHODS, default="percentile", help="bootstrap interval method")
+    p.add_argument("--format", choices=("markdown", "csv"), default="markdown", help="output format")
+    p.add_argument("--out", type=Path, default=None, help="write to FILE instead of stdout")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 1 no per-pair scores / different pairs, 2 bad arguments)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    missing = [d for d in (args.run_a, args.run_b) if not Path(d).exists()]
+    if missing:
+        parser.error(f"no such file or directory: {', '.join(missing)}")
+    if args.n_resamples < 100:
+        parser.error(f"--n-resamples {args.n_resamples}: expected >= 100")
+    try:
+        cmp = compare_runs(args.run_a, args.run_b, n_resamples=args.n_resamples, seed=args.seed,
+                           level=args.level, method=args.method)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    text = render_comparison(cmp, str(args.run_a), str(args.run_b), args.format)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text, encoding="utf-8")
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

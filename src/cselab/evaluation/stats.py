@@ -1,0 +1,570 @@
+"""How sure a score is: bootstrap intervals of Spearman, paired comparisons of two runs, seed statistics.
+
+Every number here is in the evaluator's unit, Spearman x 100 (accuracies x 100 for
+:func:`binomial_interval`).  Three kinds of uncertainty, which do not replace one another:
+
+* **test pairs** (:func:`bootstrap_scores`): a 95 % bootstrap interval of one run's task scores, resampling the
+  sentence pairs of the test set (``scipy.stats.bootstrap``, percentile method, a fixed seed).  It says how much
+  the score would move on another test set drawn like this one, for THIS trained model.  It does not cover
+  seed (training) variance.
+* **paired comparison** (:func:`paired_comparison`): two runs scored on the same pairs; the difference of each
+  task's Spearman with a paired bootstrap interval (the same resampled pairs for both runs), and a two-sided
+  p-value from a paired permutation test (``scipy.stats.permutation_test``, ``permutation_type="samples"``: each
+  pair's two predictions swapped between the runs at random), Holm-adjusted across the tasks.
+* **seeds** (:func:`seed_statistics`): mean, sample std and a t-based 95 % interval of the mean over runs that
+  differ only in seed.  It covers training variance on THIS test set, not test-set sampling.
+
+A task's score is a weighted sum of Spearman correlations over *segments* of pairs (:class:`TaskPairs`): the
+papers' STS12-16 ``all`` is one Spearman over the concatenated subsets (one segment); ``mean`` / ``wmean`` are
+the (weighted) mean of per-subset Spearman (one segment per subset, resampled within each subset).  The 7-task
+average's interval resamples every segment independently with the same resample index and averages the task
+scores of that resample.
+
+The vectorised Spearman (:func:`spearman_rows`) ranks each resample by counting (``numpy.bincount`` of the
+values' dense codes), which gives exactly the average ranks of ``scipy.stats.rankdata`` (ties averaged, as
+``scipy.stats.spearmanr``) at a fraction of a sort's cost: 7 tasks x 1,000 resamples take under a second on one
+core (``benchmarks/bench_intervals.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import stats
+
+__all__ = [
+    "METHODS",
+    "Interval",
+    "TaskPairs",
+    "TaskComparison",
+    "Comparison",
+    "SeedStats",
+    "dense_codes",
+    "spearman_rows",
+    "bootstrap_scores",
+    "paired_comparison",
+    "holm",
+    "seed_statistics",
+    "binomial_interval",
+]
+
+#: the bootstrap interval methods offered (``scipy.stats.bootstrap``'s ``method``).  BCa is not offered: its
+#: jackknife costs one Spearman per pair (~20 s for the 7 tasks here, far beyond 5 % of the test phase).
+METHODS: tuple[str, ...] = ("percentile", "basic")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A confidence interval ``[low, high]`` (same unit as the score it belongs to, Spearman x 100 here).
+
+    Attributes:
+        low, high: the bounds.
+        level: the confidence level (0.95).
+        method: how it was computed (``"bootstrap percentile"``, ``"t"``, ``"wilson"`` ...).
+    """
+
+    low: float
+    high: float
+    level: float = 0.95
+    method: str = "bootstrap percentile"
+
+    def contains(self, value: float) -> bool:
+        """``low <= value <= high``."""
+        return self.low <= value <= self.high
+
+    def as_list(self, digits: int = 4) -> list[float]:
+        """``[low, high]`` rounded (for JSON)."""
+        return [round(float(self.low), digits), round(float(self.high), digits)]
+
+
+@dataclass(frozen=True)
+class TaskPairs:
+    """One task's per-pair predictions and gold scores, and how its score aggregates them.
+
+    Attributes:
+        system: Float[N], the cosine of each pair (any monotone score works: only ranks matter).
+        gold: Float[N], the gold similarity of each pair, same order.
+        segments: the lengths of consecutive segments of the N pairs, each scored by one Spearman (``(N,)`` for
+            one Spearman over all pairs, the papers' ``all``; the subset sizes for ``mean`` / ``wmean``).
+        weights: one weight per segment, summing to 1 (the task score = sum of weight x segment Spearman).
+
+    Raises:
+        ValueError: lengths differ, a segment has fewer than 2 pairs, or segments / weights do not match.
+    """
+
+    system: np.ndarray
+    gold: np.ndarray
+    segments: tuple[int, ...] = ()
+    weights: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        system = np.asarray(self.system, dtype=np.float64).reshape(-1)
+        gold = np.asarray(self.gold, dtype=np.float64).reshape(-1)
+        if system.shape != gold.shape:
+            raise ValueError(f"TaskPairs: system and gold differ in length: {system.size} and {gold.size}")
+        segments = tuple(int(s) for s in self.segments) or (system.size,)
+        weights = tuple(float(w) for w in self.weights) or (1.0 / len(segments),) * len(segments)
+        if sum(segments) != system.size or min(segments) < 2:
+            raise ValueError(f"TaskPairs: segments {segments} must be >= 2 pairs each and sum to {system.size}")
+        if len(weights) != len(segments) or not math.isclose(sum(weights), 1.0, abs_tol=1e-9):
+            raise ValueError(f"TaskPairs: {len(weights)} weights for {len(segments)} segments (must match, sum 1)")
+        object.__setattr__(self, "system", system)
+        object.__setattr__(self, "gold", gold)
+        object.__setattr__(self, "segments", segments)
+        object.__setattr__(self, "weights", weights)
+
+    @classmethod
+    def from_subsets(cls, system, gold, subset_sizes: Sequence[int], aggregation: str = "all") -> TaskPairs:
+        """The pairs of a task whose subsets (STS12-16) lie one after the other, scored as ``aggregation``:
+        ``all`` (one segment), ``mean`` (equal weights), ``wmean`` (weights = subset sizes).
+
+        Raises:
+            ValueError: unknown aggregation, or the sizes do not sum to the number of pairs.
+        """
+        sizes = tuple(int(s) for s in subset_sizes)
+        n = int(np.asarray(system).size)
+        if sum(sizes) != n:
+            raise ValueError(f"subset sizes {sizes} do not sum to the {n} pairs")
+        if aggregation == "all":
+            return cls(system, gold)
+        if aggregation == "mean":
+            return cls(system, gold, sizes, tuple(1.0 / len(sizes) for _ in sizes))
+        if aggregation == "wmean":
+            return cls(system, gold, sizes, tuple(s / n for s in sizes))
+        raise ValueError(f"unknown aggregation {aggregation!r}; expected all, mean or wmean")
+
+    def bounds(self) -> list[tuple[int, int]]:
+        """``[(start, stop)]`` of each segment."""
+        ends = np.cumsum((0, *self.segments))
+        return [(int(a), int(b)) for a, b in zip(ends[:-1], ends[1:], strict=True)]
+
+
+def dense_codes(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """``(codes, k)``: each value's index among the sorted distinct values (Int64[N] in [0, k)), and k."""
+    uniq, inverse = np.unique(np.asarray(values), return_inverse=True)
+    return inverse.reshape(-1).astype(np.int64), int(uniq.size)
+
+
+def _average_ranks(codes: np.ndarray, k: int) -> np.ndarray:
+    """Average ranks (1-based, ties averaged) of each row of ``codes`` (Int[B, n] in [0, k)): Float64[B, n].
+
+    Counting instead of sorting: the rank of a value is (# smaller values in the row) + (# equal + 1) / 2.
+    """
+    codes = np.atleast_2d(codes)
+    rows = codes.shape[0]
+    flat = (codes + (np.arange(rows, dtype=np.int64) * k)[:, None]).ravel()  # row r's values in [r k, (r+1) k)
+    counts = np.bincount(flat, minlength=rows * k).astype(np.int32).reshape(rows, k)
+    below = np.cumsum(counts, axis=1, dtype=np.int32)
+    below -= counts
+    twice = (2 * below + counts + 1).ravel()          # twice the average rank of each value: exact in int32
+    return twice[flat].reshape(codes.shape) * 0.5
+
+
+def _pearson_centered(rx: np.ndarray, ry: np.ndarray, mean: float) -> np.ndarray:
+    rx = rx - mean
+    ry = ry - mean
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (rx * ry).sum(-1) / np.sqrt((rx * rx).sum(-1) * (ry * ry).sum(-1))
+
+
+def spearman_rows(x_codes: np.ndarray, kx: int, y_codes: np.ndarray, ky: int) -> np.ndarray:
+    """Spearman correlation of each row pair of ``x`` and ``y``, given as dense codes (:func:`dense_codes`).
+
+    Args:
+        x_codes, y_codes: Int[B, n] (or Int[n]) in [0, kx) / [0, ky); equal codes are ties.
+
+    Returns:
+        Float64[B] in [-1, 1] (``nan`` for a constant row), equal to ``scipy.stats.spearmanr`` row by row up to
+        floating-point rounding (average ranks, Pearson of the ranks).
+    """
+    rx = _average_ranks(x_codes, kx)
+    ry = _average_ranks(y_codes, ky)
+    return _pearson_centered(rx, ry, (rx.shape[-1] + 1) / 2.0)
+
+
+def _segments(tasks: Mapping[str, TaskPairs]) -> list[tuple[int, float, int, int]]:
+    """``[(task index, weight, start, stop)]`` of every segment of every task, in order."""
+    out = []
+    for t, pairs in enumerate(tasks.values()):
+        for (a, b), w in zip(pairs.bounds(), pairs.weights, strict=True):
+            out.append((t, w, a, b))
+    return out
+
+
+def _check_bootstrap_args(n_resamples: int, level: float, method: str) -> None:
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 2:
+        raise ValueError(f"n_resamples must be an int >= 2, got {n_resamples!r} (0 turns the intervals off "
+                         "in eval.bootstrap.n_resamples)")
+    if not 0 < level < 1:
+        raise ValueError(f"confidence level must be in (0, 1), got {level!r}")
+    if method not in METHODS:
+        raise ValueError(f"bootstrap method {method!r}: expected one of {', '.join(METHODS)}")
+
+
+def _bootstrap(statistic, sizes: list[int], n_resamples: int, seed: int, level: float, method: str,
+               batch: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """``scipy.stats.bootstrap`` over independent index arrays, one per segment; returns (low, high) per output."""
+    data = tuple(np.arange(n) for n in sizes)
+    with warnings.catch_warnings():  # a constant statistic (two identical runs) gives a degenerate distribution
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        res = stats.bootstrap(data, statistic, n_resamples=n_resamples, batch=batch, vectorized=True,
+                              paired=False, confidence_level=level, method=method, axis=-1,
+                              rng=np.random.default_rng(seed))
+    low = np.atleast_1d(np.asarray(res.confidence_interval.low, dtype=np.float64))
+    high = np.atleast_1d(np.asarray(res.confidence_interval.high, dtype=np.float64))
+    # a degenerate bootstrap distribution (every resample equal) gives nan bounds: the interval is that value
+    dist = np.atleast_2d(res.bootstrap_distribution)
+    for i in range(low.size):
+        if not np.isfinite(low[i]) and np.all(dist[i] == dist[i][0]):
+            low[i] = high[i] = dist[i][0]
+    return low, high
+
+
+def bootstrap_scores(
+    tasks: Mapping[str, TaskPairs], n_resamples: int = 1000, seed: int = 0, level: float = 0.95,
+    method: str = "percentile", average: bool = True, batch: int | None = 250,
+) -> dict[str, Interval]:
+    """Bootstrap confidence intervals of each task's score and of their plain average, resampling pairs.
+
+    Each segment's pairs are resampled with replacement (``scipy.stats.bootstrap``, ``paired=False`` over one
+    index array per segment, so a cosine stays with its gold score); in one resample every segment is redrawn
+    independently, each task's score is recomputed (Spearman x 100, weighted over its segments) and the
+    average is the plain mean of the tasks' scores of that same resample.
+
+    Args:
+        tasks: task -> :class:`TaskPairs`.
+        n_resamples: bootstrap resamples (>= 2).
+        seed: seed of the ``numpy.random.Generator`` that draws them (same seed, same intervals).
+        level: confidence level.
+        method: ``percentile`` or ``basic`` (:data:`METHODS`).
+        average: also return ``"avg"`` (when there is more than one task).
+        batch: resamples per vectorised call (memory ~ batch x pairs x 8 bytes x a few).
+
+    Returns:
+        ``{task: Interval, ..., "avg": Interval}`` in Spearman x 100; ``method`` reads ``"bootstrap <method>"``.
+
+    Raises:
+        ValueError: no tasks, bad ``n_resamples`` / ``level`` / ``method``.
+    """
+    _check_bootstrap_args(n_resamples, level, method)
+    if not tasks:
+        raise ValueError("bootstrap_scores: no tasks")
+    segs = _segments(tasks)
+    pairs = list(tasks.values())
+    codes = [(dense_codes(pairs[t].system[a:b]), dense_codes(pairs[t].gold[a:b])) for t, _, a, b in segs]
+    n_tasks = len(pairs)
+    with_avg = average and n_tasks > 1
+
+    def statistic(*idx, axis=-1):
+        rows = idx[0].shape[:-1]
+        scores = np.zeros((n_tasks, *rows))
+        for (t, w, _, _), ((sc, sk), (gc, gk)), i in zip(segs, codes, idx, strict=True):
+            scores[t] += w * spearman_rows(sc[i].reshape(-1, i.shape[-1]), sk,
+                                           gc[i].reshape(-1, i.shape[-1]), gk).reshape(rows)
+        scores *= 100.0
+        if with_avg:
+            scores = np.concatenate([scores, scores.mean(axis=0, keepdims=True)])
+        return scores
+
+    low, high = _bootstrap(statistic, [b - a for _, _, a, b in segs], n_resamples, seed, level, method, batch)
+    names = list(tasks) + (["avg"] if with_avg else [])
+    return {name: Interval(float(lo), float(hi), level, f"bootstrap {method}")
+            for name, lo, hi in zip(names, low, high, strict=True)}
+
+
+# ------------------------------------------------------------------------------------------ comparison
+
+@dataclass(frozen=True)
+class TaskComparison:
+    """Run A - run B on one task (or ``avg``), Spearman x 100 points.
+
+    Attributes:
+        task: the task (``"avg"`` for the average).
+        a, b: each run's score on the same pairs.
+        diff: ``a - b``.
+        interval: paired bootstrap interval of the difference.
+        p: two-sided p-value of the paired permutation test (H0: the two runs' predictions are exchangeable).
+        p_holm: ``p`` after Holm's correction across the tasks (``None`` for ``avg``, which is not in the family).
+    """
+
+    task: str
+    a: float
+    b: float
+    diff: float
+    interval: Interval
+    p: float
+    p_holm: float | None = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """:func:`paired_comparison`'s result: one :class:`TaskComparison` per task, then ``avg``."""
+
+    tasks: dict[str, TaskComparison]
+    n_resamples: int
+    seed: int
+    method: str
+    alpha: float = 0.05
+    notes: list[str] = field(default_factory=list)
+
+    def significant(self, task: str) -> bool:
+        """Holm-adjusted p (raw p for ``avg``) below ``alpha``."""
+        c = self.tasks[task]
+        p = c.p if c.p_holm is None else c.p_holm
+        return p < self.alpha
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error control), in the input order.
+
+    ``p_(i)`` sorted ascending gets ``max_{j<=i} min(1, (m - j) * p_(j))`` (0-based j).  scipy has no Holm
+    (``scipy.stats.false_discovery_control`` is Benjamini-Hochberg / -Yekutieli) and statsmodels is not a
+    dependency; this is its ``multipletests(method="holm")``.
+
+    Raises:
+        ValueError: a p-value outside [0, 1] or not a number.
+    """
+    p = np.asarray(pvalues, dtype=np.float64).reshape(-1)
+    if p.size and (not np.all(np.isfinite(p)) or p.min() < 0 or p.max() > 1):
+        raise ValueError(f"holm: p-values must be in [0, 1], got {p.tolist()}")
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out = np.empty(m)
+    out[order] = adjusted
+    return out.tolist()
+
+
+def _rank_codes(values: np.ndarray) -> np.ndarray:
+    """Twice the average rank minus 2 of each value (Int64, exact: average ranks are halves), so that the ranks
+    of two runs are on one scale and can be swapped pair by pair."""
+    codes, k = dense_codes(values)
+    return (2.0 * _average_ranks(codes[None], k)[0] - 2.0).round().astype(np.int64)
+
+
+def paired_comparison(
+    a: Mapping[str, TaskPairs], b: Mapping[str, TaskPairs], n_resamples: int = 1000, seed: int = 0,
+    level: float = 0.95, method: str = "percentile", alpha: float = 0.05,
+) -> Comparison:
+    """Compare two runs scored on the same pairs: per-task difference, paired bootstrap interval, p-value.
+
+    * Interval: ``scipy.stats.bootstrap`` over the pairs, the SAME resampled pairs for both runs (so what the
+      two runs share, the hard and easy pairs, cancels), score(A) - score(B) per resample; the average's
+      difference from the same resample of every task.
+    * p-value: ``scipy.stats.permutation_test(permutation_type="samples")`` on each pair's two predictions,
+      swapped between the runs at random; the predictions are first replaced by their ranks within their run
+      (which leaves each run's Spearman unchanged) so that runs whose cosines live on different scales can be
+      swapped.  Two-sided; the smallest p is ``2 / (n_resamples + 1)`` (a note says when too few permutations
+      leave no task able to reach ``alpha`` after Holm).  Holm-adjusted across the tasks; the average's p
+      (all pairs swapped at once) is not in the family.
+
+    Args:
+        a, b: task -> :class:`TaskPairs` of each run; the tasks both have are compared, their gold scores and
+            segments must be identical (the same test pairs in the same order).
+        n_resamples, seed, level, method: as :func:`bootstrap_scores` (task i's permutations are seeded with
+            ``seed + 1 + i``, the average's with ``seed + 1 + number of tasks``).
+        alpha: the significance level that :meth:`Comparison.significant` uses.
+
+    Returns:
+        :class:`Comparison` (Spearman x 100 points).
+
+    Raises:
+        ValueError: no task in common, or a task's gold scores / segments differ (not the same pairs).
+    """
+    _check_bootstrap_args(n_resamples, level, method)
+    common = [t for t in a if t in b]
+    if not common:
+        raise ValueError(f"no task in common: {list(a)} vs {list(b)}")
+    notes = []
+    only = sorted(set(a) ^ set(b))
+    if only:
+        notes.append(f"compared on the {len(common)} common tasks; only one run has {', '.join(only)}")
+    for t in common:
+        if a[t].segments != b[t].segments or a[t].weights != b[t].weights or not np.array_equal(a[t].gold,
+                                                                                               b[t].gold):
+            raise ValueError(f"task {t}: the two runs were not scored on the same pairs (gold scores or subsets "
+                             "differ); a paired comparison needs the same test pairs in the same order")
+    if n_resamples + 1 < 2 * len(common) / alpha:
+        notes.append(f"with {n_resamples} permutations the smallest two-sided p is {2 / (n_resamples + 1):.3g}, "
+                     f"{len(common)} x that after Holm: no task can reach {alpha:g}; use at least "
+                     f"{math.ceil(2 * len(common) / alpha)} resamples")
+    ta = {t: a[t] for t in common}
+    tb = {t: b[t] for t in common}
+    segs = _segments(ta)
+    codes = []
+    for t, _, s, e in segs:
+        name = common[t]
+        codes.append((dense_codes(ta[name].system[s:e]), dense_codes(tb[name].system[s:e]),
+                      dense_codes(ta[name].gold[s:e])))
+    n_tasks = len(common)
+    with_avg = n_tasks > 1
+
+    def statistic(*idx, axis=-1):
+        rows = idx[0].shape[:-1]
+        diff = np.zeros((n_tasks, *rows))
+        for (t, w, _, _), ((ac, ak), (bc, bk), (gc, gk)), i in zip(segs, codes, idx, strict=True):
+            n = i.shape[-1]
+            gi = gc[i].reshape(-1, n)
+            ry = _average_ranks(gi, gk)
+            ra = _average_ranks(ac[i].reshape(-1, n), ak)
+            rb = _average_ranks(bc[i].reshape(-1, n), bk)
+            mid = (n + 1) / 2.0
+            d = _pearson_centered(ra, ry, mid) - _pearson_centered(rb, ry, mid)
+            diff[t] += w * d.reshape(rows)
+        diff *= 100.0
+        if with_avg:
+            diff = np.concatenate([diff, diff.mean(axis=0, keepdims=True)])
+        return diff
+
+    low, high = _bootstrap(statistic, [e - s for _, _, s, e in segs], n_resamples, seed, level, method, 250)
+
+    # permutation test: per task (and the average, over all pairs at once)
+    seg_ranks = []  # (task, weight, rank codes of A, of B, gold ranks centred, n)
+    for (t, w, s, e), (_, _, (gc, gk)) in zip(segs, codes, strict=True):
+        name = common[t]
+        ra2 = _rank_codes(ta[name].system[s:e])
+        rb2 = _rank_codes(tb[name].system[s:e])
+        ry = _average_ranks(gc[None], gk)[0]
+        seg_ranks.append((t, w, ra2, rb2, ry - (e - s + 1) / 2.0, e - s))
+
+    def perm_stat(members, scale):
+        def stat(x, y, axis=-1):
+            rows = x.shape[:-1]
+            total = np.zeros(rows)
+            start = 0
+            for _t, w, _, _, ryc, n in members:
+                xs = x[..., start:start + n].reshape(-1, n).astype(np.int64)
+                ys = y[..., start:start + n].reshape(-1, n).astype(np.int64)
+                start += n
+                rx = _average_ranks(xs, 2 * n)
+                rz = _average_ranks(ys, 2 * n)
+                mid = (n + 1) / 2.0
+                d = (_corr_with(rx - mid, ryc) - _corr_with(rz - mid, ryc)) * w
+                total += d.reshape(rows)
+            return 100.0 * scale * total
+        return stat
+
+    def run_perm(members, rng_seed, scale=1.0):
+        x = np.concatenate([m[2] for m in members]).astype(np.float64)
+        y = np.concatenate([m[3] for m in members]).astype(np.float64)
+        res = stats.permutation_test((x, y), perm_stat(members, scale), permutation_type="samples",
+                                     n_resamples=n_resamples, vectorized=True, alternative="two-sided",
+                                     rng=np.random.default_rng(rng_seed))
+        return float(min(1.0, res.pvalue))
+
+    pvals = []
+    for t in range(n_tasks):
+        pvals.append(run_perm([m for m in seg_ranks if m[0] == t], seed + 1 + t))
+    adjusted = holm(pvals)
+    out: dict[str, TaskComparison] = {}
+    for t, name in enumerate(common):
+        sa = _score(ta[name])
+        sb = _score(tb[name])
+        out[name] = TaskComparison(name, sa, sb, sa - sb, Interval(float(low[t]), float(high[t]), level,
+                                                                     f"paired bootstrap {method}"),
+                                   pvals[t], adjusted[t])
+    if with_avg:
+        sa = float(np.mean([c.a for c in out.values()]))
+        sb = float(np.mean([c.b for c in out.values()]))
+        p_avg = run_perm(seg_ranks, seed + 1 + n_tasks, 1.0 / n_tasks)
+        out["avg"] = TaskComparison("avg", sa, sb, sa - sb, Interval(float(low[-1]), float(high[-1]), level,
+                                                                      f"paired bootstrap {method}"), p_avg, None)
+    return Comparison(out, n_resamples, seed, method, alpha, notes)
+
+
+def _corr_with(rx_centred: np.ndarray, ry_centred: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (rx_centred * ry_centred).sum(-1) / np.sqrt((rx_centred ** 2).sum(-1) * (ry_centred ** 2).sum())
+
+
+def _score(pairs: TaskPairs) -> float:
+    """A task's score (Spearman x 100) from its pairs, with ``scipy.stats.spearmanr`` per segment."""
+    total = 0.0
+    for (a, b), w in zip(pairs.bounds(), pairs.weights, strict=True):
+        total += w * float(stats.spearmanr(pairs.system[a:b], pairs.gold[a:b])[0])
+    return 100.0 * total
+
+
+# ------------------------------------------------------------------------------------------ seeds
+
+@dataclass(frozen=True)
+class SeedStats:
+    """One score over the seeds of one configuration.
+
+    Attributes:
+        n: number of seeds (runs).
+        mean: their mean.
+        std: sample standard deviation (``ddof=1``; ``None`` when n < 2).
+        interval: t-based interval of the mean, ``mean +- t_{(1+level)/2, n-1} * std / sqrt(n)`` (``None`` when
+            n < 2).
+        warning: set when n < 3 (an interval from 2 seeds is very wide and its std unreliable; none from 1).
+    """
+
+    n: int
+    mean: float | None
+    std: float | None
+    interval: Interval | None
+    warning: str | None = None
+
+
+#: fewer seeds than this get a warning with their statistics
+MIN_SEEDS = 3
+
+
+def seed_statistics(values: Sequence[float], level: float = 0.95) -> SeedStats:
+    """Mean, sample std and t-based interval of the mean of one score over seeds (``scipy.stats.t``).
+
+    Args:
+        values: one score per seed (Spearman x 100), the runs already known to have distinct seeds.
+        level: confidence level of the interval.
+
+    Returns:
+        :class:`SeedStats` (``mean`` ``None`` for no values; ``warning`` when fewer than :data:`MIN_SEEDS`).
+    """
+    v = np.asarray([float(x) for x in values], dtype=np.float64)
+    n = int(v.size)
+    warning = None
+    if n < MIN_SEEDS:
+        warning = (f"n={n} seed{'s' if n != 1 else ''}: " + ("no interval over seeds" if n < 2 else
+                   "the interval over 2 seeds is very wide (t with 1 degree of freedom)") + f"; run >= {MIN_SEEDS}")
+    if n == 0:
+        return SeedStats(0, None, None, None, warning)
+    mean = float(v.mean())
+    if n < 2:
+        return SeedStats(n, mean, None, None, warning)
+    std = float(v.std(ddof=1))
+    half = float(stats.t.ppf((1 + level) / 2, df=n - 1)) * std / math.sqrt(n)
+    return SeedStats(n, mean, std, Interval(mean - half, mean + half, level, "t"), warning)
+
+
+# ------------------------------------------------------------------------------------------ accuracies
+
+def binomial_interval(correct: int, total: int, level: float = 0.95, method: str = "wilson") -> Interval:
+    """Confidence interval of an accuracy (x 100) from its count of correct predictions.
+
+    For the transfer tasks' test accuracies: ``scipy.stats.binomtest(correct, total).proportion_ci``.  It treats
+    the test examples as independent draws (test-set sampling only, like the STS pair bootstrap).
+
+    Args:
+        correct: number of correctly classified test examples (int, 0 <= correct <= total).
+        total: number of test examples (int > 0).
+        level: confidence level.
+        method: ``wilson`` (default), ``wilsoncc`` or ``exact`` (Clopper-Pearson).
+
+    Returns:
+        :class:`Interval` in accuracy x 100, ``method`` = ``"binomial <method>"``.
+
+    Raises:
+        ValueError: counts that are not integers or out of range, or an unknown method.
+    """
+    for name, v in (("correct", correct), ("total", total)):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer):
+            raise ValueError(f"binomial_interval: {name} must be an int count, got {v!r}")
+    if total <= 0 or not 0 <= correct <= total:
+        raise ValueError(f"binomial_interval: need 0 <= correct <= total and total > 0, got {correct}/{total}")
+    ci = stats.binomtest(int(correct), int(total)).proportion_ci(confidence_level=level, method=method)
+    return Interval(100.0 * float(ci.low), 100.0 * float(ci.high), level, f"binomial {method}")
