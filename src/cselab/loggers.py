@@ -179,7 +179,6 @@ def log_transfer_table(loggers: list, transfer: dict, names: dict[str, str]) -> 
             log.warning("could not log the transfer table to %s: %s", type(logger).__name__, err)
 
 
-def log_test_charts(loggers: list, test: dict[str, float], by_bin: dict | None, names: dict[str, str]) -> None:
 def log_test_charts(loggers: list, test: dict[str, float], by_bin: dict | None, names: dict[str, str],
                     intervals: dict | None = None) -> None:
     """W&B tables and charts of the test results (other loggers are skipped; a failure is only a warning):
