@@ -1,0 +1,118 @@
+"""What a run records is what it did: the test backbone of the decoder paper rows (fp32, unquantised), the
+encoder behind the reported STS-B dev score, a best checkpoint for every run that trained (issue 25, items 5-7)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+PROMPTEOL_ROWS = sorted(p.stem for p in (CONF / "experiment" / "prompteol").glob("*.yaml"))
+
+
+def _compose(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    import cselab.config  # noqa: F401  (resolvers)
+    from cselab.model.loading import register_family_resolver
+
+    register_family_resolver()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+@pytest.mark.parametrize("row", PROMPTEOL_ROWS)
+def test_decoder_paper_rows_test_fp32_weights(row, monkeypatch):
+    """Every PromptEOL paper row is tested on float32, unquantised weights with float32 arithmetic, as the official
+    "16-bit" path (kongds/scaling_sentemb evaluation.py:104-109; eval_checkpoints.sh:46-49 for the adapters), even
+    on a GPU, where backbone.dtype=auto would load bf16 weights."""
+    from cselab.model.loading import resolve_dtype
+    from cselab.pipeline import test_backbone
+
+    assert len(PROMPTEOL_ROWS) >= 18
+    cfg = _compose(f"experiment=prompteol/{row}")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on the GPU the rows need
+    tested = test_backbone(cfg)
+    assert resolve_dtype(tested["dtype"]) == torch.float32, row
+    assert tested["load_in_4bit"] is False, row
+    assert cfg.eval.precision == "32"
+    if cfg.method.train:  # fine-tuned rows still train in 4-bit (the official QLoRA); only the test changes
+        assert cfg.backbone.load_in_4bit is True and cfg.tuning.name == "lora"
+
+
+def test_test_backbone_refuses_unknown_keys():
+    from cselab.methods.checks import ConfigError
+    from cselab.pipeline import test_backbone
+
+    cfg = _compose("eval.test_backbone={dtyp: float32}")
+    with pytest.raises(ConfigError, match=r"eval.test_backbone: unknown key\(s\) \['dtyp'\]"):
+        test_backbone(cfg)
+
+
+def test_lora_run_is_tested_on_the_reloaded_fp32_backbone(tmp_path, tiny_decoder_dirs, sts_data_dir):
+    """Trained in bfloat16 weights, tested (eval.test_backbone) on the float32 base reloaded with the best
+    checkpoint's adapter: the tested model's weights are float32 and its LoRA tensors are the checkpoint's."""
+    from cselab.loading import load
+    from cselab.pipeline import run
+
+    cfg = _compose("method=prompteol", "backbone=auto", f"backbone.name_or_path={tiny_decoder_dirs['opt']}",
+                   "data=nli_sample", "data.batch_size=4",
+        "data.drop_last=true", "trainer.enable_progress_bar=false", "tuning.r=4", "eval.test_tasks=[stsb]",
+        "backbone.dtype=bfloat16", "eval.test_backbone={dtype: float32}", f"data_dir={sts_data_dir}")
+    results = run(cfg, tmp_path)
+    assert results["test_backbone"] == {"dtype": "float32", "load_in_4bit": False}
+    ckpt = torch.load(results["best_checkpoint"], map_location="cpu", weights_only=False)
+    assert ckpt["hyper_parameters"]["backbone"]["dtype"] == "bfloat16"  # trained in bf16
+    tested = load(results["best_checkpoint"], backbone={"dtype": "float32"})
+    assert {p.dtype for p in tested.parameters()} == {torch.float32}
+    state = tested.state_dict()
+    for key, value in ckpt["state_dict"].items():  # the adapter: the checkpoint's (bf16 -> fp32 exactly)
+        assert torch.equal(state[key], value.float()), key
+    scores = tested.encode(["a cat sits on the mat", "a dog runs"])
+    assert scores.dtype == torch.float32
+
+
+def test_untrained_promptbert_scores_dev_with_the_test_encoder(tmp_path, tiny_bert_dir, sts_data_dir):
+    """method.train=false: STS-B dev goes through the test encoder, the official evaluation.py --mode dev rule
+    (PromptBERT's period rule, no template-bias subtraction), not the in-training dev batcher."""
+    from conftest import compose_tiny_run
+
+    from cselab.evaluation.sts import STSEvaluator
+    from cselab.pipeline import build_method, run
+
+    cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "method=promptbert", "method.train=false",
+                           "eval.test_tasks=[stsb]")
+    assert cfg.module.dev_encoder  # the method has an in-training dev encoder that differs from the test one
+    results = run(cfg, tmp_path / "run")
+    method = build_method(cfg)
+    rule = STSEvaluator(str(sts_data_dir)).evaluate(lambda s: method.encode(s, encoder="test"), tasks=("stsb",),
+                                                    split="dev")["stsb"]
+    in_training = STSEvaluator(str(sts_data_dir)).evaluate(lambda s: method.encode(s, encoder="dev"),
+                                                           tasks=("stsb",), split="dev")["stsb"]
+    assert results["dev"]["stsb"] == pytest.approx(rule, abs=1e-6)
+    assert abs(in_training - rule) > 1e-3  # the two encoders differ here, so the test can tell them apart
+    assert results["dev_encoder"] == "test"
+
+
+def test_trained_run_says_its_dev_score_is_the_in_training_encoders(tmp_path, tiny_bert_dir, sts_data_dir, capsys):
+    """A trained PromptBERT run reports the dev score the checkpoint was selected on; results.json and the
+    console name that encoder.  Training shorter than trainer.val_check_interval still validates once, at its
+    last step, and records that best checkpoint."""
+    from conftest import compose_tiny_run
+
+    from cselab.pipeline import run
+
+    cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "method=promptbert", "eval.test_tasks=[stsb]",
+                           "trainer.max_steps=3", "trainer.val_check_interval=125")
+    results = run(cfg, tmp_path / "run")
+    assert results["dev_encoder"] == "in_training"
+    assert "in-training dev encoder" in capsys.readouterr().out
+    assert [p["step"] for p in results["val_curve"]] == [3]
+    assert results["best_checkpoint"] and Path(results["best_checkpoint"]).name == "best-step3.ckpt"
+    assert Path(results["best_checkpoint"]).is_file()
+    assert results["best_dev"] == pytest.approx(results["val_curve"][0]["stsb_dev"])
+    assert results["dev"]["stsb"] == pytest.approx(results["best_dev"], abs=1e-3)  # the tested checkpoint's
+    assert OmegaConf.select(cfg, "trainer.val_check_interval") == 125
