@@ -116,3 +116,28 @@ def test_trained_run_says_its_dev_score_is_the_in_training_encoders(tmp_path, ti
     assert results["best_dev"] == pytest.approx(results["val_curve"][0]["stsb_dev"])
     assert results["dev"]["stsb"] == pytest.approx(results["best_dev"], abs=1e-3)  # the tested checkpoint's
     assert OmegaConf.select(cfg, "trainer.val_check_interval") == 125
+
+
+def test_sweep_job_directories_name_the_swept_values():
+    """`-m` job directories say what differs between the jobs (was `<n>_prompteol_tiny_opt_sup` for every job)."""
+    from cselab.config import job_dir_name, swept_keys
+
+    argv = ["method=prompteol", "prompt=prompteol,pretcot", "backbone=auto",
+            "backbone.name_or_path=/tmp/x/models/tiny_opt", "method.train=false", "seed=range(0,2)",
+            "hydra.sweep.dir=/tmp/s"]
+    swept = swept_keys(argv, {"method.denoise": "none,pad"})
+    assert swept == {"prompt", "seed", "method.denoise"}
+    names = [job_dir_name(n, ["method=prompteol", f"prompt={p}", "backbone=auto",
+                              "backbone.name_or_path=/tmp/x/models/tiny_opt", "method.train=false", f"seed={s}",
+                              "method.denoise=pad"], swept, "prompteol", "tiny_opt", "sup")
+             for n, (p, s) in enumerate([("prompteol", 0), ("pretcot", 0), ("prompteol", 1)])]
+    assert names == ["0_method.denoise=pad+prompt=prompteol+seed=0", "1_method.denoise=pad+prompt=pretcot+seed=0",
+                     "2_method.denoise=pad+prompt=prompteol+seed=1"]
+    # a sweep over folders: each by its last part
+    swept = swept_keys(["backbone.name_or_path=models/tiny_opt,models/tiny_llama"])
+    assert job_dir_name(1, ["backbone.name_or_path=models/tiny_llama"], swept, "m", "b", "s") == \
+        "1_backbone.name_or_path=tiny_llama"
+    # nothing known to be swept (another process's command line): every override of the job but output-only keys
+    assert job_dir_name(0, ["method=simcse", "logger=wandb"], set(), "simcse", "minilm_l6", "unsup") == \
+        "0_method=simcse"
+    assert job_dir_name(0, [], set(), "simcse", "minilm_l6", "unsup") == "0_simcse_minilm_l6_unsup"
