@@ -141,3 +141,62 @@ def test_sweep_job_directories_name_the_swept_values():
     assert job_dir_name(0, ["method=simcse", "logger=wandb"], set(), "simcse", "minilm_l6", "unsup") == \
         "0_method=simcse"
     assert job_dir_name(0, [], set(), "simcse", "minilm_l6", "unsup") == "0_simcse_minilm_l6_unsup"
+
+
+def test_slash_less_hub_ids_go_through_backbone_auto():
+    """`backbone=bert-base-uncased` (a hub id without a slash) is written as backbone=auto; the conf/backbone
+    options never have a `-`, so a dashed value is never an option typed wrong; an option typo stays Hydra's."""
+    from cselab.config import backbone_path_overrides
+
+    options = {p.stem for p in (CONF / "backbone").glob("*.yaml")}
+    assert not any("-" in o for o in options)
+    assert backbone_path_overrides(["backbone=bert-base-uncased", "seed=1"], options) == [
+        "backbone=auto", "backbone.name_or_path=bert-base-uncased", "seed=1"]
+    assert backbone_path_overrides(["-m", "backbone=roberta-base,bert-base-cased"], options) == [
+        "-m", "backbone=auto", "backbone.name_or_path=roberta-base,bert-base-cased"]
+    assert backbone_path_overrides(["backbone=gpt2", "backbone=bert_bsae"], options) == ["backbone=gpt2",
+                                                                                         "backbone=bert_bsae"]
+
+
+def test_a_missing_folder_is_named_as_a_folder(tmp_path, monkeypatch):
+    """`backbone=models/nonexistent` with a models/ folder here: "no such folder" and what models/ holds, not the
+    hub's offline message; a path that cannot be a hub id (two slashes) the same; `org/name` with no such folder
+    and the hub offline: both readings in one message."""
+    from cselab.model.loading import BackboneUnavailableError, load_backbone
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "models" / "tiny_opt").mkdir(parents=True)
+    (tmp_path / "models" / "tiny_opt" / "config.json").write_text("{}")
+    with pytest.raises(BackboneUnavailableError, match=r"'models/nonexistent': no such folder \(.*models/nonexistent "
+                                                       r"does not exist; models/ holds the model folders \['tiny_opt'\]"):
+        load_backbone("models/nonexistent")
+    with pytest.raises(BackboneUnavailableError, match="'a/b/c': no such folder"):
+        load_backbone("a/b/c")
+    with pytest.raises(BackboneUnavailableError, match="'someorg/somemodel': no folder 'someorg/somemodel' here .*"
+                                                       "as a hub id it is not in the Hugging Face cache"):
+        load_backbone("someorg/somemodel")
+
+
+def test_help_shows_the_output_layout():
+    import subprocess
+    import sys
+
+    root = CONF.parent
+    out = subprocess.run([sys.executable, str(root / "run.py"), "--help"], cwd=root, capture_output=True, text=True,
+                         timeout=120).stdout
+    assert "outputs/<run_name>/" in out and "multirun/<run_name>/<n>_<swept values>/" in out
+    assert "<date>" not in out and "<time>" not in out
+
+
+def test_readme_quick_commands_test_on_stsb_only():
+    """The README's commands meant to be quick (a quick sweep, the tiny decoders, CI-sized) score STS-B test only:
+    the 7-task test alone takes minutes on a 2-core CPU."""
+    import re
+
+    text = (CONF.parent / "README.md").read_text(encoding="utf-8")
+    commands = re.sub(r"\\\n\s*", " ", text).splitlines()
+    quick = [c for c in commands if c.startswith("python run.py") and re.search(r"quick|CI-sized|tiny_", c)]
+    assert len(quick) >= 3, quick
+    for command in quick:
+        assert "eval.test_tasks=[stsb]" in command, command

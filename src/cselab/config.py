@@ -148,11 +148,19 @@ def file_line(path: str, line: int) -> str:
 
 
 def looks_like_model(value: str) -> bool:
-    """Whether a ``backbone=`` value is a hub id or a folder rather than a ``conf/backbone`` option: it has a
-    ``/`` (``org/model``, ``models/tiny_opt``), starts with ``.``, ``~`` or ``package:``, or is an existing
-    directory."""
-    return ("/" in value or "\\" in value or value.startswith((".", "~", "package:"))
-            or Path(value).expanduser().is_dir())
+    """Whether a ``backbone=`` value that is not a ``conf/backbone`` option is a hub id or a folder: it has a
+    ``/`` (``org/model``, ``models/tiny_opt``) or a ``-`` (a slash-less hub id, ``bert-base-uncased``,
+    ``roberta-base``: the options' names use ``_``), starts with ``.``, ``~`` or ``package:``, is an existing
+    directory, or a hub id in the Hugging Face cache (``distilgpt2``)."""
+    if ("/" in value or "\\" in value or "-" in value or value.startswith((".", "~", "package:"))
+            or Path(value).expanduser().is_dir()):
+        return True
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(value, "config.json"), str)
+    except Exception:  # not a valid repo id, or no hub library: not a model
+        return False
 
 
 def backbone_path_overrides(argv: list[str], options: set[str]) -> list[str]:
