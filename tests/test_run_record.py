@@ -95,6 +95,7 @@ def test_untrained_promptbert_scores_dev_with_the_test_encoder(tmp_path, tiny_be
     assert results["dev"]["stsb"] == pytest.approx(rule, abs=1e-6)
     assert abs(in_training - rule) > 1e-3  # the two encoders differ here, so the test can tell them apart
     assert results["dev_encoder"] == "test"
+    assert results["test_backbone"] == {"dtype": "float32", "load_in_4bit": False}
 
 
 def test_trained_run_says_its_dev_score_is_the_in_training_encoders(tmp_path, tiny_bert_dir, sts_data_dir, capsys):

@@ -272,6 +272,15 @@ def test_backbone(cfg: DictConfig) -> dict:
     return {**trained, **over}
 
 
+def tested_weights(backbone: dict) -> dict:
+    """``results.json``'s ``test_backbone``: the tested weights' dtype as loaded on this machine (``auto``
+    resolved: ``bfloat16`` on a GPU, ``float32`` on CPU) and whether they were 4-bit."""
+    from cselab.model.loading import resolve_dtype
+
+    dtype = resolve_dtype(backbone.get("dtype")) or torch.float32
+    return {"dtype": str(dtype).removeprefix("torch."), "load_in_4bit": bool(backbone.get("load_in_4bit"))}
+
+
 def build_datamodule(cfg: DictConfig, method) -> L.LightningDataModule:
     """The training DataModule for ``setting`` (unsup corpus or NLI triplets)."""
     common = dict(
@@ -417,7 +426,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         best_checkpoint=best,
         best_dev=best_dev,
         dev_encoder=dev_encoder_used(cfg, method),
-        test_backbone={k: test_backbone(cfg).get(k) for k in ("dtype", "load_in_4bit")},
+        test_backbone=tested_weights(test_backbone(cfg)),
         trainable_parameters=method.num_trainable_parameters(),
         global_step=global_step,
         wall_time_s=round(time.perf_counter() - start + sts.elapsed_before, 1),  # + earlier processes (resume)
