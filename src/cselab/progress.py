@@ -220,7 +220,7 @@ class EvalProgress:
             if self._bar.theme.description:
                 description = f"[{self._bar.theme.description}]{description}"
             return self._bar.progress.add_task(description, total=total, unit="sent")
-        if self._tqdm:
+        if self._tqdm or self._bar is not None:  # (a Rich bar between its loops, e.g. after fit: no live display)
             from tqdm.auto import tqdm
 
             return tqdm(total=total, desc=f"{task} {self.split}", unit="sent", leave=False, file=sys.stderr)
