@@ -469,16 +469,22 @@ def validate_at_end(trainer: L.Trainer, method, sts: STSCallback, checkpoint, ou
     ``checkpoints/best-step<N>.ckpt``, so that every trained run records a best checkpoint.
 
     Returns:
-        (path or None, score or None): None only when nothing was trained (no ``checkpoint`` callback).
+        (path or None, score or None): None when nothing was trained (no ``checkpoint`` callback) or in a
+        ``trainer.fast_dev_run`` (no checkpoints: the weights in memory are tested, as before).
     """
     if checkpoint is None:
         return None, None
     if checkpoint.best_model_path:
         score = checkpoint.best_model_score
         return checkpoint.best_model_path, (float(score) if score is not None else None)
-    log.info("training ended at step %d before any validation (trainer.val_check_interval=%s): validating now",
-             trainer.global_step, trainer.val_check_interval)
-    score = sts.validate(trainer, method)
+    if trainer.fast_dev_run:  # a plumbing check: Lightning writes no checkpoint; the weights in memory are tested
+        return None, None
+    if sts.history and sts.history[-1]["step"] == trainer.global_step:  # validated at this step, not saved
+        score = float(sts.history[-1]["stsb_dev"])
+    else:
+        log.info("training ended at step %d before any validation (trainer.val_check_interval=%s): validating now",
+                 trainer.global_step, trainer.val_check_interval)
+        score = sts.validate(trainer, method)
     path = Path(output_dir) / "checkpoints" / f"best-step{int(trainer.global_step)}.ckpt"
     trainer.save_checkpoint(path, weights_only=False)
     return str(path), score
