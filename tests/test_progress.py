@@ -68,3 +68,44 @@ def test_evaluation_progress_lines_when_not_a_terminal(caplog, monkeypatch):
         "evaluating sts12 test: 2,000/6,000 sentences (33%), 2:20 left",
         "evaluated sts12 test: 6,000 sentences in 100.0 s",
     ]
+
+
+def test_evaluation_bar_shows_speed_and_time_left_after_one_slow_chunk():
+    """An STS task whose first chunk took longer than Rich's 30 s speed window: Lightning's columns show no time
+    left and 0.00it/s; ours show the average since the task began (500 sentences in 40 s: 12.5/s, 40 s left)."""
+    from rich.progress import Progress
+
+    from cselab.progress import SpeedColumn, TimeLeftColumn, average_speed, time_left
+
+    clock = [0.0]
+    progress = Progress(get_time=lambda: clock[0])
+    task_id = progress.add_task("sts12 test", total=1000, unit="sent")
+    clock[0] = 40.0
+    progress.update(task_id, completed=500)
+    task = progress.tasks[0]
+    assert task.speed is None and task.time_remaining is None  # what Lightning's columns read
+    assert average_speed(task) == pytest.approx(12.5) and time_left(task) == pytest.approx(40.0)
+    assert TimeLeftColumn(style="").render(task).plain == "0:00:40 • 0:00:40"
+    assert SpeedColumn(style="").render(task).plain == "12.50sent/s"
+    progress.add_task("stsb test", total=10)
+    fresh = progress.tasks[1]
+    assert SpeedColumn(style="").render(fresh).plain == "-it/s" and time_left(fresh) is None
+
+
+def test_rich_bar_uses_the_time_left_columns():
+    from cselab.progress import SpeedColumn, TimeLeftColumn
+
+    kinds = {type(c) for c in StepRichProgressBar().configure_columns(None)}
+    assert {TimeLeftColumn, SpeedColumn} <= kinds
+
+
+def test_evaluation_without_a_trainer_draws_a_tqdm_bar_in_a_terminal(monkeypatch, capsys):
+    import cselab.progress as progress
+
+    monkeypatch.setattr(progress, "interactive", lambda: True)
+    report = EvalProgress(None, "test")
+    report("stsb", 0, 100)
+    report("stsb", 50, 100)
+    bar = report._task[1]
+    assert bar is not None and bar.n == 50 and bar.total == 100 and bar.unit == "sent"
+    report.close()

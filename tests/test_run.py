@@ -90,6 +90,9 @@ def test_decoder_prompts_sweep_without_fine_tuning(tmp_path, tiny_decoder_dirs):
          f"hydra.sweep.dir={tmp_path}", threads=1)
     results = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/results.json"))]
     assert sorted(r["config"]["prompt"]["name"] for r in results) == ["knowledge", "pretcot", "prompteol"]
+    # the job directories name the swept value (was 0_prompteol_tiny_opt_sup for every job)
+    assert sorted(p.parent.name for p in tmp_path.glob("*/results.json")) == [
+        "0_prompt=prompteol", "1_prompt=pretcot", "2_prompt=knowledge"]
     scores = {r["config"]["prompt"]["name"]: r["test"]["stsb"] for r in results}
     assert all(-100 <= v <= 100 for v in scores.values()) and len(set(scores.values())) == 3
     assert all(r["global_step"] == 0 for r in results)

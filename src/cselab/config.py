@@ -149,11 +149,19 @@ def file_line(path: str, line: int) -> str:
 
 
 def looks_like_model(value: str) -> bool:
-    """Whether a ``backbone=`` value is a hub id or a folder rather than a ``conf/backbone`` option: it has a
-    ``/`` (``org/model``, ``models/tiny_opt``), starts with ``.``, ``~`` or ``package:``, or is an existing
-    directory."""
-    return ("/" in value or "\\" in value or value.startswith((".", "~", "package:"))
-            or Path(value).expanduser().is_dir())
+    """Whether a ``backbone=`` value that is not a ``conf/backbone`` option is a hub id or a folder: it has a
+    ``/`` (``org/model``, ``models/tiny_opt``) or a ``-`` (a slash-less hub id, ``bert-base-uncased``,
+    ``roberta-base``: the options' names use ``_``), starts with ``.``, ``~`` or ``package:``, is an existing
+    directory, or a hub id in the Hugging Face cache (``distilgpt2``)."""
+    if ("/" in value or "\\" in value or "-" in value or value.startswith((".", "~", "package:"))
+            or Path(value).expanduser().is_dir()):
+        return True
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(value, "config.json"), str)
+    except Exception:  # not a valid repo id, or no hub library: not a model
+        return False
 
 
 def backbone_path_overrides(argv: list[str], options: set[str]) -> list[str]:
@@ -229,5 +237,51 @@ def run_name(overrides: list[str], method: str, backbone: str, setting: str, mul
         name = f"{name[: RUN_NAME_LIMIT - 9]}~{digest}"
     return name
 
+
+#: a command-line value that Hydra's basic sweeper expands into several jobs
+_SWEEP_VALUE = re.compile(r",|^\s*(range|choice|glob|interval|shuffle|sort|tag)\(")
+
+
+def swept_keys(argv: list[str], sweeper_params=None) -> set[str]:
+    """The keys a ``-m`` sweep varies: those of ``hydra.sweeper.params`` (``conf/sweep/*.yaml``, experiments with
+    seeds) and the command-line overrides whose value is a list (``a,b``) or a sweep function (``range(...)``)."""
+    keys = {str(k).lstrip("+~") for k in (sweeper_params or {})}
+    for item in argv:
+        if "=" in item and not item.startswith("-") and _SWEEP_VALUE.search(item.split("=", 1)[1]):
+            keys.add(override_key(item))
+    return keys
+
+
+def job_dir_name(num: int, overrides: list[str], swept: set[str], method: str, backbone: str, setting: str) -> str:
+    """A ``-m`` sweep job's directory: ``<num>_`` and its values of the swept keys (``3_method.denoise=pad+seed=1``;
+    a folder or hub id by its last part, ``backbone.name_or_path=tiny_opt``), so that the directories say what
+    differs between the jobs; ``<num>_<method>_<backbone>_<setting>`` when no swept key is known (a launcher
+    that runs the job in another process with another command line: then every override of the job).  Slugged
+    and cut as :func:`run_name`."""
+    parts = []
+    for item in overrides:
+        key = override_key(item)
+        if "=" not in item or key_matches(key, OUTPUT_ONLY_KEYS) or (swept and key not in swept):
+            continue
+        value = item.split("=", 1)[1]
+        if "/" in value:  # a folder or hub id: its last part
+            value = value.rstrip("/").rsplit("/", 1)[-1]
+        parts.append(f"{key}={value}")
+    name = _slug("+".join(sorted(parts))) if parts else f"{method}_{backbone}_{setting}"
+    if len(name) > RUN_NAME_LIMIT:
+        name = f"{name[: RUN_NAME_LIMIT - 9]}~{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+    return f"{num}_{name}"
+
+
+def _job_dir_resolver(num, overrides, sweeper_params, method, backbone, setting) -> str:
+    import sys
+
+    params = OmegaConf.to_container(sweeper_params) if OmegaConf.is_config(sweeper_params) else sweeper_params
+    items = [str(o) for o in (overrides or [])]
+    return job_dir_name(int(num), items, swept_keys(sys.argv[1:], params), str(method), str(backbone), str(setting))
+
+
+if not OmegaConf.has_resolver("cselab_job_dir"):  # hydra.sweep.subdir (conf/config.yaml)
+    OmegaConf.register_new_resolver("cselab_job_dir", _job_dir_resolver)
 
 register_resolvers()

@@ -11,7 +11,8 @@ import warnings
 _FROZEN_KEYS_WARNING = "Found keys that are in the model state dict but not in the checkpoint"
 
 
-def load(checkpoint: str | os.PathLike, map_location: str = "cpu", method: str | None = None):
+def load(checkpoint: str | os.PathLike, map_location: str = "cpu", method: str | None = None,
+         backbone: dict | None = None):
     """Rebuild the method saved in a cselab checkpoint, in eval mode, ready to ``encode`` as at test.
 
     Templates, prompts and heads are applied as at test (the method's own ``encode``).  The backbone is loaded
@@ -22,6 +23,9 @@ def load(checkpoint: str | os.PathLike, map_location: str = "cpu", method: str |
         map_location: device for the tensors.
         method: the method's config name (``promptbert`` ...) for checkpoints that do not record their class
             (written before the class was recorded); ignored when the checkpoint records it.
+        backbone: backbone keys to change (``{"dtype": "float32", "load_in_4bit": False}``): the backbone is
+            reloaded from its ``name_or_path`` with them and the checkpoint's tensors loaded on top (a LoRA /
+            prefix checkpoint: its trained tensors onto the unquantised base; ``eval.test_backbone``).
 
     Raises:
         FileNotFoundError: no such checkpoint.
@@ -46,7 +50,11 @@ def load(checkpoint: str | os.PathLike, map_location: str = "cpu", method: str |
                          "cselab.load(path, method='<method name>')")
     with warnings.catch_warnings():  # the frozen backbone's keys: expected to be missing, checked below
         warnings.filterwarnings("ignore", message=_FROZEN_KEYS_WARNING)
-        model = cls.load_from_checkpoint(checkpoint, map_location=map_location, weights_only=False)
+        changed = {}
+        if backbone:
+            recorded = dict(ckpt.get("hyper_parameters", {}).get("backbone") or {})
+            changed = {"backbone": {**recorded, **dict(backbone)}}
+        model = cls.load_from_checkpoint(checkpoint, map_location=map_location, weights_only=False, **changed)
     if not getattr(model, "strict_loading", True):
         trained = {n for n, p in model.named_parameters() if p.requires_grad}
         missing = sorted(trained - set(ckpt.get("state_dict", {})))

@@ -111,6 +111,7 @@ def validate(cfg: DictConfig) -> None:
     if cfg.eval.get("dev_encoder", "official") not in ("official", "test"):
         raise ConfigError(f"eval.dev_encoder={cfg.eval.dev_encoder!r}: expected 'official' or 'test'")
     check_bootstrap(cfg.eval.get("bootstrap"))
+    test_backbone(cfg)  # eval.test_backbone's keys
     check_method_args(**OmegaConf.to_container(cfg.module, resolve=True))  # the method's own rules
 
 
@@ -334,9 +335,10 @@ def run_transfer(cfg: DictConfig, method) -> dict[str, Any]:
     return {"transfer": scores, "transfer_protocol": protocol.to_dict(), "transfer_timings_s": evaluator.timings}
 
 
-def build_method(cfg: DictConfig):
+def build_method(cfg: DictConfig, backbone: dict | None = None):
     """The method's LightningModule: the config's ``module`` node instantiated (``_target_`` = the method's
-    class, ``conf/method/*.yaml``; its arguments are read from the other groups by ``conf/config.yaml``).
+    class, ``conf/method/*.yaml``; its arguments are read from the other groups by ``conf/config.yaml``);
+    ``backbone`` replaces the node's ``backbone`` (:func:`test_backbone`).
 
     Raises:
         ConfigError: ``method._target_`` cannot be imported (names it).
@@ -344,12 +346,46 @@ def build_method(cfg: DictConfig):
     from hydra.utils import get_object
 
     node = OmegaConf.to_container(cfg.module, resolve=True)
+    if backbone is not None:
+        node["backbone"] = backbone
     target = node.pop("_target_")
     try:
         cls = get_object(target)  # a class, or a factory (method=baseline)
     except Exception as err:
         raise ConfigError(f"method._target_={target!r}: cannot import it ({err})") from err
     return cls(**node)
+
+
+def test_backbone(cfg: DictConfig) -> dict:
+    """The backbone the test scores: the run's (``module.backbone``: ``name_or_path``, ``family``, ``dtype``,
+    ``load_in_4bit``, ``decode_cleanup``) with the keys of ``eval.test_backbone`` over it.  PromptEOL's paper rows
+    set ``{dtype: float32, load_in_4bit: false}``: trained in 4-bit, tested on the unquantised fp32 base plus the
+    adapter (kongds/scaling_sentemb ``eval_checkpoints.sh:46-49``, ``--load_kbit 16``; ``evaluation.py:104-109``).
+
+    Raises:
+        ConfigError: ``eval.test_backbone`` is not a mapping, or names a key the backbone does not have.
+    """
+    trained = OmegaConf.to_container(cfg.module.backbone, resolve=True)
+    over = cfg.eval.get("test_backbone")
+    if over is None:
+        return trained
+    if not isinstance(over, DictConfig):
+        raise ConfigError(f"eval.test_backbone={over!r}: expected null or a mapping of backbone keys, e.g. "
+                          "{dtype: float32, load_in_4bit: false}")
+    over = OmegaConf.to_container(over, resolve=True)
+    unknown = sorted(set(over) - set(trained))
+    if unknown:
+        raise ConfigError(f"eval.test_backbone: unknown key(s) {unknown}; expected some of {sorted(trained)}")
+    return {**trained, **over}
+
+
+def tested_weights(backbone: dict) -> dict:
+    """``results.json``'s ``test_backbone``: the tested weights' dtype as loaded on this machine (``auto``
+    resolved: ``bfloat16`` on a GPU, ``float32`` on CPU) and whether they were 4-bit."""
+    from cselab.model.loading import resolve_dtype
+
+    dtype = resolve_dtype(backbone.get("dtype")) or torch.float32
+    return {"dtype": str(dtype).removeprefix("torch."), "load_in_4bit": bool(backbone.get("load_in_4bit"))}
 
 
 def build_datamodule(cfg: DictConfig, method) -> L.LightningDataModule:
@@ -396,7 +432,8 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     # the new command against the checkpoint's config, before the backbone loads (resume.allow_changed)
     changed_on_resume = check_resume(cfg, ckpt_path, resume_step)
     L.seed_everything(cfg.seed, workers=True)
-    method = build_method(cfg)
+    # a run that trains nothing is its test: built on the test backbone (eval.test_backbone) at once
+    method = build_method(cfg) if cfg.method.train else build_method(cfg, backbone=test_backbone(cfg))
     if cfg.method.train and cfg.get("activation_checkpointing", False):
         method.encoder.enable_activation_checkpointing()
     if hasattr(method, "model"):  # the embedding model (not a token representation, which has no forward pass)
@@ -448,7 +485,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         if resume_step is None:  # a resumed run's CSV / W&B run has it already
             logger.log_metrics({"model/trainable_parameters": float(method.num_trainable_parameters())}, step=0)
 
-    best, global_step, rank_zero = None, 0, True
+    best, best_dev, global_step, rank_zero = None, None, 0, True
     if cfg.method.train:
         tcfg = OmegaConf.to_container(cfg.trainer, resolve=True)
         for key in ("save_last", "save_every_n_steps", "progress_log_s"):
@@ -465,15 +502,25 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         )
         datamodule = build_datamodule(cfg, method)
         trainer.fit(method, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=False)
-        best = checkpoint.best_model_path or None if checkpoint is not None else None
-        trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)
+        best, best_dev = validate_at_end(trainer, method, sts, checkpoint, output_dir)
+        reload = test_backbone(cfg)
+        if reload != OmegaConf.to_container(cfg.module.backbone, resolve=True) and best:
+            # eval.test_backbone: the best checkpoint's trained tensors on the backbone reloaded with its keys
+            from cselab.loading import load
+
+            log.info("testing %s on the backbone reloaded with eval.test_backbone=%s", best,
+                     OmegaConf.to_container(cfg.eval.test_backbone, resolve=True))
+            if trainer.is_global_zero:
+                tested = load(best, backbone=reload).to(method.device)
+                sts.evaluate_encoder(tested, dev_encoder="dev")
+                _log_scores(loggers, sts, step=int(trainer.global_step))
+                del tested
+        else:
+            trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)
         global_step, rank_zero = int(trainer.global_step), trainer.is_global_zero
     else:  # nothing to train: the evaluator scores the model's encode directly, no Trainer
-        sts.evaluate_encoder(method)
-        for logger in loggers:
-            logger.log_metrics({**{f"test/{t}": float(v) for t, v in sts.test_scores.items()},
-                                **{f"test/{t}_dev": float(v) for t, v in sts.dev_scores.items()}}, step=0)
-            logger.save()
+        sts.evaluate_encoder(method, dev_encoder="test")  # STS-B dev as evaluation.py --mode dev: the test encoder
+        _log_scores(loggers, sts, step=0)
     bins, by_bin = None, None
     if sts.test_pairs.get("stsb"):
         from cselab.evaluation.gold_bins import cosine_by_gold_bin
@@ -491,8 +538,9 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         config,
         val_curve=sts.history,
         best_checkpoint=best,
-        best_dev=(float(checkpoint.best_model_score) if checkpoint is not None and checkpoint.best_model_score
-                  is not None else None),
+        best_dev=best_dev,
+        dev_encoder=dev_encoder_used(cfg, method),
+        test_backbone=tested_weights(test_backbone(cfg)),
         trainable_parameters=method.num_trainable_parameters(),
         global_step=global_step,
         wall_time_s=round(time.perf_counter() - start + sts.elapsed_before, 1),  # + earlier processes (resume)
@@ -516,7 +564,8 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         info = results["test_ci_info"]
         print(f"interval: {100 * info['level']:g} % {info['method']}, {info['n_resamples']} resamples "
               f"of the {info['resampled']} (seed {info['seed']}); not the variance over training seeds")
-    print(f"STS-B dev: {results['dev'].get('stsb', float('nan')):.2f}{trained}   results: {path}")
+    encoder = DEV_ENCODER_WORDS[results["dev_encoder"]]
+    print(f"STS-B dev: {results['dev'].get('stsb', float('nan')):.2f} ({encoder}){trained}   results: {path}")
     if transfer:
         from cselab.evaluation.transfer import TRANSFER_NAMES, format_transfer_table
 
@@ -567,6 +616,58 @@ def _test_intervals(cfg: DictConfig, sts: STSCallback) -> dict | None:
         log.info("test intervals: %d bootstrap resamples in %.2f s", out["test_ci_info"]["n_resamples"],
                  out["test_ci_info"]["seconds"])
     return out
+
+
+#: ``results.json``'s ``dev_encoder`` -> the words the console prints beside the STS-B dev score
+DEV_ENCODER_WORDS = {
+    "test": "the test encoder",
+    "in_training": "the in-training dev encoder that selected the checkpoint, not the test encoder: eval.dev_encoder",
+}
+
+
+def dev_encoder_used(cfg: DictConfig, method) -> str:
+    """Which encoder gave the reported STS-B dev score: ``test`` (a run that trains nothing, as the official
+    evaluation.py ``--mode dev``; or a method whose dev and test encoders are the same) or ``in_training`` (the
+    official trainers' dev batcher that selected the checkpoint, ``eval.dev_encoder=official``: PromptBERT without
+    the period rule and with the template bias subtracted, CoT-BERT and OptiPrompt without the period rule)."""
+    model = getattr(method, "model", None)
+    differs = bool(getattr(model, "config", {}).get("dev_encoder")) if model is not None else False
+    return "in_training" if cfg.method.train and differs else "test"
+
+
+def validate_at_end(trainer: L.Trainer, method, sts: STSCallback, checkpoint, output_dir: Path):
+    """The best checkpoint and its STS-B dev score after ``fit``.  A fit that never reached
+    ``trainer.val_check_interval`` (a run under 125 steps) is validated now, at its last step, and saved as
+    ``checkpoints/best-step<N>.ckpt``, so that every trained run records a best checkpoint.
+
+    Returns:
+        (path or None, score or None): None when nothing was trained (no ``checkpoint`` callback) or in a
+        ``trainer.fast_dev_run`` (no checkpoints: the weights in memory are tested, as before).
+    """
+    if checkpoint is None:
+        return None, None
+    if checkpoint.best_model_path:
+        score = checkpoint.best_model_score
+        return checkpoint.best_model_path, (float(score) if score is not None else None)
+    if trainer.fast_dev_run:  # a plumbing check: Lightning writes no checkpoint; the weights in memory are tested
+        return None, None
+    if sts.history and sts.history[-1]["step"] == trainer.global_step:  # validated at this step, not saved
+        score = float(sts.history[-1]["stsb_dev"])
+    else:
+        log.info("training ended at step %d before any validation (trainer.val_check_interval=%s): validating now",
+                 trainer.global_step, trainer.val_check_interval)
+        score = sts.validate(trainer, method)
+    path = Path(output_dir) / "checkpoints" / f"best-step{int(trainer.global_step)}.ckpt"
+    trainer.save_checkpoint(path, weights_only=False)
+    return str(path), score
+
+
+def _log_scores(loggers, sts: STSCallback, step: int) -> None:
+    """The test scores and the dev score of an evaluation without ``trainer.test`` to the loggers."""
+    for logger in loggers:
+        logger.log_metrics({**{f"test/{t}": float(v) for t, v in sts.test_scores.items()},
+                            **{f"test/{t}_dev": float(v) for t, v in sts.dev_scores.items()}}, step=step)
+        logger.save()
 
 
 def _short_tag(tag: str, limit: int = 64) -> str:

@@ -54,8 +54,64 @@ class _BoundedByMaxSteps:
         return total
 
 
+def average_speed(task) -> float | None:
+    """A Rich task's speed (units / s): Rich's own estimate over its last 30 s, else the average since the task
+    began (an STS task's first chunk of sentences can take longer than that window on a busy CPU, where Rich
+    shows no speed and no time left), else None before anything is done."""
+    if task.speed:
+        return task.speed
+    elapsed = task.finished_time if task.finished else task.elapsed
+    return task.completed / elapsed if task.completed and elapsed else None
+
+
+def time_left(task) -> float | None:
+    """Seconds left of a Rich task at :func:`average_speed`, or None (no total, or no speed yet)."""
+    speed = average_speed(task)
+    if task.finished:
+        return 0.0
+    if not speed or task.total is None or not math.isfinite(task.total):
+        return None
+    return max(task.total - task.completed, 0) / speed
+
+
+try:
+    from lightning.pytorch.callbacks.progress.rich_progress import CustomTimeColumn, ProcessingSpeedColumn
+
+    class TimeLeftColumn(CustomTimeColumn):
+        """``elapsed • left`` as Lightning's column, the time left from :func:`time_left`."""
+
+        def render(self, task):
+            from datetime import timedelta
+
+            from rich.text import Text
+
+            elapsed = task.finished_time if task.finished else task.elapsed
+            left = time_left(task)
+            shown = ["-:--:--" if t is None else str(timedelta(seconds=int(t))) for t in (elapsed, left)]
+            return Text(f"{shown[0]} • {shown[1]}", style=self.style)
+
+    class SpeedColumn(ProcessingSpeedColumn):
+        """``12.34it/s`` (or the task's ``unit``, ``sent/s``) at :func:`average_speed`; ``-`` before any."""
+
+        def render(self, task):
+            from rich.text import Text
+
+            speed = average_speed(task)
+            unit = task.fields.get("unit", "it")
+            return Text(f"{speed:.2f}{unit}/s" if speed else f"-{unit}/s", style=self.style)
+except ImportError:  # no rich: the tqdm bar
+    TimeLeftColumn = SpeedColumn = None
+
+
 class StepRichProgressBar(_BoundedByMaxSteps, RichProgressBar):
-    """Lightning's Rich progress bar, training total bounded by ``trainer.max_steps``."""
+    """Lightning's Rich progress bar, training total bounded by ``trainer.max_steps``; its time and speed columns
+    fall back to the average since a task began (:func:`average_speed`), so an evaluation shows its time left."""
+
+    def configure_columns(self, trainer: L.Trainer) -> list:
+        columns = super().configure_columns(trainer)
+        swap = {CustomTimeColumn: lambda c: TimeLeftColumn(style=c.style),
+                ProcessingSpeedColumn: lambda c: SpeedColumn(style=c.style)} if TimeLeftColumn else {}
+        return [swap[type(c)](c) if type(c) in swap else c for c in columns]
 
 
 class StepTQDMProgressBar(_BoundedByMaxSteps, TQDMProgressBar):
@@ -115,12 +171,13 @@ class EvalProgress:
     """``progress(task, done, total)`` for :meth:`cselab.evaluation.sts.STSEvaluator.evaluate_detailed`:
     sentences encoded per task.
 
-    In a terminal with Lightning's Rich bar running: one line of that display per task (``sts12 test 2048/6216``);
-    with the tqdm bar: a tqdm bar per task; otherwise (not a terminal, bars off): log lines when a task starts,
-    every ``every_s`` seconds, and when it ends.
+    In a terminal with Lightning's Rich bar running: one line of that display per task (``sts12 test 2048/6216
+    0:00:21 • 0:00:42 97.50sent/s``); with the tqdm bar, or no trainer (an evaluation without ``trainer.test``):
+    a tqdm bar per task (time left, sentences / s); otherwise (not a terminal, bars off): log lines when a task
+    starts, every ``every_s`` seconds, and when it ends.
 
     Args:
-        trainer: the trainer whose progress bar to draw on (None: log lines).
+        trainer: the trainer whose progress bar to draw on (None: a tqdm bar in a terminal, else log lines).
         split: shown with each task name (``dev``, ``test``).
         every_s: seconds between log lines.
     """
@@ -130,6 +187,7 @@ class EvalProgress:
         self.every_s = float(every_s)
         bar = getattr(trainer, "progress_bar_callback", None) if trainer is not None else None
         self._bar = bar if bar is not None and bar.is_enabled and interactive() else None
+        self._tqdm = isinstance(self._bar, TQDMProgressBar) or (trainer is None and interactive())
         self._task = None  # (task name, rich task id | tqdm bar | None)
         self._start = self._last = 0.0
 
@@ -158,8 +216,11 @@ class EvalProgress:
 
     def _open(self, task: str, total: int):
         if isinstance(self._bar, RichProgressBar) and self._bar.progress is not None:
-            return self._bar._add_task(total, f"{task} {self.split}")
-        if isinstance(self._bar, TQDMProgressBar):
+            description = f"{task} {self.split}"
+            if self._bar.theme.description:
+                description = f"[{self._bar.theme.description}]{description}"
+            return self._bar.progress.add_task(description, total=total, unit="sent")
+        if self._tqdm or self._bar is not None:  # (a Rich bar between its loops, e.g. after fit: no live display)
             from tqdm.auto import tqdm
 
             return tqdm(total=total, desc=f"{task} {self.split}", unit="sent", leave=False, file=sys.stderr)

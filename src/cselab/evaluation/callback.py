@@ -94,24 +94,33 @@ class STSCallback(L.Callback):
         if self._loaded_elapsed is not None:
             self.elapsed_before, self._loaded_elapsed = self._loaded_elapsed, None
 
-    def _encode(self, pl_module, split: str):
-        """``encode`` for ``split``: the module's dev encoder on ``dev``, its test encoder otherwise."""
-        encoder = "dev" if split == "dev" else "test"
+    def _encode(self, pl_module, split: str, encoder: str | None = None):
+        """``encode`` for ``split``: the module's dev encoder on ``dev``, its test encoder otherwise (or
+        ``encoder``)."""
+        encoder = encoder or ("dev" if split == "dev" else "test")
         return lambda sentences: pl_module.encode(sentences, batch_size=self.batch_size, encoder=encoder)
 
-    def evaluate_encoder(self, model) -> None:
-        """Without a Trainer (``method.train=false``): the test tasks and the dev task on ``model.encode`` (a method or
-        any object with ``encode(sentences, batch_size, encoder=)``), kept in :attr:`test_scores`,
-        :attr:`dev_scores` and :attr:`test_pairs` as at the end of ``trainer.test``."""
-        self.test_scores = self._score(None, model, self.test_tasks, "test", keep_pairs=True)
-        self.dev_scores = {self.dev_task: self._score(None, model, (self.dev_task,), "dev")[self.dev_task]}
+    def evaluate_encoder(self, model, dev_encoder: str = "test") -> None:
+        """Without a Trainer: the test tasks and the dev task on ``model.encode`` (a method or any object with
+        ``encode(sentences, batch_size, encoder=)``), kept in :attr:`test_scores`, :attr:`dev_scores` and
+        :attr:`test_pairs` as at the end of ``trainer.test``.
 
-    def _score(self, trainer, pl_module, tasks, split, keep_pairs: bool = False) -> dict[str, float]:
+        Args:
+            dev_encoder: the encoder of the dev split: ``test`` (a run that trains nothing: the official
+                evaluation.py ``--mode dev`` scores STS-B dev with the test encoder) or ``dev`` (the in-training
+                dev encoder that selected the checkpoint).
+        """
+        self.test_scores = self._score(None, model, self.test_tasks, "test", keep_pairs=True)
+        self.dev_scores = {self.dev_task: self._score(None, model, (self.dev_task,), "dev",
+                                                      encoder=dev_encoder)[self.dev_task]}
+
+    def _score(self, trainer, pl_module, tasks, split, keep_pairs: bool = False,
+               encoder: str | None = None) -> dict[str, float]:
         scores = None
         if trainer is None or trainer.is_global_zero:
             progress = EvalProgress(trainer, split, every_s=self.progress_every_s)
             try:
-                report = self.evaluator.evaluate_detailed(self._encode(pl_module, split), tasks=tasks, split=split,
+                report = self.evaluator.evaluate_detailed(self._encode(pl_module, split, encoder), tasks=tasks, split=split,
                                                           aggregation=self.aggregation, progress=progress)
             finally:
                 progress.close()
@@ -124,18 +133,25 @@ class STSCallback(L.Callback):
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
-        start = time.perf_counter()
-        score = float(self._score(trainer, pl_module, (self.dev_task,), "dev")[self.dev_task])
-        seconds = time.perf_counter() - start
+        score = self.validate(trainer, pl_module)
         # for ModelCheckpoint's monitor and the bar only: Lightning would log it at the step counter before this
         # step's increment (global_step - 1); the loggers get it at the step results.json and checkpoints use
         pl_module.log(DEV_METRIC, score, prog_bar=True, logger=False, sync_dist=False)
+
+    def validate(self, trainer: L.Trainer, pl_module: L.LightningModule) -> float:
+        """Score the dev task with the module's dev encoder now (a validation: Lightning's, or the one the
+        pipeline adds after a fit that never reached ``trainer.val_check_interval``), log it to the trainer's
+        loggers at ``trainer.global_step`` and append it to :attr:`history`; returns the Spearman x 100."""
+        start = time.perf_counter()
+        score = float(self._score(trainer, pl_module, (self.dev_task,), "dev")[self.dev_task])
+        seconds = time.perf_counter() - start
         if trainer.is_global_zero:
             for logger in trainer.loggers:
                 logger.log_metrics({DEV_METRIC: score}, step=int(trainer.global_step))
                 logger.save()  # on disk before this validation's checkpoints: a resumed run keeps these rows
         self.history.append({"step": int(trainer.global_step), "stsb_dev": score, "seconds": round(seconds, 2)})
         log.info("step %d: STS-B dev Spearman %.2f (%.1f s)", trainer.global_step, score, seconds)
+        return score
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.test_scores = self._score(trainer, pl_module, self.test_tasks, "test", keep_pairs=True)

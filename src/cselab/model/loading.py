@@ -78,17 +78,23 @@ def _check_available(name_or_path: str) -> bool:
     """Return ``local_files_only`` for ``from_pretrained``; raise if neither local, cached nor reachable."""
     if Path(name_or_path).exists():
         return True
-    if name_or_path.startswith((".", "/", "~")):
-        raise BackboneUnavailableError(f"backbone path {name_or_path!r} does not exist. Alternatives: "
-                                       f"{OFFLINE_ALTERNATIVES}")
+    parent = Path(name_or_path).expanduser().parent
+    if (name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
+            or (str(parent) not in ("", ".") and parent.is_dir())):  # a path: a hub id is exactly org/name
+        held = sorted(p.name for p in parent.iterdir() if (p / "config.json").is_file()) if parent.is_dir() else []
+        inside = f"; {parent}/ holds the model folders {held}" if held else ""
+        raise BackboneUnavailableError(f"backbone {name_or_path!r}: no such folder ({Path.cwd() / name_or_path} "
+                                       f"does not exist{inside}). Alternatives: {OFFLINE_ALTERNATIVES}")
     from huggingface_hub import try_to_load_from_cache
 
     cached = try_to_load_from_cache(name_or_path, "config.json")
     if isinstance(cached, str):
         return not _hub_reachable()
     if not _hub_reachable():
+        folder = f"no folder {name_or_path!r} here ({Path.cwd()}), and as a hub id it " if "/" in name_or_path \
+            else "it "
         raise BackboneUnavailableError(
-            f"backbone {name_or_path!r} is not in the Hugging Face cache and the hub is unreachable "
+            f"backbone {name_or_path!r}: {folder}is not in the Hugging Face cache and the hub is unreachable "
             f"(offline). Offline alternatives: {OFFLINE_ALTERNATIVES}"
         )
     return False
