@@ -111,8 +111,10 @@ def main() -> int:
     p.add_argument("--mode", choices=sorted(PROTOCOLS), default="test")
     p.add_argument("--tasks", nargs="+", default=list(TRANSFER_TASKS))
     p.add_argument("--seed", type=int, default=1111, help="SentEval's seed (classifier init and batches)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads for both classifiers (default 1, "
+                   "cselab's own default for the grid; the same for SentEval so the two are timed alike)")
     args = p.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    torch.set_num_threads(args.threads)
     if args.model:
         build_cache(args.cache, args.model, args.pooler, args.data_dir)
     if args.which == "none":
@@ -136,7 +138,7 @@ def main() -> int:
                 from dataclasses import replace
 
                 proto = replace(proto, seed=args.seed, classifier=replace(proto.classifier, seed=args.seed))
-            out = run_classifier(task, features, proto)
+            out = run_classifier(task, features, proto, threads=args.threads)
         else:
             if args.senteval is None:
                 p.error("--which senteval needs --senteval PATH")

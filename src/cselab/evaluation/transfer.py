@@ -122,7 +122,7 @@ def _folds(labels: np.ndarray, k: int, seed: int) -> list[tuple[np.ndarray, np.n
 
 
 def run_classifier(task: TransferTask, features: dict[str, torch.Tensor], protocol: TransferProtocol,
-                   progress: Callable[[int, int], None] | None = None) -> dict:
+                   progress: Callable[[int, int], None] | None = None, threads: int | None = 1) -> dict:
     """Score one task's features with its SentEval classifier.
 
     Args:
@@ -130,6 +130,7 @@ def run_classifier(task: TransferTask, features: dict[str, torch.Tensor], protoc
         features: split -> (N_split, F) features in the split's row order (MRPC: ``[|u - v|, u * v]``).
         protocol: the protocol.
         progress: ``progress(done, total)`` over the classifiers of the task's grid.
+        threads: torch intra-op threads while the classifiers train (:func:`~cselab.evaluation.logreg.fit_grid`).
 
     Returns:
         ``{"devacc", "acc", "ndev", "ntest", "l2", "correct"}`` (accuracies x 100; MRPC also ``"f1"``), as
@@ -156,7 +157,7 @@ def run_classifier(task: TransferTask, features: dict[str, torch.Tensor], protoc
                     problems.append(Problem(data[tr][itr], reg, dev=data[tr][ite]))
                     where.append((f, r))
         total = len(problems) + len(outer)
-        fitted = fit_grid(X, y, task.nclasses, problems, cfg, _offset(progress, 0, total))
+        fitted = fit_grid(X, y, task.nclasses, problems, cfg, _offset(progress, 0, total), threads=threads)
         dev_results, chosen = [], []
         for f in range(len(outer)):
             scores = [round(100 * np.mean([fitted[i].best_accuracy for i, w in enumerate(where) if w == (f, r)]), 2)
@@ -165,7 +166,7 @@ def run_classifier(task: TransferTask, features: dict[str, torch.Tensor], protoc
             dev_results.append(np.max(scores))
         finals = [Problem(data[tr], chosen[f], validation_split=protocol.validation_split)
                   for f, (tr, _) in enumerate(outer)]
-        final = fit_grid(X, y, task.nclasses, finals, cfg, _offset(progress, len(problems), total))
+        final = fit_grid(X, y, task.nclasses, finals, cfg, _offset(progress, len(problems), total), threads=threads)
         hits = [int((predict(final[f], X[data[te]]) == y_np[data[te]]).sum()) for f, (_, te) in enumerate(outer)]
         test_results = [round(100 * (1.0 * h / len(te)), 2) for h, (_, te) in zip(hits, outer, strict=True)]
         return {"devacc": float(round(np.mean(dev_results), 2)), "acc": float(round(np.mean(test_results), 2)),
@@ -176,12 +177,12 @@ def run_classifier(task: TransferTask, features: dict[str, torch.Tensor], protoc
         folds = _folds(y_np[train], k, protocol.seed)
         problems = [Problem(train[tr], reg, dev=train[te]) for reg in grid for tr, te in folds]
         total = len(problems) + 1
-        fitted = fit_grid(X, y, task.nclasses, problems, cfg, _offset(progress, 0, total))
+        fitted = fit_grid(X, y, task.nclasses, problems, cfg, _offset(progress, 0, total), threads=threads)
         scores = [round(100 * np.mean([fitted[r * k + f].best_accuracy for f in range(k)]), 2)
                   for r in range(len(grid))]
         l2 = grid[int(np.argmax(scores))]
         final = fit_grid(X, y, task.nclasses, [Problem(train, l2, validation_split=protocol.validation_split)], cfg,
-                         _offset(progress, len(problems), total))[0]
+                         _offset(progress, len(problems), total), threads=threads)[0]
         yhat = predict(final, X[test])
         out = {"devacc": float(np.max(scores)), "acc": float(round(100 * float((yhat == y_np[test]).mean()), 2)),
                "ndev": len(train), "ntest": len(test), "l2": l2, "correct": int((yhat == y_np[test]).sum())}
@@ -190,7 +191,8 @@ def run_classifier(task: TransferTask, features: dict[str, torch.Tensor], protoc
         return out
 
     train, valid, test = rows["train"], rows["valid"], rows["test"]  # validation.py:202-246
-    fitted = fit_grid(X, y, task.nclasses, [Problem(train, reg, dev=valid) for reg in grid], cfg, progress)
+    fitted = fit_grid(X, y, task.nclasses, [Problem(train, reg, dev=valid) for reg in grid], cfg, progress,
+                      threads=threads)
     scores = [round(100 * f.best_accuracy, 2) for f in fitted]
     best = int(np.argmax(scores))
     correct = int((predict(fitted[best], X[test]) == y_np[test]).sum())
