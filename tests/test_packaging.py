@@ -21,7 +21,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 
 #: import name -> distribution name, where they differ
 DIST_OF = {"hydra": "hydra-core", "yaml": "pyyaml", "sentence_transformers": "sentence-transformers",
-           "huggingface_hub": "huggingface-hub"}
+           "huggingface_hub": "huggingface-hub", "sklearn": "scikit-learn"}
 
 
 def _norm(name: str) -> str:

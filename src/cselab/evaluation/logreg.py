@@ -207,11 +207,14 @@ def _fit_grid(X: torch.Tensor, y: torch.Tensor, nclasses: int, problems: Sequenc
                 valid[j, : n[j]] = True
             rows_t = torch.from_numpy(rows).view(len(active), -1, bs)
             valid_t = torch.from_numpy(valid).view(len(active), -1, bs)
+            # one buffer for the batch rows of every step: a fresh (A * bs, D) tensor per step costs more in page
+            # faults than the gather itself (measured 35 ms vs 9 ms for 400 x 64 x 384 floats)
+            buffer = torch.empty(len(active) * bs, X.shape[1], dtype=dtype)
             for s in range(int(nb.max())):
                 has = torch.from_numpy(s < nb)
                 st = st + (s < nb)
                 idx, mask = rows_t[:, s], valid_t[:, s].to(dtype)
-                xb = X[idx]  # (A, bs, D)
+                xb = torch.index_select(X, 0, idx.reshape(-1), out=buffer).view(len(active), bs, -1)  # (A, bs, D)
                 logits = torch.baddbmm(b.unsqueeze(1), xb, w.transpose(1, 2))
                 grad_logits = torch.softmax(logits, dim=-1)
                 grad_logits.scatter_add_(2, y[idx].unsqueeze(-1), -torch.ones_like(grad_logits[..., :1]))
