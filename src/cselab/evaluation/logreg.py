@@ -3,9 +3,10 @@
 SentEval scores a transfer task by training ``senteval/tools/classifier.py``'s ``MLP`` (``nhid=0``: one
 ``nn.Linear``, cross-entropy, Adam or RMSprop with the L2 penalty as ``weight_decay``, early stopping on a
 validation split) once per cell of its grid (folds x L2 values), one cell after the other.  The cells are
-independent problems of the same shape, so :func:`fit_grid` trains them together as one batched tensor program
-(weights ``(P, C, D)``), with per-problem early stopping, and gives each problem exactly what the sequential
-training gives it:
+independent problems of the same shape, so :func:`fit_grid` trains them together as one batched tensor program,
+with per-problem early stopping, and gives each problem exactly what the sequential training gives it.  The
+cells of one fold (its L2 values) see the same rows in the same order, so their batch rows are gathered once
+and multiplied by all their weights at once (weights ``(groups, members * C, D)``):
 
 * the same initial weights: every SentEval classifier re-seeds (``classifier.py:27-30``: ``np.random.seed``,
   ``torch.manual_seed``) before building its ``nn.Linear`` (``classifier.py:185-188``), so every cell starts
@@ -160,13 +161,19 @@ def _fit_grid(X: torch.Tensor, y: torch.Tensor, nclasses: int, problems: Sequenc
               progress: Callable[[int, int], None] | None = None, chunk: int = 64) -> list[Fitted]:
     """Train every problem of a grid together; each gets what SentEval's sequential training gives it.
 
+    Problems with the same training and validation rows (the L2 values of one fold) draw the same permutations
+    (same seed, same row count), so they form one group: each step gathers the group's batch rows once and
+    multiplies them by all its members' weights (``(G, bs, D) @ (G, M * C, D)^T``).  A member that has stopped
+    keeps being computed with its group (its result is its best copy, kept when it stopped), a group leaves the
+    computation when all its members have stopped.
+
     Args:
         X: (N, D) features (float32 as SentEval, or float64); y: (N,) int64 labels in [0, nclasses).
         nclasses: C.
         problems: P problems over rows of ``X``.
         config: the classifier settings.
         progress: ``progress(done, total)`` as problems finish (``done`` of ``total`` = P).
-        chunk: problems per block when scoring validation rows (bounds the memory of the scoring gather).
+        chunk: groups per block when scoring validation rows (bounds the memory of the scoring gather).
 
     Returns:
         P :class:`Fitted`, in the order of ``problems``.
@@ -174,99 +181,114 @@ def _fit_grid(X: torch.Tensor, y: torch.Tensor, nclasses: int, problems: Sequenc
     Raises:
         ValueError: a problem with neither dev rows nor a validation split.
     """
-    dtype, P = X.dtype, len(problems)
-    rngs = [np.random.RandomState(config.seed) for _ in problems]
-    splits = [_split(p, rs) for p, rs in zip(problems, rngs, strict=True)]
-    w0, b0 = initial_weights(X.shape[1], nclasses, config.seed, dtype)
-    W, B = w0.expand(P, -1, -1).clone(), b0.expand(P, -1).clone()
-    state = [torch.zeros_like(W), torch.zeros_like(B)]  # Adam exp_avg / RMSprop square_avg
-    state2 = [torch.zeros_like(W), torch.zeros_like(B)]  # Adam exp_avg_sq
-    steps = np.zeros(P, dtype=np.int64)
-    l2 = torch.tensor([p.l2 for p in problems], dtype=dtype)
+    dtype, P, C, D = X.dtype, len(problems), nclasses, X.shape[1]
+    keys: dict[tuple, list[int]] = {}
+    for i, p in enumerate(problems):
+        dev = None if p.dev is None else np.asarray(p.dev).tobytes()
+        keys.setdefault((np.asarray(p.train).tobytes(), dev, p.validation_split), []).append(i)
+    groups = list(keys.values())
+    G, M = len(groups), max(len(g) for g in groups)
+    rngs = [np.random.RandomState(config.seed) for _ in groups]
+    splits = [_split(problems[g[0]], rs) for g, rs in zip(groups, rngs, strict=True)]
+    slot = np.full((G, M), -1, dtype=np.int64)  # (group, member) -> problem index (-1: padding)
+    for gi, g in enumerate(groups):
+        slot[gi, : len(g)] = g
+    w0, b0 = initial_weights(D, C, config.seed, dtype)
+    W, B = w0.expand(G, M, C, D).clone(), b0.expand(G, M, C).clone()
+    s1 = [torch.zeros_like(W), torch.zeros_like(B)]  # Adam exp_avg / RMSprop square_avg
+    s2 = [torch.zeros_like(W), torch.zeros_like(B)]  # Adam exp_avg_sq
+    steps = np.zeros(G, dtype=np.int64)  # every member of a group steps together
+    l2 = torch.tensor([[problems[k].l2 if k >= 0 else 0.0 for k in row] for row in slot], dtype=dtype)  # (G, M)
     best_correct = np.full(P, -1, dtype=np.int64)
-    best_W, best_B = W.clone(), B.clone()
+    best_W, best_B = w0.expand(P, C, D).clone(), b0.expand(P, C).clone()
     best_epoch, stop_epoch = np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.int64)
     count = np.zeros(P, dtype=np.int64)
     stopped = np.zeros(P, dtype=bool)
     bs, nepoch = config.batch_size, 0
-    n_train = np.array([len(s[0]) for s in splits])
+    n_train = np.array([len(sp[0]) for sp in splits])
     while not stopped.all() and nepoch <= config.max_epoch:
-        active = np.flatnonzero(~stopped)
-        w, b = W[active], B[active]
-        s1 = [state[0][active], state[1][active]]
-        s2 = [state2[0][active], state2[1][active]]
+        active = np.array([gi for gi, g in enumerate(groups) if not stopped[g].all()])
+        A = len(active)
+        w, b = W[active].view(A, M * C, D), B[active].view(A, M * C)
+        m1 = [s1[0][active].view(A, M * C, D), s1[1][active].view(A, M * C)]
+        m2 = [s2[0][active].view(A, M * C, D), s2[1][active].view(A, M * C)]
         st = steps[active].copy()
-        decay = l2[active]
+        decay = l2[active].repeat_interleave(C, dim=1)  # (A, M * C)
+        buffer = torch.empty(A * bs, D, dtype=dtype)  # reused: a fresh tensor per step costs more in page faults
         for _ in range(config.epoch_size):
             n = n_train[active]
             nb = -(-n // bs)
-            rows = np.zeros((len(active), int(nb.max()) * bs), dtype=np.int64)
+            rows = np.zeros((A, int(nb.max()) * bs), dtype=np.int64)
             valid = np.zeros(rows.shape, dtype=bool)
-            for j, p in enumerate(active):
-                rows[j, : n[j]] = splits[p][0][rngs[p].permutation(n[j])]
+            for j, gi in enumerate(active):
+                rows[j, : n[j]] = splits[gi][0][rngs[gi].permutation(n[j])]
                 valid[j, : n[j]] = True
-            rows_t = torch.from_numpy(rows).view(len(active), -1, bs)
-            valid_t = torch.from_numpy(valid).view(len(active), -1, bs)
-            # one buffer for the batch rows of every step: a fresh (A * bs, D) tensor per step costs more in page
-            # faults than the gather itself (measured 35 ms vs 9 ms for 400 x 64 x 384 floats)
-            buffer = torch.empty(len(active) * bs, X.shape[1], dtype=dtype)
-            for s in range(int(nb.max())):
-                has = torch.from_numpy(s < nb)
-                st = st + (s < nb)
-                idx, mask = rows_t[:, s], valid_t[:, s].to(dtype)
-                xb = torch.index_select(X, 0, idx.reshape(-1), out=buffer).view(len(active), bs, -1)  # (A, bs, D)
-                logits = torch.baddbmm(b.unsqueeze(1), xb, w.transpose(1, 2))
+            rows_t = torch.from_numpy(rows).view(A, -1, bs)
+            valid_t = torch.from_numpy(valid).view(A, -1, bs)
+            for step in range(int(nb.max())):
+                has = torch.from_numpy(step < nb)
+                st = st + (step < nb)
+                idx, mask = rows_t[:, step], valid_t[:, step].to(dtype)
+                xb = torch.index_select(X, 0, idx.reshape(-1), out=buffer).view(A, bs, D)
+                logits = torch.baddbmm(b.unsqueeze(1), xb, w.transpose(1, 2)).view(A, bs, M, C)
                 grad_logits = torch.softmax(logits, dim=-1)
-                grad_logits.scatter_add_(2, y[idx].unsqueeze(-1), -torch.ones_like(grad_logits[..., :1]))
-                grad_logits = grad_logits * (mask / mask.sum(1, keepdim=True).clamp(min=1)).unsqueeze(-1)
+                target = y[idx].view(A, bs, 1, 1).expand(A, bs, M, 1)
+                grad_logits.scatter_add_(3, target, -torch.ones_like(grad_logits[..., :1]))
+                scale = (mask / mask.sum(1, keepdim=True).clamp(min=1)).view(A, bs, 1, 1)
+                grad_logits = (grad_logits * scale).view(A, bs, M * C)
                 gw = torch.bmm(grad_logits.transpose(1, 2), xb)
                 gb = grad_logits.sum(1)
+                t = torch.from_numpy(st.astype(np.float64))
                 for params, grad, k in ((w, gw, 0), (b, gb, 1)):
                     shape = (-1,) + (1,) * (params.dim() - 1)
-                    grad = grad + decay.view(shape) * params
+                    grad = grad + (decay if k else decay.unsqueeze(-1)) * params
                     on = has.view(shape)
                     if config.optim == "adam":
-                        m = torch.where(on, s1[k].lerp(grad, 1 - _ADAM["beta1"]), s1[k])
-                        v = torch.where(on, s2[k] * _ADAM["beta2"] + (1 - _ADAM["beta2"]) * grad * grad, s2[k])
-                        t = torch.from_numpy(st.astype(np.float64))
+                        m = torch.where(on, m1[k].lerp(grad, 1 - _ADAM["beta1"]), m1[k])
+                        v = torch.where(on, m2[k] * _ADAM["beta2"] + (1 - _ADAM["beta2"]) * grad * grad, m2[k])
                         bc1 = 1 - _ADAM["beta1"] ** t
                         bc2_sqrt = (1 - _ADAM["beta2"] ** t) ** 0.5
                         step_size = (_ADAM["lr"] / bc1).to(dtype).view(shape)
                         denom = v.sqrt() / bc2_sqrt.to(dtype).view(shape) + _ADAM["eps"]
                         new = params - step_size * m / denom
-                        s1[k], s2[k] = m, v
+                        m1[k], m2[k] = m, v
                     else:
-                        sq = torch.where(on, s1[k] * _RMSPROP["alpha"] + (1 - _RMSPROP["alpha"]) * grad * grad, s1[k])
+                        sq = torch.where(on, m1[k] * _RMSPROP["alpha"] + (1 - _RMSPROP["alpha"]) * grad * grad, m1[k])
                         new = params - _RMSPROP["lr"] * grad / (sq.sqrt() + _RMSPROP["eps"])
-                        s1[k] = sq
+                        m1[k] = sq
                     params.copy_(torch.where(on, new, params))
         nepoch += config.epoch_size
-        W[active], B[active] = w, b
-        state[0][active], state[1][active] = s1
-        state2[0][active], state2[1][active] = s2
+        W[active], B[active] = w.view(A, M, C, D), b.view(A, M, C)
+        s1[0][active], s1[1][active] = m1[0].view(A, M, C, D), m1[1].view(A, M, C)
+        s2[0][active], s2[1][active] = m2[0].view(A, M, C, D), m2[1].view(A, M, C)
         steps[active] = st
-        correct = _correct(X, y, w, b, [splits[p][1] for p in active], chunk)
-        for j, p in enumerate(active):
-            if correct[j] > best_correct[p]:
-                best_correct[p], best_epoch[p] = correct[j], nepoch
-                best_W[p], best_B[p] = w[j], b[j]
-            else:
-                if count[p] >= config.tenacity:
-                    stopped[p], stop_epoch[p] = True, nepoch
-                count[p] += 1
+        correct = _correct(X, y, w, b, [splits[gi][1] for gi in active], chunk, M, C)
+        for j, gi in enumerate(active):
+            for m, p in enumerate(slot[gi]):
+                if p < 0 or stopped[p]:
+                    continue
+                if correct[j, m] > best_correct[p]:
+                    best_correct[p], best_epoch[p] = correct[j, m], nepoch
+                    best_W[p], best_B[p] = W[gi, m], B[gi, m]
+                else:
+                    if count[p] >= config.tenacity:
+                        stopped[p], stop_epoch[p] = True, nepoch
+                    count[p] += 1
         if progress is not None:
             progress(int(stopped.sum()), P)
     stop_epoch[~stopped] = nepoch
     if progress is not None:
         progress(P, P)
-    return [Fitted(best_W[p].clone(), best_B[p].clone(), 1.0 * int(best_correct[p]) / len(splits[p][1]),
+    dev_rows = {p: len(splits[gi][1]) for gi, g in enumerate(groups) for p in g}
+    return [Fitted(best_W[p].clone(), best_B[p].clone(), 1.0 * int(best_correct[p]) / dev_rows[p],
                    int(stop_epoch[p]), int(best_epoch[p])) for p in range(P)]
 
 
 def _correct(X: torch.Tensor, y: torch.Tensor, w: torch.Tensor, b: torch.Tensor, devs: list[np.ndarray],
-             chunk: int) -> np.ndarray:
-    """Correct predictions of each problem on its validation rows (argmax, first maximum on ties)."""
-    out = np.zeros(len(devs), dtype=np.int64)
+             chunk: int, members: int, nclasses: int) -> np.ndarray:
+    """Correct predictions of every member on its group's validation rows: ``w`` (A, M * C, D), ``b`` (A, M * C);
+    returns (A, M) counts (argmax over the C classes, first maximum on ties)."""
+    out = np.zeros((len(devs), members), dtype=np.int64)
     for start in range(0, len(devs), chunk):
         part = devs[start:start + chunk]
         longest = max(len(d) for d in part)
@@ -276,7 +298,8 @@ def _correct(X: torch.Tensor, y: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
             rows[j, : len(d)], valid[j, : len(d)] = d, True
         rows_t = torch.from_numpy(rows)
         logits = torch.baddbmm(b[start:start + chunk].unsqueeze(1), X[rows_t], w[start:start + chunk].transpose(1, 2))
-        hit = (logits.argmax(-1) == y[rows_t]) & torch.from_numpy(valid)
+        pred = logits.view(len(part), longest, members, nclasses).argmax(-1)
+        hit = (pred == y[rows_t].unsqueeze(-1)) & torch.from_numpy(valid).unsqueeze(-1)
         out[start:start + len(part)] = hit.sum(1).numpy()
     return out
 
