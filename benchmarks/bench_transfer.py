@@ -37,24 +37,11 @@ def build_cache(path: Path, model_name: str, pooler: str, data_dir: str | None) 
     from cselab.cli.mteb import load_source
 
     model = load_source(model_name, pooler=pooler)
-    sentences: list[str] = []
     evaluator = TransferEvaluator(data_dir, TRANSFER_TASKS, "fasttest")
-    captured = {}
-
-    def encode(batch: list[str]) -> torch.Tensor:
-        out = model.encode(batch)
-        sentences.extend(batch)
-        captured.setdefault("parts", []).append(out)
-        return out
-
-    start = time.perf_counter()
-    # only the encoding: the evaluator's distinct, length-sorted sentences
     tasks = {t: load_transfer_task(data_dir, t) for t in TRANSFER_TASKS}
-    distinct = sorted({s for task in tasks.values() for s in task.sentences()}, key=lambda s: (len(s), s))
-    for i in range(0, len(distinct), evaluator.chunk):
-        encode(distinct[i:i + evaluator.chunk])
-    torch.save({"sentences": sentences, "embeddings": torch.cat(captured["parts"]), "model": model_name,
-                "pooler": pooler}, path)
+    start = time.perf_counter()
+    sentences, embeddings = evaluator.encode_distinct(tasks, model.encode)
+    torch.save({"sentences": sentences, "embeddings": embeddings, "model": model_name, "pooler": pooler}, path)
     print(f"encoded {len(sentences):,} distinct sentences in {time.perf_counter() - start:.1f} s -> {path}")
 
 

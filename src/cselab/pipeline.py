@@ -293,9 +293,10 @@ def check_data_files(cfg: DictConfig) -> None:
     transfer_protocol(cfg)  # the protocol node and the transfer files (counts), long before they are encoded
 
 
-def transfer_protocol(cfg: DictConfig):
+def transfer_protocol(cfg: DictConfig, check_files: bool = True):
     """The SentEval transfer protocol of ``eval.transfer_mode`` (``transfer.<mode>``), its files checked; None when
-    ``eval.transfer_tasks`` is empty.
+    ``eval.transfer_tasks`` is empty.  ``check_files=False`` skips the files' line counts (the caller's evaluator
+    checks them itself).
 
     Raises:
         ConfigError: ``eval.transfer_mode`` names no ``transfer.<mode>`` node, or a bad protocol key (named).
@@ -315,7 +316,8 @@ def transfer_protocol(cfg: DictConfig):
                           f"{sorted(cfg.get('transfer', {}))} (conf/transfer/<mode>.yaml)")
     try:
         protocol = TransferProtocol.from_config(OmegaConf.to_container(node, resolve=True))
-        check_transfer_files(data_root(cfg.data_dir), tasks)
+        if check_files:
+            check_transfer_files(data_root(cfg.data_dir), tasks)
     except ValueError as err:
         raise ConfigError(f"eval.transfer_tasks / transfer.{mode}: {err}") from err
     return protocol
@@ -324,7 +326,7 @@ def transfer_protocol(cfg: DictConfig):
 def run_transfer(cfg: DictConfig, method) -> dict[str, Any]:
     """SentEval's transfer tasks on the method's test encoder (after the STS test, so on the tested weights):
     ``{"transfer": {task: {...}, "avg"}, "transfer_protocol": {...}, "transfer_timings_s": {...}}``, or ``{}``."""
-    protocol = transfer_protocol(cfg)
+    protocol = transfer_protocol(cfg, check_files=False)  # the evaluator checks the files (and validate did)
     if protocol is None:
         return {}
     from cselab.evaluation.transfer import TransferEvaluator, tqdm_progress

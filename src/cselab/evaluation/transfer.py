@@ -251,6 +251,27 @@ class TransferEvaluator:
         check_transfer_files(data_dir, self.tasks)
         self.timings: dict[str, dict[str, float]] = {}
 
+    def encode_distinct(self, tasks: Mapping[str, TransferTask], encode: EncodeFn,
+                        progress: Callable[[str, int, int], None] | None = None) -> tuple[list[str], torch.Tensor]:
+        """Every distinct sentence of ``tasks`` once, sorted by length, through ``encode`` in chunks of
+        :attr:`chunk`: ``(sentences, Tensor[len(sentences), D] float32 on CPU)``, rows in that order.
+
+        Raises:
+            ValueError: ``encode`` returned something other than an (N, D) tensor for N sentences.
+        """
+        distinct = sorted({s for task in tasks.values() for s in task.sentences()}, key=lambda s: (len(s), s))
+        parts = []
+        for i in range(0, len(distinct), self.chunk):
+            batch = distinct[i:i + self.chunk]
+            out = encode(batch)
+            if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != len(batch):
+                raise ValueError(f"encode returned {getattr(out, 'shape', type(out))} for {len(batch)} sentences: "
+                                 "expected a (N, D) tensor")
+            parts.append(out.detach().float().cpu())
+            if progress is not None:
+                progress("encoding", i + len(batch), len(distinct))
+        return distinct, (torch.cat(parts) if parts else torch.zeros(0, 0))
+
     def evaluate(self, encode: EncodeFn, progress: Callable[[str, int, int], None] | None = None) -> dict:
         """Encode every distinct sentence once, then score each task.
 
@@ -265,19 +286,8 @@ class TransferEvaluator:
             :func:`cselab.evaluation.stats.binomial_interval`); per-task wall times are in :attr:`timings` (s).
         """
         tasks = {t: load_transfer_task(self.data_dir, t) for t in self.tasks}
-        distinct = sorted({s for task in tasks.values() for s in task.sentences()}, key=lambda s: (len(s), s))
         start = time.perf_counter()
-        parts = []
-        for i in range(0, len(distinct), self.chunk):
-            batch = distinct[i:i + self.chunk]
-            out = encode(batch)
-            if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != len(batch):
-                raise ValueError(f"encode returned {getattr(out, 'shape', type(out))} for {len(batch)} sentences: "
-                                 "expected a (N, D) tensor")
-            parts.append(out.detach().float().cpu())
-            if progress is not None:
-                progress("encoding", i + len(batch), len(distinct))
-        table = torch.cat(parts) if parts else torch.zeros(0, 0)
+        distinct, table = self.encode_distinct(tasks, encode, progress)
         index = {s: i for i, s in enumerate(distinct)}
         encode_s = time.perf_counter() - start
         log.info("transfer: %s distinct sentences encoded in %.1f s", f"{len(distinct):,}", encode_s)
