@@ -21,12 +21,14 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
 
 from cselab.config import (  # (registers the resolvers)
+    MOVED_KEYS,
     backbone_path_overrides,
     moved_key_error,
     resume_overrides,
     variant_name,
 )
 from cselab.logs import one_line_per_event
+from cselab.methods.checks import MOVED_MODULE_KEYS
 from cselab.model.loading import register_family_resolver  # noqa: F401  (${cselab_backbone_family:...})
 from cselab.sweep import exit_status
 
@@ -67,7 +69,7 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    if (moved := moved_key_error(sys.argv[1:])) is not None:
+    if (moved := moved_key_error(sys.argv[1:], {**MOVED_KEYS, **MOVED_MODULE_KEYS})) is not None:
         sys.exit(f"cselab: {moved}")
     try:  # backbone=<hub id or folder> -> backbone=auto backbone.name_or_path=<id or folder>
         options = {p.stem for p in (Path(__file__).resolve().parent / "conf" / "backbone").glob("*.yaml")}

@@ -198,9 +198,12 @@ def roberta_tokenizer(tiny_roberta_dir: Path):
 def make_method(backbone_dirs: dict[str, Path]):
     """Factory: ``make_method("promptbert", "bert", pooler="mask", ...)`` -> a method on a tiny backbone.
 
-    ``prompt="promptbert"`` (or a dict) gives :data:`PROMPTBERT_PROMPT`; other kwargs go to the method.
+    ``prompt="promptbert"`` (or a dict) gives :data:`PROMPTBERT_PROMPT`; the embedding settings (``pooler``,
+    ``head``, ``denoise`` ...) go to the method's ``model``, ``lr`` / ``weight_decay`` / ``warmup_*`` to its
+    ``optim``, other kwargs to the method.
     """
     from cselab.methods import method_class
+    from cselab.methods.checks import split_legacy
 
     def build(name: str, family: str, **kwargs):
         prompt = kwargs.pop("prompt", None)
@@ -208,7 +211,7 @@ def make_method(backbone_dirs: dict[str, Path]):
             prompt = copy.deepcopy(PROMPTBERT_PROMPT)
         backbone = {"name_or_path": str(backbone_dirs[family]), "family": family}
         torch.manual_seed(0)
-        return method_class(name)(backbone=backbone, prompt=prompt, **kwargs)
+        return method_class(name)(**split_legacy({"backbone": backbone, "prompt": prompt, **kwargs}))
 
     return build
 

@@ -127,13 +127,13 @@ def test_the_old_top_level_keys_are_gone_and_run_py_names_their_new_home():
 
     cfg = _compose("method=baseline", "method.pooler=avg")
     assert "pooler" not in cfg and "denoise" not in cfg and "train" not in cfg
-    assert (cfg.method.pooler, cfg.module.pooler, cfg.module.train) == ("avg", "avg", False)
+    assert (cfg.method.pooler, cfg.module.model.pooler, cfg.module.train) == ("avg", "avg", False)
     with pytest.raises(ConfigCompositionException):
         _compose("pooler=avg")
     assert moved_key_error(["method=simcse", "seed=1"]) is None
     assert moved_key_error(["-m", "denoise=none,pad", "train=false"]) == (
-        "denoise=none,pad train=false: these keys are the method's now; type method.denoise=none,pad "
-        "method.train=false (conf/method/<name>.yaml sets their defaults)")
+        "denoise=none,pad train=false: these keys moved; type method.denoise=none,pad "
+        "method.train=false (conf/method/<name>.yaml sets the method's defaults; docs/configuration.md)")
     import subprocess
     import sys
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from cselab.methods.checks import ConfigError
+from cselab.methods.checks import LEGACY_MODEL_KEYS, ConfigError
 from cselab.model.decoder_input import PromptCollate, prompteol_sentence, split_prompt
 from cselab.model.template_input import ViewSpec
 
@@ -96,10 +96,10 @@ def make_decoder_method(path: Path, prompt: str = "prompteol", tuning: dict | No
     from cselab.methods.prompteol import PromptEOL
 
     torch.manual_seed(0)
-    return PromptEOL(backbone={"name_or_path": str(path), "family": "decoder"}, setting=setting,
-                     pooler="last_token", head="none", prompt=load_prompt(prompt),
-                     tuning=tuning or {"name": "lora", "r": 4, "alpha": 16, "dropout": 0.0,
-                                       "target_modules": "all-linear"},
+    model = {"pooler": "last_token", "head": "none", "prompt": load_prompt(prompt),
+             "tuning": tuning or {"name": "lora", "r": 4, "alpha": 16, "dropout": 0.0, "target_modules": "all-linear"}}
+    model.update({k: kwargs.pop(k) for k in list(kwargs) if k in LEGACY_MODEL_KEYS})
+    return PromptEOL(backbone={"name_or_path": str(path), "family": "decoder"}, setting=setting, model=model,
                      loss=loss or {"name": "infonce", "temperature": 0.05}, **kwargs)
 
 
@@ -301,7 +301,7 @@ def test_avg_baseline_is_the_masked_mean(tiny_decoder_dirs, tokenizers):
     from transformers import AutoModel
 
     method = make_decoder_method(tiny_decoder_dirs["llama"], tuning={"name": "frozen"})
-    method.model.config["pooler"] = "avg"
+    method.model.respec(pooler="avg")
     ours = method.encode(SENTENCES[:3])
     model = AutoModel.from_pretrained(tiny_decoder_dirs["llama"]).eval()
     prompts = [official_eval_prompt(OFFICIAL_TEMPLATES["prompteol"], s) for s in SENTENCES[:3]]
@@ -474,16 +474,18 @@ def test_refusals_name_why(tiny_decoder_dirs, tiny_bert_dir):
     path = {"name_or_path": str(tiny_decoder_dirs["opt"]), "family": "decoder"}
     cot = yaml.safe_load((ROOT / "conf" / "prompt" / "cot_bert.yaml").read_text())
     with pytest.raises(ConfigError, match="Pretended CoT"):
-        CoTBERT(backbone=path, pooler="mask", prompt=cot, denoise="none", head="none")
+        CoTBERT(backbone=path, model={"pooler": "mask", "prompt": cot, "denoise": "none", "head": "none"})
     with pytest.raises(ConfigError, match="method.denoise=pad on backbone.family=decoder"):
         make_decoder_method(tiny_decoder_dirs["opt"], denoise="pad")
     with pytest.raises(ConfigError, match="tuning=prefix on backbone.family=decoder"):
+        make_decoder_method(tiny_decoder_dirs["opt"], tuning={"name": "prefix", "pre_seq_len": 4}, train=False)
+    with pytest.raises(ConfigError, match="tuning=prefix conflicts with method=prompteol"):
         make_decoder_method(tiny_decoder_dirs["opt"], tuning={"name": "prefix", "pre_seq_len": 4})
     with pytest.raises(ConfigError, match="needs a decoder LLM"):
         from cselab.methods.prompteol import PromptEOL
 
-        PromptEOL(backbone={"name_or_path": str(tiny_bert_dir), "family": "bert"}, pooler="last_token",
-                  head="none", prompt=load_prompt("prompteol"))
+        PromptEOL(backbone={"name_or_path": str(tiny_bert_dir), "family": "bert"},
+                  model={"pooler": "last_token", "head": "none", "prompt": load_prompt("prompteol")})
     with pytest.raises(ValueError, match="backbone.family=decoder"):
         load_backbone(str(tiny_decoder_dirs["opt"]), family="bert")
     if not torch.cuda.is_available():

@@ -135,7 +135,7 @@ def test_avg_pooled_exports_plain_modules_and_truncates_as_the_test_encoder(make
     assert diff <= PLAIN_TOL
     assert info["modules"] == [TRANSFORMER, POOLING] and not info["trust_remote_code"]
     assert json.loads((tmp_path / "st" / "1_Pooling" / "config.json").read_text())["pooling_mode"] == "mean"
-    assert cselab.load(ckpt).model.config["eval_max_seq_len"] == 8
+    assert cselab.load(ckpt).model.spec.eval_max_seq_len == 8
     assert SentenceTransformer(str(tmp_path / "st"), device="cpu").max_seq_length == 8
     full = make_method("simcse", "bert", pooler="avg", head="none")  # the cut matters for the long probes
     full.load_state_dict(cselab.load(ckpt).state_dict())

@@ -98,15 +98,18 @@ def variant_name(overrides: list[str]) -> str:
 MOVED_KEYS: dict[str, str] = {"train": "method.train", "pooler": "method.pooler", "denoise": "method.denoise"}
 
 
-def moved_key_error(argv: list[str]) -> str | None:
+def moved_key_error(argv: list[str], moved: dict[str, str] | None = None) -> str | None:
     """A message for command-line overrides that use a moved key (``pooler=avg`` -> ``method.pooler=avg``),
-    or ``None``.  Hydra alone would answer ``Key 'pooler' is not in struct``; run.py prints this instead."""
-    wrong = [item for item in argv if not item.startswith("-") and override_key(item) in MOVED_KEYS]
+    or ``None``.  Hydra alone would answer ``Key 'pooler' is not in struct``; run.py prints this instead.
+    ``moved``: old key -> new key (default :data:`MOVED_KEYS`; run.py adds the ``module`` node's,
+    :data:`cselab.methods.checks.MOVED_MODULE_KEYS`)."""
+    moved = MOVED_KEYS if moved is None else moved
+    wrong = [item for item in argv if not item.startswith("-") and override_key(item) in moved]
     if not wrong:
         return None
-    fixed = [MOVED_KEYS[override_key(item)] + "=" + item.split("=", 1)[1] if "=" in item else item for item in wrong]
-    return (f"{' '.join(wrong)}: these keys are the method's now; type {' '.join(fixed)} "
-            "(conf/method/<name>.yaml sets their defaults)")
+    fixed = [moved[override_key(item)] + "=" + item.split("=", 1)[1] if "=" in item else item for item in wrong]
+    return (f"{' '.join(wrong)}: these keys moved; type {' '.join(fixed)} "
+            "(conf/method/<name>.yaml sets the method's defaults; docs/configuration.md)")
 
 
 def backbone_name(name_or_path: str) -> str:

@@ -118,7 +118,7 @@ def plain_modules(model, folder: Path) -> list:
     plan, backbone = model.describe(), model.backbone
     backbone.base_model.save_pretrained(folder)
     model.tokenizer.save_pretrained(folder)
-    limit = model.config.get("eval_max_seq_len") or backbone.max_positions
+    limit = model.spec.eval_max_seq_len or backbone.max_positions
     transformer = Transformer(str(folder), max_seq_length=int(limit), do_lower_case=False)
     dim = int(backbone.hidden_size)
     modules = [transformer, Pooling(dim, pooling_mode=ST_POOLING[plan["pooler"]])]

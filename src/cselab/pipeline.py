@@ -42,7 +42,7 @@ from cselab.loggers import (
     logged_config,
     run_display_name,
 )
-from cselab.methods.checks import ConfigError, check_method_args
+from cselab.methods.checks import ConfigError, check_module, refuse_legacy
 from cselab.progress import ProgressLog, interactive, progress_bar
 
 log = logging.getLogger(__name__)
@@ -96,12 +96,6 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("data.streaming=true has no epoch length: set trainer.max_steps (e.g. 1M / batch_size)")
     _check_template_override(cfg)
     check_templates(cfg)  # every template parsed before any weights load
-    allowed = cfg.method.get("tunings")
-    if cfg.method.train and allowed is not None and cfg.tuning.name not in allowed:
-        raise ConfigError(
-            f"tuning={cfg.tuning.name} conflicts with method={cfg.method.name}, which trains {list(allowed)} "
-            f"(method.tunings); choose tuning={allowed[0]} or another method"
-        )
     if (cfg.method.train and cfg.get("activation_checkpointing", False) and cfg.tuning.name == "prefix"
             and cfg.tuning.get("variant", "deep") != "input_layer"):
         raise ConfigError(
@@ -112,7 +106,8 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"eval.dev_encoder={cfg.eval.dev_encoder!r}: expected 'official' or 'test'")
     check_bootstrap(cfg.eval.get("bootstrap"))
     test_backbone(cfg)  # eval.test_backbone's keys
-    check_method_args(**OmegaConf.to_container(cfg.module, resolve=True))  # the method's own rules
+    node = OmegaConf.to_container(cfg.module, resolve=True)
+    check_module(method_target(node.pop("_target_")), node)  # the method's and its embedding model's rules
 
 
 #: learning rates above this are outside what any of the papers' configs use (largest: 3e-2, soft prompts)
@@ -337,24 +332,33 @@ def run_transfer(cfg: DictConfig, method) -> dict[str, Any]:
     return {"transfer": scores, "transfer_protocol": protocol.to_dict(), "transfer_timings_s": evaluator.timings}
 
 
+def method_target(target: str):
+    """The class (or factory, ``method=baseline``) that ``method._target_`` names.
+
+    Raises:
+        ConfigError: it cannot be imported (names it).
+    """
+    from hydra.utils import get_object
+
+    try:
+        return get_object(target)
+    except Exception as err:
+        raise ConfigError(f"method._target_={target!r}: cannot import it ({err})") from err
+
+
 def build_method(cfg: DictConfig, backbone: dict | None = None):
     """The method's LightningModule: the config's ``module`` node instantiated (``_target_`` = the method's
     class, ``conf/method/*.yaml``; its arguments are read from the other groups by ``conf/config.yaml``);
     ``backbone`` replaces the node's ``backbone`` (:func:`test_backbone`).
 
     Raises:
-        ConfigError: ``method._target_`` cannot be imported (names it).
+        ConfigError: ``method._target_`` cannot be imported (names it); what the method refuses.
     """
-    from hydra.utils import get_object
-
     node = OmegaConf.to_container(cfg.module, resolve=True)
     if backbone is not None:
         node["backbone"] = backbone
-    target = node.pop("_target_")
-    try:
-        cls = get_object(target)  # a class, or a factory (method=baseline)
-    except Exception as err:
-        raise ConfigError(f"method._target_={target!r}: cannot import it ({err})") from err
+    cls = method_target(node.pop("_target_"))
+    refuse_legacy(node)
     return cls(**node)
 
 

@@ -10,89 +10,120 @@ decay, no warm-up and weight decay 0, as all the official implementations.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import lightning as L
 import torch
 
 from cselab.losses import build_loss
-from cselab.methods.checks import check_method_args
+from cselab.methods.checks import backbone_family_of, check_method, embedding_spec
 from cselab.methods.gather import gather_embeddings
 from cselab.methods.mlm import AuxiliaryMLM, mlm_head_own_parameters
 from cselab.methods.nonfinite import NonFinitePolicy
 from cselab.model.factory import build_embedding_model
-from cselab.model.loading import backbone_family
+from cselab.model.spec import EmbeddingSpec, TuningSpec
 from cselab.model.template_input import ViewSpec
+
+#: AdamW and its linear schedule (``optim``): the official implementations' (no warm-up, no weight decay)
+OPTIM_DEFAULTS = {"lr": 3e-5, "weight_decay": 0.0, "warmup_ratio": 0.0, "warmup_steps": 0}
 
 
 class ContrastiveMethod(L.LightningModule):
-    """Base of all methods.
+    """Base of all methods: an embedding model (``self.model``, built from its spec) trained by a loss.
 
     Args:
         backbone: ``{"name_or_path": str, "family": "bert"|"roberta"|"decoder"}`` and the decoders' optional
             ``dtype``, ``load_in_4bit``, ``decode_cleanup`` (``conf/backbone``).
+        model: the embedding settings, the ``module.model`` node of ``conf/config.yaml`` (the fields of
+            :class:`cselab.model.spec.EmbeddingSpec` that a config sets, plus ``prompt``, from which the class
+            derives its views: :meth:`view_specs`).
+        loss: loss config (``name`` + its arguments, :func:`cselab.losses.build_loss`); None: InfoNCE.
+        optim: ``{"lr", "weight_decay", "warmup_ratio", "warmup_steps"}``: AdamW and the linear schedule
+            (``warmup_steps`` > 0, e.g. PromptEOL's 100, wins over ``warmup_ratio``); missing keys:
+            :data:`OPTIM_DEFAULTS`.
         setting: ``unsup`` (one sentence, dropout views) or ``sup`` (NLI triplets sent0, sent1, hard_neg).
-        pooler, head, head_init, mlp_only_train, head_on, prompt, denoise, denoise_at_eval, denoise_positions,
-            dev_encoder, max_seq_len, eval_max_seq_len, eval_batch_size, eval_precision, tuning: the embedding
-            model's (:func:`cselab.model.factory.build_embedding_model`; ``cls`` with a head is SimCSE's [CLS]
-            + MLP).
-        loss: loss config (``name`` + its arguments, :func:`cselab.losses.build_loss`).
-        lr, weight_decay, warmup_ratio, warmup_steps: AdamW and the linear schedule (``warmup_steps`` > 0, e.g.
-            PromptEOL's 100, wins over ``warmup_ratio``).
-        train: False for methods evaluated without fine-tuning.
+        train: False for methods evaluated without fine-tuning (a ``tuning=lora`` then adds no adapters: it
+            becomes ``frozen``, so that a direct-inference model saves as the plain backbone).
+        negatives: ``global`` (DDP: the loss sees every rank's embeddings, :func:`gather_embeddings`) or
+            ``per_device``.
         mlm: DCPCSE's auxiliary MLM task (:class:`cselab.methods.mlm.AuxiliaryMLM`) or None.  The prefix is drawn
             once per step for the contrastive and the MLM pass (official ``get_prompt``).
         on_nonfinite: ``stop`` | ``skip`` (:class:`cselab.methods.nonfinite.NonFinitePolicy`).
-        negatives: ``global`` (DDP: the loss sees every rank's embeddings, :func:`gather_embeddings`) or
-            ``per_device``.
+
+    Class attributes (what a method declares, checked by :func:`cselab.methods.checks.check_method`):
+        method_name: the ``method=`` name; tunings: what may train; settings: ``unsup`` / ``sup``; families: the backbone
+        families it runs on (None: any).
 
     Raises:
         ConfigError: (a ValueError) an argument out of range or a combination that cannot work, named by its
-            config key (:func:`cselab.methods.checks.check_method_args`).
+            config key (:func:`cselab.methods.checks.check_method`, :class:`cselab.model.spec.EmbeddingSpec`).
     """
 
-    def __init__(self, backbone: dict, setting: str = "unsup", pooler: str = "cls", head: str = "mlp",
-                 mlp_only_train: bool = True, head_on: str = "difference", denoise_at_eval: bool = False,
-                 head_init: str = "bert", dev_encoder: dict | None = None, denoise_positions: str = "official",
-                 loss: dict | None = None, prompt: dict | None = None, denoise: str = "none", max_seq_len: int = 32,
-                 eval_max_seq_len: int | None = None, eval_batch_size: int | None = None,
-                 eval_precision: str = "auto", lr: float = 3e-5, weight_decay: float = 0.0,
-                 warmup_ratio: float = 0.0, warmup_steps: int = 0, train: bool = True, on_nonfinite: str = "stop",
-                 negatives: str = "global", tuning: dict | None = None, mlm: dict | None = None,
-                 **extra: Any) -> None:
+    method_name = "contrastive"
+    tunings: tuple[str, ...] = ("full", "frozen")
+    settings: tuple[str, ...] = ("unsup", "sup")
+    families: tuple[str, ...] | None = None
+
+    def __init__(self, backbone: dict, model: Mapping[str, Any] | None = None, loss: dict | None = None,
+                 optim: Mapping[str, Any] | None = None, setting: str = "unsup", train: bool = True,
+                 negatives: str = "global", mlm: dict | None = None, on_nonfinite: str = "stop") -> None:
         super().__init__()
         self.save_hyperparameters(logger=False)  # in checkpoints; the loggers get the run's config (pipeline)
-        self._family = backbone.get("family") or backbone_family(backbone["name_or_path"])
-        check_method_args(pooler=pooler, setting=setting, prompt=prompt, denoise=denoise, head_on=head_on,
-                          denoise_at_eval=denoise_at_eval, denoise_positions=denoise_positions,
-                          dev_encoder=dev_encoder, eval_precision=eval_precision, negatives=negatives,
-                          on_nonfinite=on_nonfinite, tuning=tuning, backbone={**backbone, "family": self._family},
-                          head=head, mlm=mlm)
-        self.setting, self.pooler, self.mlp_only_train, self.head_on = setting, pooler, mlp_only_train, head_on
-        self.denoise, self.denoise_at_eval, self.denoise_positions = denoise, denoise_at_eval, denoise_positions
-        self.dev_encoder = dict(dev_encoder) if dev_encoder else None
-        self.prompt = dict(prompt) if prompt else None
-        self.tuning = dict(tuning) if tuning else {"name": "full"}
-        self.do_train, self.negatives = train, negatives
+        spec = self.check_config(backbone=backbone, model=model or {}, setting=setting, train=train,
+                                 negatives=negatives, mlm=mlm, on_nonfinite=on_nonfinite)
+        self.setting, self.do_train, self.negatives = setting, train, negatives
+        self.prompt = dict((model or {}).get("prompt") or {}) or None
+        self.optim = {**OPTIM_DEFAULTS, **{k: v for k, v in dict(optim or {}).items() if v is not None}}
         self.nonfinite = NonFinitePolicy(on_nonfinite)
         self.loss_fn = build_loss(loss or {"name": "infonce"})
-        self.model = build_embedding_model(
-            backbone, self.train_views(), self.eval_view(), pooler=pooler, head=head, head_init=head_init,
-            mlp_only_train=mlp_only_train, head_on=head_on, prompt=prompt, denoise=denoise,
-            denoise_at_eval=denoise_at_eval, denoise_positions=denoise_positions, dev_encoder=dev_encoder,
-            max_seq_len=max_seq_len, eval_max_seq_len=eval_max_seq_len, eval_batch_size=eval_batch_size,
-            eval_precision=eval_precision, tuning=self.tuning, mlm=mlm)
+        self.model = build_embedding_model(backbone, spec, mlm_head=mlm is not None)
         self.mlm = dict(mlm) if mlm else None
-        self.aux_mlm = AuxiliaryMLM(self.mlm, self.encoder, self.tuning.get("name", "full")) if self.mlm else None
+        self.aux_mlm = AuxiliaryMLM(self.mlm, self.encoder, spec.tuning.name) if self.mlm else None
         self._freeze_unused_layers()
-        self.strict_loading = self.tuning.get("name", "full") == "full"
+        self.strict_loading = spec.tuning.name == "full"
+
+    @classmethod
+    def check_config(cls, *, backbone: Mapping[str, Any], model: Mapping[str, Any], setting: str = "unsup",
+                     train: bool = True, negatives: str = "global", mlm: Mapping[str, Any] | None = None,
+                     on_nonfinite: str = "stop", **_: Any) -> EmbeddingSpec:
+        """The method's embedding spec, every rule checked, nothing loaded (the config-time check of
+        :func:`cselab.pipeline.validate` and the constructor's); the other ``module`` keys are ignored.
+
+        Raises:
+            ConfigError: names the key and what was expected.
+        """
+        check_method(cls, family=backbone_family_of(backbone), tuning=(model.get("tuning") or {}).get("name", "full"),
+                     setting=setting, train=train, negatives=negatives, on_nonfinite=on_nonfinite, mlm=mlm,
+                     backbone=backbone)
+        spec = embedding_spec(cls, backbone, model, setting=setting, mlm=mlm)
+        if not train and spec.tuning.name == "lora":  # direct inference: no adapters (zero-initialised = identity)
+            spec = replace(spec, tuning=TuningSpec("frozen"))
+        return spec
+
+    @classmethod
+    def view_specs(cls, prompt: Mapping[str, Any] | None, setting: str,
+                   family: str) -> tuple[list[ViewSpec], ViewSpec]:
+        """The views of one training example, in loss order, and the single view encoded at test.  Default:
+        SimCSE (the same sentence twice / the NLI triplet), the prompt's ``eval_view`` template at test, if any.
+
+        Raises:
+            KeyError: a view the prompt does not define for ``family`` (names the config key).
+        """
+        train = [ViewSpec("sent0"), ViewSpec("sent1"), ViewSpec("hard_neg")] if setting == "sup" else \
+            [ViewSpec("text"), ViewSpec("text")]
+        if not prompt:
+            return train, ViewSpec("text")
+        return train, ViewSpec("text", template_of(prompt, family, prompt.get("eval_view", "view1")))
 
     # ----------------------------------------------------------------- the embedding model's parts
     encoder = property(lambda self: self.model.backbone, doc="The backbone module of :attr:`model`.")
     head = property(lambda self: self.model.head, doc="The projection head of :attr:`model` (or None).")
     tokenizer = property(lambda self: self.model.tokenizer, doc="The backbone's tokenizer.")
-    max_seq_len = property(lambda self: self.model.config["max_seq_len"], doc="Training truncation (tokens).")
+    spec = property(lambda self: self.model.spec, doc="What the embedding model is (:class:`EmbeddingSpec`).")
+    tuning = property(lambda self: self.model.spec.tuning, doc="The prompt module and what trains.")
+    max_seq_len = property(lambda self: self.model.spec.max_seq_len, doc="Training truncation (tokens).")
     representation_pooler = property(lambda self: self.model.representation_pooler,
                                      doc="The pooler applied to the backbone output.")
     train_collate = property(lambda self: self.model.collate("train"), doc="The DataModule's collate.")
@@ -103,21 +134,20 @@ class ContrastiveMethod(L.LightningModule):
     @property
     def eval_batch_size(self) -> int | None:
         """Sentences per forward pass in :meth:`encode` (None: 256 on a GPU, 128 on CPU); settable."""
-        return self.model.config.get("eval_batch_size")
+        return self.model.spec.eval_batch_size
 
     @eval_batch_size.setter
     def eval_batch_size(self, value: int | None) -> None:
-        self.model.config["eval_batch_size"] = value
+        self.model.respec(eval_batch_size=value)
 
     @property
     def eval_precision(self) -> str:
         """:meth:`encode`'s arithmetic: ``auto`` | ``32`` | ``bf16``; settable."""
-        return self.model.config.get("eval_precision", "auto")
+        return self.model.spec.eval_precision
 
     @eval_precision.setter
     def eval_precision(self, value: str) -> None:
-        check_method_args(eval_precision=value)
-        self.model.config["eval_precision"] = str(value)
+        self.model.respec(eval_precision=str(value))
 
     def _freeze_unused_layers(self) -> None:
         """Freeze the layers no training step uses, so that every trainable parameter gets a gradient: the
@@ -134,7 +164,7 @@ class ContrastiveMethod(L.LightningModule):
         """Record the method class (for :func:`cselab.load`); with a frozen backbone keep only the trained
         tensors (prompts, heads) and the backbone's identity."""
         checkpoint["cselab_method_class"] = f"{type(self).__module__}.{type(self).__qualname__}"
-        if self.tuning.get("name", "full") == "full":
+        if self.tuning.name == "full":
             return
         trained = {n for n, p in self.named_parameters() if p.requires_grad}
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trained}
@@ -147,25 +177,7 @@ class ContrastiveMethod(L.LightningModule):
         Raises:
             KeyError: the prompt config has no such view for this family (names the config keys).
         """
-        if not self.prompt:
-            raise KeyError(f"no prompt configured; view {view!r} needs one")
-        templates = self.prompt.get("templates", {})
-        if self._family not in templates or view not in templates[self._family]:
-            raise KeyError(f"prompt.templates.{self._family}.{view} is not set (prompt {self.prompt.get('name')!r} "
-                           f"has { {k: sorted(v) for k, v in templates.items()} })")
-        return templates[self._family][view]
-
-    def train_views(self) -> list[ViewSpec]:
-        """Views of one training example, in loss order.  Default: SimCSE (same sentence twice / triplet)."""
-        if self.setting == "sup":
-            return [ViewSpec("sent0"), ViewSpec("sent1"), ViewSpec("hard_neg")]
-        return [ViewSpec("text"), ViewSpec("text")]
-
-    def eval_view(self) -> ViewSpec:
-        """The single view used to encode a sentence at test time: the prompt's ``eval_view`` template, if any."""
-        if self.prompt:
-            return ViewSpec("text", self.template(self.prompt.get("eval_view", "view1")))
-        return ViewSpec("text")
+        return template_of(self.prompt, self.model.spec.family, view)
 
     # ----------------------------------------------------------------- training step
     def represent(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -213,15 +225,31 @@ class ContrastiveMethod(L.LightningModule):
         from transformers import get_linear_schedule_with_warmup
 
         params = [p for p in self.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay, eps=1e-8)
+        optim = self.optim
+        optimizer = torch.optim.AdamW(params, lr=optim["lr"], weight_decay=optim["weight_decay"], eps=1e-8)
         steps = self.trainer.estimated_stepping_batches
         if steps == float("inf"):
             raise ValueError("the number of training steps is unknown (a streamed corpus): set trainer.max_steps")
         total = max(1, int(steps))
-        warmup = int(self.hparams.get("warmup_steps", 0) or 0) or int(self.hparams.warmup_ratio * total)
+        warmup = int(optim["warmup_steps"] or 0) or int(optim["warmup_ratio"] * total)
         scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def num_trainable_parameters(self) -> int:
         """Number of parameters the optimizer updates."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+def template_of(prompt: Mapping[str, Any] | None, family: str, view: str) -> str:
+    """The template string of a named view (``view1``, ``anchor`` ...) of ``prompt`` in ``family``'s form.
+
+    Raises:
+        KeyError: the prompt config has no such view for this family (names the config keys).
+    """
+    if not prompt:
+        raise KeyError(f"no prompt configured; view {view!r} needs one")
+    templates = prompt.get("templates", {})
+    if family not in templates or view not in templates[family]:
+        raise KeyError(f"prompt.templates.{family}.{view} is not set (prompt {prompt.get('name')!r} "
+                       f"has { {k: sorted(v) for k, v in templates.items()} })")
+    return templates[family][view]

@@ -13,9 +13,11 @@ picks by ``pooler``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from cselab.methods.base import ContrastiveMethod
+from cselab.methods.checks import ConfigError
 from cselab.representations.token import TOKEN_REPRESENTATIONS, TokenRepresentation
 
 #: representations that are not the embedding model's forward (plain encode objects)
@@ -24,20 +26,40 @@ ANALYSIS_POOLERS = TOKEN_REPRESENTATIONS
 
 class Baseline(ContrastiveMethod):
     """No training: the backbone's representation through the embedding model (a pooler of
-    :data:`cselab.model.pooling.POOLERS`, ``mask`` with a prompt), no head by default.
+    :data:`cselab.model.pooling.POOLERS`, ``mask`` with a prompt), no head by default."""
 
-    Args:
-        **kwargs: :class:`ContrastiveMethod` arguments; ``topk`` / ``topk_denoise`` (for the token
-            representations) are ignored here.
+    method_name = "baseline"
+
+
+def build_baseline(*, backbone: dict[str, Any], model: Mapping[str, Any], topk: int = 200,
+                   topk_denoise: bool = False, **method: Any) -> Baseline | TokenRepresentation:
+    """``method=baseline`` (the ``_target_`` of ``conf/method/baseline.yaml``): a :class:`TokenRepresentation`
+    for ``model.pooler`` in :data:`ANALYSIS_POOLERS` (with ``topk`` / ``topk_denoise``, Table 9), else a
+    :class:`Baseline` of the other ``module`` arguments.
+
+    Raises:
+        ConfigError: what :meth:`check_config` refuses.
     """
+    if model.get("pooler") in ANALYSIS_POOLERS:
+        return TokenRepresentation(backbone=backbone, pooler=model["pooler"], prompt=model.get("prompt"), topk=topk,
+                                   topk_denoise=topk_denoise, eval_batch_size=model.get("eval_batch_size"))
+    return Baseline(backbone=backbone, model=model, **method)
 
-    def __init__(self, *args, topk: int = 200, topk_denoise: bool = False, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+
+def check_config(*, backbone: dict[str, Any], model: Mapping[str, Any], **method: Any) -> None:
+    """The config-time check of ``method=baseline``: a token representation needs a template for ``topk``;
+    the embedding model is checked as every method's (:meth:`ContrastiveMethod.check_config`).
+
+    Raises:
+        ConfigError: names the key and what was expected.
+    """
+    pooler = model.get("pooler")
+    if pooler in ANALYSIS_POOLERS:
+        if pooler == "topk" and not model.get("prompt"):
+            raise ConfigError("method.pooler=topk needs a template (a [MASK] representation) but prompt=none "
+                              "(choose a prompt: prompt=promptbert ...)")
+        return
+    Baseline.check_config(backbone=backbone, model=model, **method)
 
 
-def build_baseline(**kwargs: Any) -> Baseline | TokenRepresentation:
-    """``method=baseline``: a :class:`TokenRepresentation` for ``pooler`` in :data:`ANALYSIS_POOLERS`, else a
-    :class:`Baseline` (the ``_target_`` of ``conf/method/baseline.yaml``)."""
-    if kwargs.get("pooler") in ANALYSIS_POOLERS:
-        return TokenRepresentation(**kwargs)
-    return Baseline(**kwargs)
+build_baseline.check_config = check_config  # what cselab.methods.checks.check_module calls

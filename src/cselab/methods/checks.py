@@ -1,112 +1,136 @@
-"""The one home of the rules over a method's arguments (each rule written once).
-
-:func:`check_method_args` runs on the config's ``module`` node before anything loads
-(:func:`cselab.pipeline.validate`) and on the arguments of every method built in Python
-(:class:`cselab.methods.base.ContrastiveMethod`); the messages name the config keys.
+"""The one home of the rules over a method: its model is checked by its spec
+(:class:`cselab.model.spec.EmbeddingSpec`, built here), its training arguments and what the method class
+declares (``tunings``, ``settings``, ``families``) by :func:`check_method`.  It runs on the config's ``module``
+node before anything loads (:func:`check_module`, from :func:`cselab.pipeline.validate`) and in every method's
+constructor; the messages name the config keys.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from cselab.methods.nonfinite import POLICIES
-from cselab.model.pooling import POOLERS
-from cselab.model.template_bias import DENOISE_MODES
+from cselab.model.spec import ConfigError, EmbeddingSpec
+
+__all__ = ["ConfigError", "NEGATIVES", "check_method", "check_module", "embedding_spec", "split_legacy"]
 
 NEGATIVES = ("global", "per_device")
-TUNINGS = ("full", "frozen", "prefix", "soft_prompt", "lora")
-#: poolers a decoder LLM supports (``backbone.family=decoder``): the prompt's last token, or the mean baseline
-DECODER_POOLERS = ("last_token", "avg")
+#: the flat ``module`` keys of cselab before the embedding spec: now ``module.model.<key>`` ...
+LEGACY_MODEL_KEYS = ("pooler", "head", "mlp_only_train", "head_on", "denoise_at_eval", "head_init", "dev_encoder",
+                     "denoise_positions", "prompt", "denoise", "max_seq_len", "eval_max_seq_len", "eval_batch_size",
+                     "eval_precision", "tuning")
+#: ... and ``module.optim.<key>``
+LEGACY_OPTIM_KEYS = ("lr", "weight_decay", "warmup_ratio", "warmup_steps")
+#: command-line spellings of the old layout -> the new key (run.py, :func:`cselab.config.moved_key_error`)
+MOVED_MODULE_KEYS = {**{f"module.{k}": f"module.model.{k}" for k in LEGACY_MODEL_KEYS},
+                     **{f"module.{k}": f"module.optim.{k}" for k in LEGACY_OPTIM_KEYS}}
 
 
-class ConfigError(ValueError):
-    """A config value or combination that cannot run; the message names the keys."""
+def backbone_family_of(backbone: Mapping[str, Any]) -> str:
+    """``backbone.family``, or the family read from the backbone's config (:func:`backbone_family`)."""
+    from cselab.model.loading import backbone_family
+
+    return backbone.get("family") or backbone_family(backbone["name_or_path"])
 
 
-def check_method_args(*, pooler: str = "cls", setting: str = "unsup", prompt: dict | None = None,
-                      denoise: str = "none", head_on: str = "difference", denoise_at_eval: bool = False,
-                      denoise_positions: str = "official", dev_encoder: dict | None = None,
-                      eval_precision: str = "auto", negatives: str = "global", on_nonfinite: str = "stop",
-                      tuning: dict | None = None, backbone: dict | None = None, **_: Any) -> None:
-    """Refuse a method argument out of its range, or a combination that cannot work.
+def embedding_spec(method_cls: type, backbone: Mapping[str, Any], model: Mapping[str, Any], *, setting: str,
+                   mlm: Mapping[str, Any] | None = None) -> EmbeddingSpec:
+    """The :class:`EmbeddingSpec` of a method: the ``module.model`` node, the views the class derives from the
+    prompt (``method_cls.view_specs``), the backbone's family and decoding option, the MLM masking rate.
 
-    Args: the :class:`~cselab.methods.base.ContrastiveMethod` arguments (others are ignored).  ``pooler`` may also
-    be an analysis representation of ``method=baseline`` (``static_avg``, ``static_avg_debiased``, ``topk``).
-    ``backbone`` (``{"family": ...}``): a decoder family gets :func:`check_decoder_args` too.
+    Raises:
+        ConfigError: what the spec refuses (names the key); a view the prompt does not define.
+    """
+    family = backbone_family_of(backbone)
+    if family == "decoder":  # before the views: a [MASK] prompt has no decoder form, and the reason is the pooler
+        EmbeddingSpec.check_decoder(model.get("pooler") or "cls", model.get("denoise") or "none",
+                                    (model.get("tuning") or {}).get("name", "full"))
+    try:
+        train_views, eval_view = method_cls.view_specs(model.get("prompt"), setting, family)
+    except KeyError as err:
+        message = err.args[0] if err.args else str(err)
+        if not model.get("prompt"):
+            message = (f"method={getattr(method_cls, 'method_name', method_cls.__name__)} with "
+                       f"method.pooler={model.get('pooler')} needs a template (a [MASK] representation) but "
+                       f"prompt=none (choose a prompt: prompt=promptbert ...); {message}")
+        raise ConfigError(message) from err
+    return EmbeddingSpec.from_config(model, family=family, train_views=train_views, eval_view=eval_view,
+                                     mlm_probability=float(mlm.get("probability", 0.15)) if mlm else 0.0,
+                                     decode_cleanup=backbone.get("decode_cleanup"))
+
+
+def check_method(method_cls: type, *, family: str, tuning: str, setting: str, train: bool, negatives: str,
+                 on_nonfinite: str, mlm: Mapping[str, Any] | None, backbone: Mapping[str, Any]) -> None:
+    """Refuse a training argument out of its range, or what the method class does not take.
+
+    ``method_cls`` declares ``method_name`` (its ``method=`` name), ``settings`` (``unsup`` / ``sup``), ``tunings``
+    (what may train, checked when ``train``) and ``families`` (the backbone families it runs on, None: any).
+    ``family`` is the backbone's, ``tuning`` the ``tuning.name``.
 
     Raises:
         ConfigError: names the key(s) and what was expected.
     """
-    from cselab.methods.baseline import ANALYSIS_POOLERS
-
-    if pooler not in (*POOLERS, *ANALYSIS_POOLERS):
-        raise ConfigError(f"method.pooler={pooler!r}: expected one of {POOLERS + ANALYSIS_POOLERS}")
+    name = getattr(method_cls, "method_name", method_cls.__name__)
     if setting not in ("unsup", "sup"):
         raise ConfigError(f"setting.name={setting!r}: expected 'unsup' or 'sup'")
-    if pooler in ("mask", "topk") and not prompt:
-        raise ConfigError(f"method.pooler={pooler} needs a template (a [MASK] representation) but prompt=none "
-                          "(choose a prompt: prompt=promptbert ...)")
-    if denoise not in DENOISE_MODES:
-        raise ConfigError(f"method.denoise={denoise!r}: expected none, position or pad")
-    if denoise != "none" and not prompt:
-        raise ConfigError(f"method.denoise={denoise} needs a template but prompt=none (choose a prompt or set method.denoise=none)")
-    if head_on not in ("difference", "each"):
-        raise ConfigError(f"method.head_on={head_on!r}: expected 'difference' or 'each'")
-    if denoise_at_eval and denoise == "none":
-        raise ConfigError("method.denoise_at_eval=true needs method.denoise=position or pad")
-    if denoise_positions not in ("official", "aligned"):
-        raise ConfigError(f"denoise_positions={denoise_positions!r}: expected 'official' or 'aligned'")
-    if dev_encoder and set(dev_encoder) - {"add_period", "denoise"}:
-        raise ConfigError(f"method.dev_encoder={dev_encoder}: expected keys add_period, denoise")
-    if str(eval_precision) not in ("auto", "32", "bf16"):
-        raise ConfigError(f"eval.precision={eval_precision!r}: expected auto, 32 or bf16")
+    if setting not in method_cls.settings:
+        raise ConfigError(f"method={name} is {'unsupervised' if 'unsup' in method_cls.settings else 'supervised'} only "
+                          f"(setting={setting} is not the paper's); use setting={method_cls.settings[0]}")
+    families = method_cls.families
+    if families is not None and family not in families:
+        raise ConfigError(f"method={name} needs a decoder LLM (backbone.family={'|'.join(families)}), got backbone "
+                          f"{backbone.get('name_or_path')!r} of family {family}: e.g. backbone=opt_1_3b, or "
+                          "offline backbone=tiny_opt (make tiny-decoders)")
+    if train and tuning not in method_cls.tunings:
+        raise ConfigError(f"tuning={tuning} conflicts with method={name}, which trains {list(method_cls.tunings)}; "
+                          f"choose tuning={method_cls.tunings[0]} or another method")
     if negatives not in NEGATIVES:
         raise ConfigError(f"negatives={negatives!r}: expected 'global' or 'per_device'")
     if on_nonfinite not in POLICIES:
         raise ConfigError(f"method.on_nonfinite={on_nonfinite!r}: expected 'stop' or 'skip'")
-    tuning = tuning or {"name": "full"}
-    name = tuning.get("name", "full")
-    if name not in TUNINGS:
-        raise ConfigError(f"tuning.name={name!r}: expected one of {TUNINGS}")
-    family = (backbone or {}).get("family")
-    if family == "decoder":
-        check_decoder_args(pooler=pooler, denoise=denoise, tuning=tuning, **_)
-    elif name == "lora":
-        raise ConfigError(f"tuning=lora is the decoder LLMs' tuning (PromptEOL's QLoRA recipe); backbone.family={family} "
-                          "uses tuning=full | frozen | prefix | soft_prompt")
-    if name == "lora" and (int(tuning.get("r", 64)) < 1 or float(tuning.get("dropout", 0.05)) < 0):
-        raise ConfigError(f"tuning.r must be >= 1 and tuning.dropout >= 0, got r={tuning.get('r')}, "
-                          f"dropout={tuning.get('dropout')}")
-    if name == "soft_prompt" and denoise != "none":
-        raise ConfigError("tuning=soft_prompt with denoise is not supported: set method.denoise=none")
-    if name == "prefix" and int(tuning.get("pre_seq_len", 16)) < 1:
-        raise ConfigError(f"tuning.pre_seq_len must be >= 1, got {tuning.get('pre_seq_len')}")
+    if mlm and family == "decoder":
+        raise ConfigError("method.mlm on backbone.family=decoder: a decoder LLM has no masked-LM head")
 
 
-def check_decoder_args(*, pooler: str, denoise: str, tuning: dict, head: str = "none", mlm: dict | None = None,
-                       **_: Any) -> None:
-    """The rules of a decoder LLM backbone (``backbone.family=decoder``), each refusal naming why.
+def split_legacy(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The method arguments of cselab before the embedding spec (flat: ``pooler``, ``lr`` ... beside ``backbone``)
+    in today's layout: the embedding settings under ``model``, ``lr`` / ``weight_decay`` / ``warmup_*`` under
+    ``optim`` (checkpoints written before the spec, :func:`cselab.load`).  A node without flat keys is returned
+    as it is."""
+    node = dict(node)
+    if "model" in node or not any(k in node for k in (*LEGACY_MODEL_KEYS, *LEGACY_OPTIM_KEYS)):
+        return node
+    model = {k: node.pop(k) for k in LEGACY_MODEL_KEYS if k in node}
+    optim = {k: node.pop(k) for k in LEGACY_OPTIM_KEYS if k in node}
+    return {**node, "model": model, "optim": optim}
+
+
+def refuse_legacy(node: Mapping[str, Any]) -> None:
+    """Refuse the flat spelling of the ``module`` node (before the spec), naming the new key.
 
     Raises:
-        ConfigError: a [MASK] / [CLS] pooler (a causal LM has no mask token to fill, and its first token sees
-            only itself: ``method.pooler=last_token`` or ``avg``); template denoising (PromptBERT's bias is the
-            [MASK] state of the template alone, with the sentence's position ids: a decoder prompt has no [MASK],
-            and the last token's state of a template without its sentence is not defined by PromptEOL / PretCoT);
-            ``tuning=prefix`` / ``soft_prompt`` (DCPCSE / PromCSE / SCPCSE prompts are built for BERT / RoBERTa
-            here; decoders take ``tuning=lora | full | frozen``); the MLM auxiliary loss (no MLM head).
+        ConfigError: ``module.<key>`` of an embedding setting (now ``module.model.<key>``) or of the optimizer
+            (now ``module.optim.<key>``).
     """
-    if pooler not in DECODER_POOLERS:
-        hint = (" CoT-BERT's two-stage templates are [MASK] templates; their decoder counterpart is Pretended CoT "
-                "(method=prompteol prompt=pretcot)" if pooler == "mask" else "")
-        raise ConfigError(f"method.pooler={pooler} on backbone.family=decoder: a decoder LLM is read at the prompt's "
-                          f"last token (method.pooler=last_token) or averaged (avg).{hint}")
-    if denoise != "none":
-        raise ConfigError(f"method.denoise={denoise} on backbone.family=decoder: template denoising subtracts the "
-                          "[MASK] state of the template alone (PromptBERT Eq. 4); a decoder prompt has no [MASK] and "
-                          "neither PromptEOL nor PretCoT/KE defines a template bias. Set method.denoise=none")
-    name = tuning.get("name", "full")
-    if name in ("prefix", "soft_prompt"):
-        raise ConfigError(f"tuning={name} on backbone.family=decoder: the continuous prompts are implemented for "
-                          "BERT/RoBERTa encoders (DCPCSE, PromCSE, SCPCSE); use tuning=lora, full or frozen")
-    if mlm:
-        raise ConfigError("method.mlm on backbone.family=decoder: a decoder LLM has no masked-LM head")
+    for key in node:
+        if key in LEGACY_MODEL_KEYS:
+            raise ConfigError(f"module.{key}: the embedding settings moved to module.model (module.model.{key}); "
+                              "see docs/configuration.md")
+        if key in LEGACY_OPTIM_KEYS:
+            raise ConfigError(f"module.{key}: the optimizer's settings moved to module.optim (module.optim.{key})")
+
+
+def check_module(target: Any, node: Mapping[str, Any]) -> None:
+    """The config-time check of the run's ``module`` node (no weights load): the legacy spelling refused, then the
+    target's own ``check_config`` (a method class, or :func:`cselab.methods.baseline.build_baseline`).
+
+    Raises:
+        ConfigError: names the key and what was expected.
+    """
+    refuse_legacy(node)
+    check = getattr(target, "check_config", None)
+    if check is None:
+        raise ConfigError(f"method._target_={target!r} has no check_config: expected a ContrastiveMethod class or "
+                          "cselab.methods.baseline.build_baseline")
+    check(**node)

@@ -12,13 +12,7 @@ from cselab.methods.promptbert import PromptBERT
 
 
 class CoTBERT(PromptBERT):
-    """CoT-BERT; unsupervised only (the paper has no supervised setting).
+    """CoT-BERT; unsupervised only (the paper has no supervised setting: ``setting=sup`` is refused)."""
 
-    Raises:
-        ValueError: ``setting=sup``.
-    """
-
-    def __init__(self, *args, **kwargs) -> None:
-        if kwargs.get("setting", "unsup") != "unsup":
-            raise ValueError("method=cot_bert is unsupervised only (CoT-BERT has no sup setting); use setting=unsup")
-        super().__init__(*args, **kwargs)
+    method_name = "cot_bert"
+    settings = ("unsup",)

@@ -7,7 +7,7 @@
   the manual template's tokens become trainable vectors.
 
 The behaviour lives in the shared base (``tuning``, ``mlm``); these classes give the names and check that the
-configuration is the method's.
+configuration is the method's (``tunings``, checked by :func:`cselab.methods.checks.check_method`).
 """
 
 from __future__ import annotations
@@ -16,36 +16,28 @@ from cselab.methods.promptbert import PromptBERT
 from cselab.methods.simcse import SimCSE
 
 
-def _require_tuning(kwargs: dict, expected: str, method: str) -> None:
-    name = (kwargs.get("tuning") or {}).get("name", "full")
-    if name != expected:
-        raise ValueError(f"method={method} trains {expected} prompts on a frozen backbone; got tuning={name} "
-                         f"(use tuning={expected})")
-
-
 class DCPCSE(SimCSE):
     """DCPCSE: ``tuning=prefix``; ``mlm`` on for RoBERTa unsup (paper)."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        _require_tuning(kwargs, "prefix", "dcpcse")
-        super().__init__(*args, **kwargs)
+    method_name = "dcpcse"
+    tunings = ("prefix",)
 
 
 class PromCSE(SimCSE):
     """PromCSE: ``tuning=prefix``; sup uses ``loss=infonce_eh`` (the config picks it per setting)."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        _require_tuning(kwargs, "prefix", "promcse")
-        super().__init__(*args, **kwargs)
+    method_name = "promcse"
+    tunings = ("prefix",)
 
 
 class SCPCSE(PromptBERT):
     """SCPCSE: ``tuning=soft_prompt`` on the manual template, [MASK] representation."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        _require_tuning(kwargs, "soft_prompt", "scpcse")
-        super().__init__(*args, **kwargs)
+    method_name = "scpcse"
+    tunings = ("soft_prompt",)
 
 
 class OptiPrompt(SCPCSE):
     """PromptBERT's OptiPrompt: the same continuous template, PromptBERT's hyper-parameters."""
+
+    method_name = "optiprompt"

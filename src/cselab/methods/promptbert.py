@@ -12,18 +12,31 @@ Official behaviour kept (docs/fidelity.md):
 
 from __future__ import annotations
 
-from cselab.methods.base import ContrastiveMethod
+from collections.abc import Mapping
+from typing import Any
+
+from cselab.methods.base import ContrastiveMethod, template_of
 from cselab.model.template_input import ViewSpec
 
 
 class PromptBERT(ContrastiveMethod):
     """PromptBERT; views come from the prompt config (``train_views`` unsup, ``sup_view`` sup, ``eval_view``)."""
 
-    def train_views(self) -> list[ViewSpec]:
-        prompt = self.prompt or {}
-        if self.setting == "sup":
-            tpl = self.template(prompt.get("sup_view", "view1"))
-            return [ViewSpec("sent0", tpl), ViewSpec("sent1", tpl), ViewSpec("hard_neg", tpl)]
-        names = list(prompt.get("train_views", ["view1", "view2"]))
-        return [ViewSpec("text", self.template(name)) for name in names]
+    method_name = "promptbert"
 
+    @classmethod
+    def view_specs(cls, prompt: Mapping[str, Any] | None, setting: str,
+                   family: str) -> tuple[list[ViewSpec], ViewSpec]:
+        """unsup: the prompt's ``train_views`` templates (default view1, view2); sup: ``sup_view`` on the
+        triplet; test: ``eval_view`` (:meth:`ContrastiveMethod.view_specs`).
+
+        Raises:
+            KeyError: a view the prompt does not define for ``family``.
+        """
+        _, eval_view = super().view_specs(prompt, setting, family)
+        prompt = prompt or {}
+        if setting == "sup":
+            tpl = template_of(prompt, family, prompt.get("sup_view", "view1"))
+            return [ViewSpec("sent0", tpl), ViewSpec("sent1", tpl), ViewSpec("hard_neg", tpl)], eval_view
+        names = list(prompt.get("train_views", ["view1", "view2"]))
+        return [ViewSpec("text", template_of(prompt, family, name)) for name in names], eval_view

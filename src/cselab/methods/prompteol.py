@@ -24,24 +24,13 @@ class PromptEOL(PromptBERT):
     """PromptEOL / PretCoT / KE: the views are the prompt's (``sup_view`` x 3 in sup, ``train_views`` in unsup,
     ``eval_view`` at test), as :class:`~cselab.methods.promptbert.PromptBERT` reads them; the decoder template
     input (:class:`cselab.model.decoder_input.PromptCollate`) and ``pooler=last_token`` make it a decoder method.
-    With ``train=False`` a ``tuning=lora`` becomes ``frozen``: no adapters are added (they would start as the
-    identity), so a direct-inference model saves and exports as the plain backbone.
+    With ``train=False`` a ``tuning=lora`` becomes ``frozen`` (:class:`ContrastiveMethod`).
 
     Raises:
         ConfigError: a backbone that is not a decoder LLM (``backbone.family`` must be ``decoder``), or what
-            :func:`cselab.methods.checks.check_decoder_args` refuses.
+            :class:`cselab.model.spec.EmbeddingSpec` refuses on a decoder.
     """
 
-    def __init__(self, *args, **kwargs) -> None:
-        from cselab.methods.checks import ConfigError
-        from cselab.model.loading import backbone_family
-
-        backbone = kwargs.get("backbone") or (args[0] if args else {})
-        family = backbone.get("family") or backbone_family(backbone["name_or_path"])
-        if family != "decoder":
-            raise ConfigError(f"method=prompteol needs a decoder LLM (backbone.family=decoder), got backbone "
-                              f"{backbone.get('name_or_path')!r} of family {family}: e.g. backbone=opt_1_3b, or "
-                              "offline backbone=tiny_opt (make tiny-decoders)")
-        if not kwargs.get("train", True) and (kwargs.get("tuning") or {}).get("name") == "lora":
-            kwargs["tuning"] = {"name": "frozen"}  # direct inference: no adapters (zero-initialised LoRA = identity)
-        super().__init__(*args, **kwargs)
+    method_name = "prompteol"
+    tunings = ("lora", "full", "frozen")
+    families = ("decoder",)

@@ -12,3 +12,5 @@ from cselab.methods.base import ContrastiveMethod
 
 class SimCSE(ContrastiveMethod):
     """SimCSE; all behaviour is the base's default views (``text`` twice, or sent0 / sent1 / hard_neg)."""
+
+    method_name = "simcse"

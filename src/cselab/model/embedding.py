@@ -16,6 +16,7 @@ hold these very files and ``SentenceTransformer(folder, trust_remote_code=True)`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -28,7 +29,8 @@ from .backbone import Encoder
 from .decoder_input import PromptCollate
 from .heads import MLMTransformHead, build_head
 from .pooling import needs_hidden_states, pool
-from .template_input import ViewCollate, ViewSpec
+from .spec import EmbeddingSpec, TuningSpec
+from .template_input import ViewCollate
 
 CONFIG_FILE = "cselab_model.json"
 WEIGHTS_FILE = "cselab_model.safetensors"
@@ -57,99 +59,76 @@ class EmbeddingModel(nn.Module):
 
     Args:
         backbone: the :class:`Encoder` (prompt modules already added by :meth:`add_prompt`, or added here from
-            ``config["tuning"]`` when ``apply_tuning``).
+            ``spec.tuning`` when ``apply_tuning``).
         tokenizer: the backbone's Hugging Face tokenizer.
         head: the projection head (``MLPHead``, ``MLMTransformHead``) or None.
-        config: what the model is, JSON-serialisable (saved as ``cselab_model.json``):
-
-            * ``pooler``: the pooler applied to the backbone output (:data:`.pooling.POOLERS`);
-            * ``use_head_at_eval``: apply the head at evaluation (False: SimCSE's ``mlp_only_train``);
-            * ``head_on``: with a template bias, ``difference`` = head(h - h_hat) or ``each`` = head(h) - head(h_hat);
-            * ``train_views`` / ``eval_view``: ``[field, template | None]`` pairs (the method's views);
-            * ``mask_index``, ``add_period_at_eval``: the template's representation [MASK] and the period rule;
-            * ``denoise`` (``none`` | ``position`` | ``pad``), ``denoise_at_eval``, ``denoise_positions``
-              (``official`` | ``aligned``), ``dev_encoder`` (``{"add_period", "denoise"}`` or None);
-            * ``max_seq_len`` (training truncation), ``eval_max_seq_len``, ``eval_batch_size``, ``eval_precision``;
-            * ``mlm_probability`` (training collate only), ``tuning`` (``{"name": full|frozen|prefix|soft_prompt|
-              lora, ...}``), ``head`` (``mlp`` | ``mlm_transform`` | ``none``), ``family``;
-            * decoders (``family: decoder``, :class:`.decoder_input.PromptCollate`): ``pool_layer`` (the hidden
-              state ``last_token`` reads: -1, or -2 for PretCoT / KE), ``eval_rules`` (the official evaluation
-              sentence rules; the decoder prompts set it, and the official code applies them only with a
-              template), ``decode_cleanup`` (the training truncation's decode).
-
-    Raises:
-        ValueError: a config value out of its range (names the key).
+        spec: what the model is (:class:`.spec.EmbeddingSpec`, saved as ``cselab_model.json``); replace it with
+            :meth:`respec`.
     """
 
-    def __init__(self, backbone: Encoder, tokenizer, head: nn.Module | None, config: dict[str, Any],
+    def __init__(self, backbone: Encoder, tokenizer, head: nn.Module | None, spec: EmbeddingSpec,
                  apply_tuning: bool = True) -> None:
         super().__init__()
+        if not isinstance(spec, EmbeddingSpec):
+            raise TypeError(f"EmbeddingModel(spec=...): expected an EmbeddingSpec, got {type(spec).__name__} "
+                            "(EmbeddingSpec.from_dict reads a saved dict)")
         self.backbone = backbone
         self.tokenizer = tokenizer
         self.head = head
-        self.config = dict(config)
+        self.spec = spec
         self._collates: dict[str, ViewCollate] = {}
         self._token_cache: dict = {}
         if apply_tuning:
-            self.add_prompt(self.config.get("tuning") or {"name": "full"})
+            self.add_prompt(spec.tuning)
+
+    def respec(self, **changes: Any) -> None:
+        """Replace fields of :attr:`spec` (e.g. ``eval_batch_size``); the cached template inputs are rebuilt.
+
+        Raises:
+            ConfigError: a new value out of its range.
+        """
+        self.spec = dataclasses.replace(self.spec, **changes)
+        self._collates.clear()
+        self._token_cache.clear()
 
     # ----------------------------------------------------------------------------------------- prompt module
-    @property
-    def soft_templates(self) -> list[str] | None:
-        """The templates sharing the continuous-template table (``tuning=soft_prompt``), in slot order."""
-        if (self.config.get("tuning") or {}).get("name") != "soft_prompt":
-            return None
-        views = [t for _, t in [*self.config["train_views"], self.config["eval_view"]]]
-        if any(t is None for t in views):
-            raise ValueError("tuning=soft_prompt needs a template on every view (choose a prompt)")
-        return list(dict.fromkeys(views))
-
-    def add_prompt(self, tuning: dict[str, Any]) -> None:
+    def add_prompt(self, tuning: TuningSpec) -> None:
         """Add the prompt module of ``tuning`` to the untouched backbone (and freeze it unless ``full``).
 
         Raises:
-            ValueError: an unknown ``tuning.name`` or a bad prefix option (names the ``tuning.*`` key).
+            ValueError: a prefix option the backbone cannot take (names the ``tuning.*`` key).
         """
-        cfg = {k: v for k, v in dict(tuning).items() if k != "_doc"}
-        name = cfg.pop("name", "full")
-        if name == "full":
-            return
+        name = tuning.name
         if name == "frozen":
             self.backbone.freeze_backbone()
         elif name == "prefix":
-            self.backbone.add_prefix(
-                int(cfg.get("pre_seq_len", 16)),
-                variant=cfg.get("variant", "deep"),
-                positions=cfg.get("prefix_positions", "shifted"),
-                prefix_projection=bool(cfg.get("prefix_projection", False)),
-                prefix_hidden_size=int(cfg.get("prefix_hidden_size", 512)),
-                dropout=float(cfg.get("dropout", 0.1)),
-            )
+            self.backbone.add_prefix(tuning.pre_seq_len, variant=tuning.variant, positions=tuning.prefix_positions,
+                                     prefix_projection=tuning.prefix_projection,
+                                     prefix_hidden_size=tuning.prefix_hidden_size, dropout=tuning.dropout_value)
         elif name == "soft_prompt":
             self.backbone.add_soft_template(self.collate("train").soft_init_ids)
         elif name == "lora":
-            self.backbone.add_lora(r=int(cfg.get("r", 64)), alpha=cfg.get("alpha", 16),
-                                   dropout=float(cfg.get("dropout", 0.05)),
-                                   target_modules=cfg.get("target_modules", "all-linear"), bias=cfg.get("bias", "none"))
-        else:
-            raise ValueError(f"tuning.name={name!r}: expected full, frozen, prefix, soft_prompt or lora")
+            target = tuning.target_modules
+            self.backbone.add_lora(r=tuning.r, alpha=tuning.alpha, dropout=tuning.dropout_value,
+                                   target_modules=list(target) if isinstance(target, tuple) else target,
+                                   bias=tuning.bias)
 
     def merge_lora(self) -> None:
         """Fold the LoRA adapters into the backbone (:meth:`.backbone.Encoder.merge_lora`); ``tuning`` becomes
-        ``{"name": "full", "merged": <the LoRA config>}`` so that :meth:`save` writes a plain model.
+        ``TuningSpec("full", merged=<the LoRA config>)`` so that :meth:`save` writes a plain model.
 
         Raises:
             ValueError: the model has no LoRA adapters.
         """
-        lora = dict(self.config.get("tuning") or {})
+        lora = self.spec.tuning.to_dict()
         self.backbone.merge_lora()
-        self.config["tuning"] = {"name": "full", "merged": lora}
+        self.respec(tuning=TuningSpec("full", merged=lora))
 
     # ----------------------------------------------------------------------------------------- template input
     @property
     def representation_pooler(self) -> str:
         """The pooler applied to the backbone output (SimCSE's ``cls`` with a head is [CLS], then the head)."""
-        pooler = self.config.get("pooler", "cls")
+        pooler = self.spec.pooler
         return "cls_before_pooler" if pooler == "cls" and self.head is not None else pooler
 
     def collate(self, kind: str) -> ViewCollate:
@@ -161,56 +140,50 @@ class EmbeddingModel(nn.Module):
         Raises:
             ValueError: an unknown ``kind``.
         """
-        if kind == "dev" and not self.config.get("dev_encoder"):
+        if kind == "dev" and self.spec.dev_encoder is None:
             kind = "test"
         if kind not in self._collates:
             self._collates[kind] = self._build_collate(kind)
         return self._collates[kind]
 
     def _build_collate(self, kind: str) -> ViewCollate | PromptCollate:
-        cfg = self.config
+        spec = self.spec
         if self.backbone.is_decoder:
             return self._build_prompt_collate(kind)
-        denoise_mode = cfg.get("denoise", "none")
         if kind == "train":
-            views, add_period, denoise, official = cfg["train_views"], False, True, False
+            add_period, denoise, official = False, True, False
         elif kind == "test":
-            views, official = [cfg["eval_view"]], True
-            add_period, denoise = bool(cfg.get("add_period_at_eval", False)), bool(cfg.get("denoise_at_eval"))
+            add_period, denoise, official = spec.add_period_at_eval, spec.denoise_at_eval, True
         elif kind == "dev":
-            dev = cfg["dev_encoder"]
-            views, official = [cfg["eval_view"]], False
-            add_period, denoise = bool(dev.get("add_period", False)), bool(dev.get("denoise", False))
+            add_period, denoise, official = spec.dev_encoder.add_period, spec.dev_encoder.denoise, False
         else:
             raise ValueError(f"collate({kind!r}): expected train, test or dev")
         training = kind == "train"
         return ViewCollate(
             self.tokenizer,
-            [ViewSpec(field, template) for field, template in views],
-            max_seq_len=cfg.get("max_seq_len", 32) if training else cfg.get("eval_max_seq_len"),
-            denoise=denoise_mode if denoise else "none",
-            mask_index=int(cfg.get("mask_index", -1)),
+            spec.view_specs(kind),
+            max_seq_len=spec.max_seq_len if training else spec.eval_max_seq_len,
+            denoise=spec.denoise if denoise else "none",
+            mask_index=spec.mask_index,
             add_period=add_period,
-            position_offset=self.backbone.position_offset if cfg.get("denoise_positions") == "aligned" else 0,
+            position_offset=self.backbone.position_offset if spec.denoise_positions == "aligned" else 0,
             max_positions=self.backbone.max_positions,
-            soft_templates=self.soft_templates,
+            soft_templates=spec.soft_templates,
             official_test_tokenization=official,
-            mlm_probability=float(cfg.get("mlm_probability", 0.0)) if training else 0.0,
+            mlm_probability=spec.mlm_probability if training else 0.0,
         )
 
     def _build_prompt_collate(self, kind: str) -> PromptCollate:
         """A decoder's template input: training truncates the sentence (``max_seq_len``), test and dev apply the
         official evaluation sentence rules (``eval_rules``) and never truncate (kongds/scaling_sentemb
         ``evaluation.py:197-209``, ``ft_llm.py:221-239``)."""
-        cfg = self.config
+        spec = self.spec
         if kind not in ("train", "test", "dev"):
             raise ValueError(f"collate({kind!r}): expected train, test or dev")
         training = kind == "train"
-        views = cfg["train_views"] if training else [cfg["eval_view"]]
-        return PromptCollate(self.tokenizer, [ViewSpec(field, template) for field, template in views],
-                             max_seq_len=cfg.get("max_seq_len", 32) if training else cfg.get("eval_max_seq_len"),
-                             eval_rules=not training and bool(cfg.get("eval_rules", False)),
-                             decode_cleanup=cfg.get("decode_cleanup"))
+        return PromptCollate(self.tokenizer, spec.view_specs(kind),
+                             max_seq_len=spec.max_seq_len if training else spec.eval_max_seq_len,
+                             eval_rules=not training and spec.eval_rules, decode_cleanup=spec.decode_cleanup)
 
     # ----------------------------------------------------------------------------------------- forward
     def forward_views(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -220,7 +193,7 @@ class EmbeddingModel(nn.Module):
         b, v, t = ids.shape
         pooler = self.representation_pooler
         tpl = batch.get("template_index")
-        layer = int(self.config.get("pool_layer", -1))
+        layer = self.spec.pool_layer
         out = self.backbone(ids.view(b * v, t), mask.view(b * v, t),
                             output_hidden_states=needs_hidden_states(pooler, layer),
                             template_index=tpl.view(b * v, t) if tpl is not None else None)
@@ -244,8 +217,8 @@ class EmbeddingModel(nn.Module):
         head trains only (``use_head_at_eval`` False).  PromptBERT Eq. 4 with its heads: ``head(h - h_hat)``
         (``head_on=difference``) or ``head(h) - head(h_hat)`` (``each``, official sup BERT)."""
         h, bias = self.forward_views(batch)
-        use_head = self.head is not None and (self.training or bool(self.config.get("use_head_at_eval")))
-        if bias is not None and use_head and self.config.get("head_on", "difference") == "each":
+        use_head = self.head is not None and (self.training or self.spec.use_head_at_eval)
+        if bias is not None and use_head and self.spec.head_on == "each":
             return self.head(h) - self.head(bias)
         if bias is not None:
             h = h - bias
@@ -275,9 +248,9 @@ class EmbeddingModel(nn.Module):
             raise ValueError(f"encode(encoder={encoder!r}): expected 'test' or 'dev'")
         collate = self.collate(encoder)
         device = self.device
-        batch_size = batch_size or self.config.get("eval_batch_size") or (256 if device.type == "cuda" else 128)
+        batch_size = batch_size or self.spec.eval_batch_size or (256 if device.type == "cuda" else 128)
         tokens = self._tokenized(collate, tuple(sentences))
-        precision = str(self.config.get("eval_precision", "auto"))
+        precision = self.spec.eval_precision
         bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
         autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
 
@@ -318,24 +291,24 @@ class EmbeddingModel(nn.Module):
             kind = "soft" if encoder.tuning == "soft_prompt" else "lora"
         return {"pooler": self.representation_pooler,
                 "head": "none" if self.head is None else type(self.head).__name__,
-                "use_head": self.head is not None and bool(self.config.get("use_head_at_eval")),
-                "head_on": self.config.get("head_on"), "denoise": collate.denoise, "prompt_kind": kind,
+                "use_head": self.head is not None and self.spec.use_head_at_eval,
+                "head_on": self.spec.head_on, "denoise": collate.denoise, "prompt_kind": kind,
                 "template": collate.views[0].template, "add_period": collate.add_period,
-                "pool_layer": int(self.config.get("pool_layer", -1))}
+                "pool_layer": self.spec.pool_layer}
 
     # ----------------------------------------------------------------------------------------- save / load
     def save(self, folder: str | os.PathLike) -> None:
-        """Write the model into ``folder``: ``cselab_model.json`` (this config + the backbone's family and
-        pooler-layer presence), ``backbone/`` (the backbone's Hugging Face config and tokenizer) and
+        """Write the model into ``folder``: ``cselab_model.json`` (:meth:`.spec.EmbeddingSpec.to_dict`, with the
+        backbone's family, pooler-layer presence and head as built), ``backbone/`` (the backbone's Hugging Face
+        config and tokenizer) and
         ``cselab_model.safetensors`` (every weight: backbone, prompt module, head; the MLM head of training
         is not part of the embedding model).  :meth:`load` rebuilds the same model from it."""
         from safetensors.torch import save_model
 
         os.makedirs(folder, exist_ok=True)
         base = self.backbone.base_model
-        config = {**self.config, "family": self.backbone.family,
-                  "has_pooler_layer": getattr(base, "pooler", None) is not None,
-                  "head": _head_name(self.head)}
+        config = dataclasses.replace(self.spec, family=self.backbone.family, head=_head_name(self.head),
+                                     has_pooler_layer=getattr(base, "pooler", None) is not None).to_dict()
         with open(os.path.join(folder, CONFIG_FILE), "w", encoding="utf-8") as f:
             json.dump(config, f, indent=2)
         base.config.save_pretrained(os.path.join(folder, BACKBONE_DIR))
@@ -353,6 +326,7 @@ class EmbeddingModel(nn.Module):
 
         Raises:
             FileNotFoundError: ``folder`` lacks ``cselab_model.json`` (not a saved cselab model).
+            ConfigError: its ``cselab_model.json`` is not a spec this cselab reads.
         """
         from safetensors.torch import load_model
         from transformers import AutoConfig, AutoModel, AutoTokenizer
@@ -361,16 +335,16 @@ class EmbeddingModel(nn.Module):
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{path}: not a saved cselab embedding model (no {CONFIG_FILE})")
         with open(path, encoding="utf-8") as f:
-            config = json.load(f)
+            spec = EmbeddingSpec.from_dict(json.load(f))
         hf_dir = os.path.join(folder, BACKBONE_DIR)
         hf_config = AutoConfig.from_pretrained(hf_dir, local_files_only=True)
         try:  # BERT / RoBERTa-like: no pooler layer when the saved backbone had none
-            model = AutoModel.from_config(hf_config, add_pooling_layer=bool(config.get("has_pooler_layer", True)))
+            model = AutoModel.from_config(hf_config, add_pooling_layer=spec.has_pooler_layer)
         except TypeError:
             model = AutoModel.from_config(hf_config)
         tokenizer = AutoTokenizer.from_pretrained(hf_dir, local_files_only=True)
-        head = build_head(config.get("head", "none"), int(hf_config.hidden_size), init="pytorch")  # weights: below
-        out = cls(Encoder(model, config.get("family", "bert")), tokenizer, head, config)
+        head = build_head(spec.head, int(hf_config.hidden_size), init="pytorch")  # weights: below
+        out = cls(Encoder(model, spec.family), tokenizer, head, spec)
         load_model(out, os.path.join(folder, WEIGHTS_FILE), strict=True, device=str(device))
         return out.to(device).eval()
 
