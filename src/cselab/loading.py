@@ -16,7 +16,10 @@ def load(checkpoint: str | os.PathLike, map_location: str = "cpu", method: str |
     """Rebuild the method saved in a cselab checkpoint, in eval mode, ready to ``encode`` as at test.
 
     Templates, prompts and heads are applied as at test (the method's own ``encode``).  The backbone is loaded
-    from its recorded ``name_or_path`` (prompt-tuned checkpoints hold only the trained tensors).
+    from its recorded ``name_or_path`` (prompt-tuned checkpoints hold only the trained tensors).  A checkpoint
+    written before the embedding spec (flat ``pooler``, ``lr`` ... hyper-parameters) is read in today's layout
+    (:func:`cselab.methods.checks.split_legacy`; the flat keys are not constructor arguments, so Lightning
+    drops them).
 
     Args:
         checkpoint: a ``.ckpt`` written by a cselab run.
@@ -34,6 +37,8 @@ def load(checkpoint: str | os.PathLike, map_location: str = "cpu", method: str |
     """
     import torch
 
+    from cselab.methods.checks import split_legacy
+
     if not os.path.exists(checkpoint):
         raise FileNotFoundError(f"checkpoint {checkpoint} does not exist")
     ckpt = torch.load(checkpoint, map_location=map_location, weights_only=False)
@@ -50,10 +55,10 @@ def load(checkpoint: str | os.PathLike, map_location: str = "cpu", method: str |
                          "cselab.load(path, method='<method name>')")
     with warnings.catch_warnings():  # the frozen backbone's keys: expected to be missing, checked below
         warnings.filterwarnings("ignore", message=_FROZEN_KEYS_WARNING)
-        changed = {}
+        recorded = dict(ckpt.get("hyper_parameters") or {})
+        changed = split_legacy(recorded) if "model" not in recorded else {}  # written before the embedding spec
         if backbone:
-            recorded = dict(ckpt.get("hyper_parameters", {}).get("backbone") or {})
-            changed = {"backbone": {**recorded, **dict(backbone)}}
+            changed["backbone"] = {**dict(recorded.get("backbone") or {}), **dict(backbone)}
         model = cls.load_from_checkpoint(checkpoint, map_location=map_location, weights_only=False, **changed)
     if not getattr(model, "strict_loading", True):
         trained = {n for n, p in model.named_parameters() if p.requires_grad}
