@@ -78,8 +78,10 @@ def _build(nodrop_bert_dir: Path, case: str, negatives: str = "global"):
     kwargs = dict(kwargs)
     prompt = _cot_prompt() if name == "cot_bert" else None
     torch.manual_seed(0)
-    method = method_class(name)(backbone={"name_or_path": str(nodrop_bert_dir), "family": "bert"}, prompt=prompt,
-                                negatives=negatives, lr=1e-5, **kwargs)
+    from cselab.methods.checks import split_legacy
+
+    method = method_class(name)(**split_legacy({"backbone": {"name_or_path": str(nodrop_bert_dir), "family": "bert"},
+                                                "prompt": prompt, "negatives": negatives, "lr": 1e-5, **kwargs}))
     return method, rows
 
 

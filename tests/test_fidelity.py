@@ -172,7 +172,7 @@ def test_every_paper_config_composes_to_the_official_behaviour(name):
     expected_head_init = "pretrained_mlm" if (method, setting, family) in {
         ("promptbert", "sup", "bert"), ("optiprompt", "unsup", "bert")} else "bert"
     assert cfg.method.get("head_init", "bert") == expected_head_init
-    spec = OmegaConf.to_container(cfg.module, resolve=True)["dev_encoder"]  # what the module receives
+    spec = OmegaConf.to_container(cfg.module, resolve=True)["model"]["dev_encoder"]  # what the module receives
     if method == "promptbert":
         assert spec == {"add_period": False, "denoise": True}
     elif method in ("cot_bert", "optiprompt"):
@@ -245,7 +245,7 @@ def test_dcpcse_roberta_mlm_trains_an_untied_copy_of_the_lm_head(tiny_roberta_ml
     torch.testing.assert_close(head.decoder.weight.detach(), pretrained_decoder, rtol=0, atol=0)
     cfg = model.encoder.mlm.config
     v, d = cfg.vocab_size, cfg.hidden_size
-    prefix = cfg.num_hidden_layers * 2 * d * int(model.tuning["pre_seq_len"])
+    prefix = cfg.num_hidden_layers * 2 * d * int(model.tuning.pre_seq_len)
     lm_head = v * d + v + d * d + d + 2 * d  # decoder, bias, dense, layer norm
     assert model.num_trainable_parameters() == prefix + (d * d + d) + lm_head
     tied = _build([*overrides, "method.mlm_config.lm_head=tied"], tiny_roberta_mlm_dir, family="roberta")

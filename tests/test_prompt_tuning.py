@@ -159,8 +159,8 @@ def test_dcpcse_mlm_auxiliary_loss(tiny_mlm_dir):
     from cselab.methods import method_class
 
     mlm = {"weight": 0.1, "decay": 0.95, "decay_steps": 100, "probability": 0.5, "lm_head": "tied"}
-    m = method_class("dcpcse")(backbone={"name_or_path": str(tiny_mlm_dir), "family": "bert"}, pooler="cls",
-                               tuning=_prefix(), mlm=mlm)
+    m = method_class("dcpcse")(backbone={"name_or_path": str(tiny_mlm_dir), "family": "bert"},
+                               model={"pooler": "cls", "tuning": _prefix()}, mlm=mlm)
     batch = m.train_collate(SENTS)
     labels, masked = batch["mlm_labels"], batch["mlm_input_ids"]
     sel = labels != -100
@@ -197,8 +197,8 @@ def test_mlm_weight_schedule_matches_its_equation(tiny_mlm_dir):
     """DCPCSE: lambda = 0.1 * 0.95 ** (global_step / 100)."""
     from cselab.methods import method_class
 
-    m = method_class("dcpcse")(backbone={"name_or_path": str(tiny_mlm_dir), "family": "bert"}, pooler="cls",
-                               tuning=_prefix(), mlm={"weight": 0.1, "decay": 0.95, "decay_steps": 100})
+    m = method_class("dcpcse")(backbone={"name_or_path": str(tiny_mlm_dir), "family": "bert"},
+                               model={"pooler": "cls", "tuning": _prefix()}, mlm={"weight": 0.1, "decay": 0.95, "decay_steps": 100})
     for step in (0, 1, 100, 250, 1000):
         assert m.aux_mlm.weight(step) == pytest.approx(0.1 * 0.95 ** (step / 100))
 
@@ -232,8 +232,8 @@ def test_mlm_masks_are_seeded_by_the_batch_and_survive_a_mid_epoch_resume(tiny_m
     from cselab.methods import method_class
 
     mlm = {"weight": 0.1, "decay": 0.95, "decay_steps": 100, "probability": 0.15}
-    m = method_class("dcpcse")(backbone={"name_or_path": str(tiny_mlm_dir), "family": "bert"}, pooler="cls",
-                               tuning=_prefix(), mlm=mlm)
+    m = method_class("dcpcse")(backbone={"name_or_path": str(tiny_mlm_dir), "family": "bert"},
+                               model={"pooler": "cls", "tuning": _prefix()}, mlm=mlm)
     collate = m.train_collate
     words = "a man is playing a guitar on the street while the cat sat on the mat near two dogs".split()
     rows = [" ".join(words[i % 7 : i % 7 + 6 + i % 5]) for i in range(400)]

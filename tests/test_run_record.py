@@ -85,7 +85,7 @@ def test_untrained_promptbert_scores_dev_with_the_test_encoder(tmp_path, tiny_be
 
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "method=promptbert", "method.train=false",
                            "eval.test_tasks=[stsb]")
-    assert cfg.module.dev_encoder  # the method has an in-training dev encoder that differs from the test one
+    assert cfg.module.model.dev_encoder  # the method has an in-training dev encoder that differs from the test one
     results = run(cfg, tmp_path / "run")
     method = build_method(cfg)
     rule = STSEvaluator(str(sts_data_dir)).evaluate(lambda s: method.encode(s, encoder="test"), tasks=("stsb",),

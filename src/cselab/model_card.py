@@ -33,8 +33,8 @@ CONFIG_KEYS: tuple[str, ...] = (
 )
 
 #: the method hyper-parameters listed when the run's config is not at hand (no results.json)
-HPARAM_KEYS: tuple[str, ...] = ("setting", "pooler", "head", "denoise", "prompt.name", "loss.name",
-                                "loss.temperature", "tuning.name", "lr", "max_seq_len")
+HPARAM_KEYS: tuple[str, ...] = ("setting", "model.pooler", "model.head", "model.denoise", "model.prompt.name",
+                                "loss.name", "loss.temperature", "model.tuning.name", "optim.lr", "model.max_seq_len")
 
 
 def find_results(checkpoint: str | os.PathLike | None) -> Path | None:
@@ -141,7 +141,7 @@ def model_card(
     ]
     chosen = [(k, config_value(config, k)) for k in CONFIG_KEYS]
     if not config and hparams:  # no results.json: the checkpoint's own hyper-parameters
-        chosen = [(f"method.{k}", config_value(hparams, k)) for k in HPARAM_KEYS]
+        chosen = [(f"module.{k}", config_value(hparams, k)) for k in HPARAM_KEYS]
     chosen = [(k, v) for k, v in chosen if v is not None]
     if chosen:
         lines += ["## Configuration", "", "| key | value |", "|---|---|"]

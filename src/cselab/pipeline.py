@@ -42,6 +42,7 @@ from cselab.loggers import (
     logged_config,
     run_display_name,
 )
+from cselab.methods.base import ContrastiveMethod
 from cselab.methods.checks import ConfigError, check_module, refuse_legacy
 from cselab.progress import ProgressLog, interactive, progress_bar
 
@@ -636,8 +637,7 @@ def dev_encoder_used(cfg: DictConfig, method) -> str:
     evaluation.py ``--mode dev``; or a method whose dev and test encoders are the same) or ``in_training`` (the
     official trainers' dev batcher that selected the checkpoint, ``eval.dev_encoder=official``: PromptBERT without
     the period rule and with the template bias subtracted, CoT-BERT and OptiPrompt without the period rule)."""
-    model = getattr(method, "model", None)
-    differs = bool(getattr(model, "config", {}).get("dev_encoder")) if model is not None else False
+    differs = isinstance(method, ContrastiveMethod) and method.spec.dev_encoder is not None
     return "in_training" if cfg.method.train and differs else "test"
 
 

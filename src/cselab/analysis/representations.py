@@ -10,6 +10,7 @@ import torch
 
 from cselab.model.embedding import EmbeddingModel
 from cselab.model.pooling import POOLERS
+from cselab.model.spec import EmbeddingSpec
 from cselab.representations.static import static_avg_encoder
 from cselab.representations.topk import manual_template, mask_states, topk_token_encoder
 
@@ -54,9 +55,9 @@ def make_encode_fn(
         return encode_mask
 
     # the layer poolers ARE the embedding model without a head or template ([CLS] s [SEP], no truncation)
-    model = EmbeddingModel(encoder, tokenizer, None, {
-        "pooler": pooler, "train_views": [["text", None]], "eval_view": ["text", None], "eval_max_seq_len": None,
-        "eval_batch_size": batch_size, "eval_precision": "32"}, apply_tuning=False)
+    spec = EmbeddingSpec(family=encoder.family, pooler=pooler, head="none", train_views=[("text", None)],
+                         eval_batch_size=batch_size, eval_precision="32")
+    model = EmbeddingModel(encoder, tokenizer, None, spec, apply_tuning=False)
 
     def encode_layers(sentences: list[str]) -> torch.Tensor:
         return model.encode(list(sentences))

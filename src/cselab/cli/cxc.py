@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.checkpoint:
         model = load(args.checkpoint)
     else:
-        model = method_class("baseline")(backbone={"name_or_path": args.backbone}, pooler=args.pooler, head="none")
+        model = method_class("baseline")(backbone={"name_or_path": args.backbone},
+                                         model={"pooler": args.pooler, "head": "none"}, train=False)
     out = cxc_bootstrap_spearman(model.encode, pairs, n_samples=args.samples, seed=args.seed)
     print(json.dumps({"split": args.split, "pairs": len(pairs.text1),
                       "mean": round(out["mean"], 2), "std": round(out["std"], 2), "samples": args.samples}))

@@ -73,8 +73,8 @@ def load_source(source: str, pooler: str = "avg", family: str | None = None):
 
         spec = yaml.safe_load(conf.read_text(encoding="utf-8"))
         name_or_path, family = spec["name_or_path"], family or spec.get("family")
-    method = method_class("baseline")(backbone={"name_or_path": name_or_path, "family": family}, pooler=pooler,
-                                      head="none", train=False)
+    method = method_class("baseline")(backbone={"name_or_path": name_or_path, "family": family},
+                                      model={"pooler": pooler, "head": "none"}, train=False)
     return method.eval()
 
 
