@@ -75,11 +75,11 @@ def main() -> None:
     sentences = (lines * (args.n // len(lines) + 1))[: args.n]
     prompt = yaml.safe_load((ROOT / "conf" / "prompt" / "prompteol.yaml").read_text())
     dtype = "bfloat16" if args.bf16 else "float32"
+    model = {"pooler": "last_token", "head": "none", "prompt": prompt,
+             "tuning": {"name": "lora", "r": 64, "alpha": 16, "dropout": 0.05, "target_modules": "all-linear"},
+             "eval_precision": "bf16" if args.bf16 else "32"}
     method = PromptEOL(backbone={"name_or_path": str(folder), "family": "decoder", "dtype": dtype}, setting="sup",
-                       pooler="last_token", head="none", prompt=prompt,
-                       tuning={"name": "lora", "r": 64, "alpha": 16, "dropout": 0.05, "target_modules": "all-linear"},
-                       loss={"name": "infonce", "temperature": 0.05},
-                       eval_precision="bf16" if args.bf16 else "32").to(args.device)
+                       model=model, loss={"name": "infonce", "temperature": 0.05}).to(args.device)
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     params = sum(p.numel() for p in method.parameters())

@@ -88,8 +88,8 @@ def main(argv=None) -> int:
                                             resolve=True)["prompt"]  # prompteol_icl: the backbone's demonstration
         torch.manual_seed(0)
         method = PromptEOL(backbone={"name_or_path": str(folder), "family": "decoder"}, setting="sup",
-                           pooler="last_token", head="none", prompt=prompt_cfg, tuning={"name": "frozen"},
-                           eval_precision="32")
+                           model={"pooler": "last_token", "head": "none", "prompt": prompt_cfg,
+                                  "tuning": {"name": "frozen"}, "eval_precision": "32"})
         ours = method.encode(sentences, batch_size=16)
         ours_ids = method.model.collate("test").tokenize(sentences)
         theirs, their_ids = official_embeddings(model, tokenizer, [official_prompt(template, s) for s in sentences],

@@ -90,6 +90,13 @@ def test_config_changes_ignore_output_only_keys_and_module_copies(tmp_path, tiny
     other = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "loss.temperature=0.1", "seed=3")
     assert [key for key, _, _ in config_changes(saved, other)] == ["loss.temperature", "seed"]
     assert OmegaConf.select(other, "module.loss.temperature") == 0.1  # the module's copy is not listed again
+    # a checkpoint's config from before the embedding spec: the flat module node (copies too) is not a change
+    from cselab.methods.checks import split_legacy
+
+    flat = {**saved, "module": {k: v for k, v in saved["module"].items() if k not in ("model", "optim")}}
+    flat["module"].update({**saved["module"]["model"], **saved["module"]["optim"]})
+    assert split_legacy(flat["module"])["model"] == saved["module"]["model"]
+    assert config_changes(flat, base) == []
 
 
 def test_resume_equals_dir_on_the_command_line_is_the_resume_node():

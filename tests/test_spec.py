@@ -124,3 +124,17 @@ def test_an_old_export_loads_and_encodes_identically(case, expected) -> None:
     assert json.loads((LEGACY / f"{case}_export" / "cselab_model.json").read_text()).get("spec_version") is None
     ours = model.encode(expected["test_sentences"])
     torch.testing.assert_close(ours, torch.tensor(expected["cases"][case]["embeddings"]), atol=1e-6, rtol=1e-5)
+
+
+def test_a_method_takes_a_whole_spec_as_its_model(tiny_bert_dir, make_method) -> None:
+    from cselab.methods.simcse import SimCSE
+
+    backbone = {"name_or_path": str(tiny_bert_dir), "family": "bert"}
+    torch.manual_seed(0)
+    given = SimCSE(backbone=backbone, model=EmbeddingSpec(pooler="avg", head="none", eval_batch_size=2))
+    from_node = make_method("simcse", "bert", pooler="avg", head="none", eval_batch_size=2)
+    assert given.spec == from_node.spec
+    sentences = ["a cat sat", "the dog ran", "birds fly"]
+    torch.testing.assert_close(given.encode(sentences), from_node.encode(sentences), rtol=0, atol=0)
+    with pytest.raises(ConfigError, match="the spec's family=roberta is not the backbone's"):
+        SimCSE(backbone=backbone, model=EmbeddingSpec(family="roberta", pooler="avg", head="none"))

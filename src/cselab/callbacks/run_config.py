@@ -20,6 +20,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from cselab.config import OUTPUT_ONLY_KEYS, key_matches
+from cselab.methods.checks import LEGACY_MODEL_KEYS, LEGACY_OPTIM_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ def config_changes(saved: dict[str, Any], cfg: DictConfig) -> list[tuple[str, An
     """
     new = resolved_config(cfg)
     derived = _derived(OmegaConf.to_container(cfg.get("module") or {}, resolve=False))
+    # a checkpoint written before the embedding spec has the flat module node: copies of the groups' keys too
+    derived += [f"module.{key}" for key in (*LEGACY_MODEL_KEYS, *LEGACY_OPTIM_KEYS)]
     old_flat, new_flat = _flatten(saved), _flatten(new)
     changes = []
     for key in sorted(set(old_flat) | set(new_flat)):

@@ -23,7 +23,7 @@ from cselab.methods.gather import gather_embeddings
 from cselab.methods.mlm import AuxiliaryMLM, mlm_head_own_parameters
 from cselab.methods.nonfinite import NonFinitePolicy
 from cselab.model.factory import build_embedding_model
-from cselab.model.spec import EmbeddingSpec, TuningSpec
+from cselab.model.spec import ConfigError, EmbeddingSpec, TuningSpec
 from cselab.model.template_input import ViewSpec
 
 #: AdamW and its linear schedule (``optim``): the official implementations' (no warm-up, no weight decay)
@@ -38,7 +38,7 @@ class ContrastiveMethod(L.LightningModule):
             ``dtype``, ``load_in_4bit``, ``decode_cleanup`` (``conf/backbone``).
         model: the embedding settings, the ``module.model`` node of ``conf/config.yaml`` (the fields of
             :class:`cselab.model.spec.EmbeddingSpec` that a config sets, plus ``prompt``, from which the class
-            derives its views: :meth:`view_specs`).
+            derives its views: :meth:`view_specs`); or a whole :class:`EmbeddingSpec` (its views as given).
         loss: loss config (``name`` + its arguments, :func:`cselab.losses.build_loss`); None: InfoNCE.
         optim: ``{"lr", "weight_decay", "warmup_ratio", "warmup_steps"}``: AdamW and the linear schedule
             (``warmup_steps`` > 0, e.g. PromptEOL's 100, wins over ``warmup_ratio``); missing keys:
@@ -66,7 +66,7 @@ class ContrastiveMethod(L.LightningModule):
     settings: tuple[str, ...] = ("unsup", "sup")
     families: tuple[str, ...] | None = None
 
-    def __init__(self, backbone: dict, model: Mapping[str, Any] | None = None, loss: dict | None = None,
+    def __init__(self, backbone: dict, model: Mapping[str, Any] | EmbeddingSpec | None = None, loss: dict | None = None,
                  optim: Mapping[str, Any] | None = None, setting: str = "unsup", train: bool = True,
                  negatives: str = "global", mlm: dict | None = None, on_nonfinite: str = "stop") -> None:
         super().__init__()
@@ -74,7 +74,7 @@ class ContrastiveMethod(L.LightningModule):
         spec = self.check_config(backbone=backbone, model=model or {}, setting=setting, train=train,
                                  negatives=negatives, mlm=mlm, on_nonfinite=on_nonfinite)
         self.setting, self.do_train, self.negatives = setting, train, negatives
-        self.prompt = dict((model or {}).get("prompt") or {}) or None
+        self.prompt = None if isinstance(model, EmbeddingSpec) else dict((model or {}).get("prompt") or {}) or None
         self.optim = {**OPTIM_DEFAULTS, **{k: v for k, v in dict(optim or {}).items() if v is not None}}
         self.nonfinite = NonFinitePolicy(on_nonfinite)
         self.loss_fn = build_loss(loss or {"name": "infonce"})
@@ -85,19 +85,23 @@ class ContrastiveMethod(L.LightningModule):
         self.strict_loading = spec.tuning.name == "full"
 
     @classmethod
-    def check_config(cls, *, backbone: Mapping[str, Any], model: Mapping[str, Any], setting: str = "unsup",
-                     train: bool = True, negatives: str = "global", mlm: Mapping[str, Any] | None = None,
-                     on_nonfinite: str = "stop", **_: Any) -> EmbeddingSpec:
+    def check_config(cls, *, backbone: Mapping[str, Any], model: Mapping[str, Any] | EmbeddingSpec,
+                     setting: str = "unsup", train: bool = True, negatives: str = "global",
+                     mlm: Mapping[str, Any] | None = None, on_nonfinite: str = "stop", **_: Any) -> EmbeddingSpec:
         """The method's embedding spec, every rule checked, nothing loaded (the config-time check of
         :func:`cselab.pipeline.validate` and the constructor's); the other ``module`` keys are ignored.
 
         Raises:
             ConfigError: names the key and what was expected.
         """
-        check_method(cls, family=backbone_family_of(backbone), tuning=(model.get("tuning") or {}).get("name", "full"),
-                     setting=setting, train=train, negatives=negatives, on_nonfinite=on_nonfinite, mlm=mlm,
-                     backbone=backbone)
-        spec = embedding_spec(cls, backbone, model, setting=setting, mlm=mlm)
+        given, family = isinstance(model, EmbeddingSpec), backbone_family_of(backbone)
+        tuning = model.tuning.name if given else (model.get("tuning") or {}).get("name", "full")
+        check_method(cls, family=family, tuning=tuning, setting=setting, train=train, negatives=negatives,
+                     on_nonfinite=on_nonfinite, mlm=mlm, backbone=backbone)
+        if given and model.family != family:
+            raise ConfigError(f"the spec's family={model.family} is not the backbone's ({family}): "
+                              f"EmbeddingSpec(family={family!r}, ...)")
+        spec = model if given else embedding_spec(cls, backbone, model, setting=setting, mlm=mlm)
         if not train and spec.tuning.name == "lora":  # direct inference: no adapters (zero-initialised = identity)
             spec = replace(spec, tuning=TuningSpec("frozen"))
         return spec
