@@ -15,5 +15,5 @@ COPY src ./src
 COPY conf ./conf
 COPY run.py ./
 RUN pip install --no-deps -e .
-# data: mount it at /app/data, or fetch the public sources at start with `python -m cselab.data.download`
+# data: mount it at /app/data, or fetch the public sources at start with `python -m cselab data`
 ENTRYPOINT ["python", "run.py"]

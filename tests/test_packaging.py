@@ -132,9 +132,8 @@ def test_library_modules_do_not_import_the_cli():
 
 
 #: every ``python -m`` spelling the README documents -> the ``cselab`` command it equals
-PYTHON_M = {"cselab.report": "report", "cselab.export": "export", "cselab.evaluate_mteb": "mteb",
-            "cselab.data.download": "data", "cselab.analysis": "analysis", "cselab.evaluation.cxc": "cxc",
-            "cselab.data.nli_convert": "nli-convert", "cselab.cli": None}
+PYTHON_M = {"cselab.report": "report", "cselab.evaluate_mteb": "mteb", "cselab.analysis": "analysis",
+            "cselab.cli": None, "cselab": None}
 
 
 @pytest.mark.parametrize("module", sorted(PYTHON_M))

@@ -191,7 +191,7 @@ def test_missing_file_message(tmp_path: Path) -> None:
     msg = str(ei.value)
     expected = tmp_path.resolve() / "senteval" / "downstream" / "STS" / "STSBenchmark" / "sts-test.csv"
     assert str(expected) in msg
-    assert "make data" in msg and "python -m cselab.data.download" in msg
+    assert "make data" in msg and "python -m cselab data" in msg
     with pytest.raises(FileNotFoundError, match=r"STS\.input\.MSRpar\.txt"):
         load_task(tmp_path, "sts12")
     with pytest.raises(FileNotFoundError, match=r"SICK_trial\.txt"):

@@ -1,7 +1,7 @@
 """Export a trained cselab method to a sentence-transformers folder.
 
-    python -m cselab.export outputs/.../checkpoints/best-step500.ckpt exported/promptbert-unsup
-    python -m cselab.export CHECKPOINT OUT_DIR --push-to-hub me/promptbert-unsup   # + upload (token, network)
+    python -m cselab export outputs/.../checkpoints/best-step500.ckpt exported/promptbert-unsup
+    python -m cselab export CHECKPOINT OUT_DIR --push-to-hub me/promptbert-unsup   # + upload (token, network)
 
     from sentence_transformers import SentenceTransformer
     model = SentenceTransformer("exported/simcse-unsup")                       # plain modules: no remote code
@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -235,9 +234,3 @@ def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verif
         return result
     finally:
         method.to(device).train(was_training)
-
-
-if __name__ == "__main__":  # python -m cselab.export = cselab export
-    from cselab.cli.export import main
-
-    sys.exit(main())

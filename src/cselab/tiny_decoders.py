@@ -1,7 +1,7 @@
 """Tiny random decoder LLMs for offline checks: 2 layers, a byte-level BPE trained here on the wiki sample.
 
-    python -m cselab.tiny_decoders                 # models/tiny_opt, models/tiny_llama, models/tiny_qwen2 (= cselab tiny-decoders)
-    python -m cselab.tiny_decoders --kinds opt --out models --corpus data/wiki1m_sample/wiki1m_for_simcse.head11914.txt
+    python -m cselab tiny-decoders                 # models/tiny_opt, models/tiny_llama, models/tiny_qwen2 (= cselab tiny-decoders)
+    python -m cselab tiny-decoders --kinds opt --out models --corpus data/wiki1m_sample/wiki1m_for_simcse.head11914.txt
 
 Each folder loads like a hub model (``AutoModel`` / ``AutoTokenizer``, ``backbone=tiny_opt`` ...) and follows its
 family's conventions, so the decoder code paths meet what the real models do:
@@ -18,7 +18,6 @@ The weights are random (``torch.manual_seed(seed)``): scores mean nothing, token
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -120,9 +119,3 @@ def read_corpus(path: str | Path, limit: int | None = 2000) -> list[str]:
         raise FileNotFoundError(f"{path}: no corpus for the tiny decoders' BPE (run `make data`, or pass --corpus)")
     lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     return lines[:limit] if limit else lines
-
-
-if __name__ == "__main__":  # python -m cselab.tiny_decoders = cselab tiny-decoders
-    from cselab.cli.tiny_decoders import main
-
-    sys.exit(main())

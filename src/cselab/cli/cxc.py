@@ -1,4 +1,4 @@
-"""``cselab cxc`` / ``python -m cselab.evaluation.cxc``: a checkpoint or a raw backbone on CxC-STS with the
+"""``cselab cxc`` / ``python -m cselab cxc``: a checkpoint or a raw backbone on CxC-STS with the
 sampled Spearman bootstrap of :mod:`cselab.evaluation.cxc` (PromCSE Table 2)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from cselab.evaluation.cxc import cxc_bootstrap_spearman
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m cselab.evaluation.cxc --captions dataset_coco.json [--checkpoint CKPT | --backbone B]``.
+    """``python -m cselab cxc --captions dataset_coco.json [--checkpoint CKPT | --backbone B]``.
 
     Scores a trained checkpoint (any method, encoded as at test) or a raw backbone (``--pooler``) on CxC-STS
     with :func:`cselab.evaluation.cxc.cxc_bootstrap_spearman` and prints mean +- std (Spearman x 100).

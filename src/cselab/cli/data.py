@@ -1,4 +1,4 @@
-"""``cselab data`` / ``cselab-data`` / ``python -m cselab.data.download``: link ``../shared/data`` when it
+"""``cselab data`` / ``cselab-data`` / ``python -m cselab data``: link ``../shared/data`` when it
 exists, else fetch SimCSE's public data files (:mod:`cselab.data.download`)."""
 
 from __future__ import annotations

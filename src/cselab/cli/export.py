@@ -1,4 +1,4 @@
-"""``cselab export`` / ``python -m cselab.export``: a checkpoint as a sentence-transformers folder
+"""``cselab export`` / ``python -m cselab export``: a checkpoint as a sentence-transformers folder
 (:func:`cselab.export.export`), optionally pushed to the Hugging Face Hub (:mod:`cselab.hub`)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from cselab import export as exporting
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m cselab.export CHECKPOINT OUT_DIR [--overwrite] [--no-verify] [--results RESULTS_JSON]
+    """``python -m cselab export CHECKPOINT OUT_DIR [--overwrite] [--no-verify] [--results RESULTS_JSON]
     [--merge-lora] [--push-to-hub ID [--private]]``.
 
     ``--push-to-hub`` (off by default) checks the token and the network BEFORE loading the checkpoint, then
@@ -22,7 +22,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     from cselab.hub import HubError, check_push_access, push_folder
 
-    parser = argparse.ArgumentParser(prog="python -m cselab.export", description=exporting.__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m cselab export", description=exporting.__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", help="a cselab checkpoint (.ckpt)")
     parser.add_argument("out_dir", help="the sentence-transformers folder to write")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")

@@ -1,4 +1,4 @@
-"""``cselab nli-convert`` / ``python -m cselab.data.nli_convert``: SimCSE-style ``sent0,sent1,hard_neg`` triplets
+"""``cselab nli-convert`` / ``python -m cselab nli-convert``: SimCSE-style ``sent0,sent1,hard_neg`` triplets
 from labelled NLI pairs (SNLI / MultiNLI / SICK; the pairing rule: :mod:`cselab.data.nli_convert`)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from cselab.data.nli_convert import DEFAULT_OUT, SOURCES, convert
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point (``python -m cselab.data.nli_convert``); returns the exit status (0 ok, 1 error)."""
+    """CLI entry point (``python -m cselab nli-convert``); returns the exit status (0 ok, 1 error)."""
     parser = argparse.ArgumentParser(
-        prog="python -m cselab.data.nli_convert",
+        prog="python -m cselab nli-convert",
         description="Build SimCSE's sent0,sent1,hard_neg csv (premise, entailment, contradiction) from "
         "labelled NLI pairs: one triplet per (premise, entailment) pair, the i-th entailment of a premise "
         "paired with its (i mod m)-th contradiction.",

@@ -1,4 +1,4 @@
-"""``cselab tiny-decoders`` / ``python -m cselab.tiny_decoders``: 2-layer random OPT / LLaMA / Qwen2 decoders with a
+"""``cselab tiny-decoders`` / ``python -m cselab tiny-decoders``: 2-layer random OPT / LLaMA / Qwen2 decoders with a
 byte-level BPE trained on the wiki sample (:mod:`cselab.tiny_decoders`)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from cselab.tiny_decoders import DEFAULT_CORPUS, KINDS, build_tiny_decoder, read
 def main(argv: list[str] | None = None) -> int:
     """Build the tiny decoders: ``[--kinds opt llama qwen2] [--out models] [--corpus PATH] [--seed 0]``; exit 1 without
     a corpus."""
-    parser = argparse.ArgumentParser(prog="python -m cselab.tiny_decoders", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cselab tiny-decoders", description=__doc__.splitlines()[0])
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
     parser.add_argument("--out", default="models", help="parent folder (default: models -> models/tiny_<kind>)")
     parser.add_argument("--corpus", default=DEFAULT_CORPUS, help=f"BPE training text (default {DEFAULT_CORPUS})")

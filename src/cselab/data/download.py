@@ -1,7 +1,7 @@
 """Provide the data directory: link ../shared/data when it exists, else fetch the public sources.
 
-    python -m cselab.data.download                 # link ../shared/data, or download what is missing
-    python -m cselab.data.download --what senteval wiki1m nli --data-dir data
+    python -m cselab data                 # link ../shared/data, or download what is missing
+    python -m cselab data --what senteval wiki1m nli --data-dir data
 
 Sources: the Hugging Face dataset repository ``princeton-nlp/datasets-for-simcse`` holds
 ``senteval.tar`` (SentEval's processed STS/SICK and transfer sets, unpacks to ``downstream/...``; ``--what transfer``
@@ -12,7 +12,6 @@ checks the seven transfer sets' line counts after unpacking), ``wiki1m_for_simcs
 from __future__ import annotations
 
 import shutil
-import sys
 import tarfile
 from pathlib import Path
 
@@ -67,9 +66,3 @@ def _check_transfer(data_dir: Path) -> None:
 
     check_transfer_files(data_dir, TRANSFER_TASKS)
     print(f"transfer tasks in {data_dir / 'senteval' / 'downstream'}: the seven SentEval sets, line counts checked")
-
-
-if __name__ == "__main__":  # python -m cselab.data.download = cselab data
-    from cselab.cli.data import main
-
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """Build SimCSE-style NLI triplets (``sent0,sent1,hard_neg``) from labelled NLI pairs.
 
-    python -m cselab.data.nli_convert --from snli snli_1.0_train.jsonl multinli_1.0_train.jsonl --out nli.csv
-    python -m cselab.data.nli_convert --from sick data/senteval/downstream/SICK/SICK_train.txt \\
+    python -m cselab nli-convert --from snli snli_1.0_train.jsonl multinli_1.0_train.jsonl --out nli.csv
+    python -m cselab nli-convert --from sick data/senteval/downstream/SICK/SICK_train.txt \\
         --out outputs/generated/sick_nli_train.csv
 
 SimCSE (Gao et al. 2021, Sec. 5.1) trains its supervised model on (premise, entailment hypothesis,
@@ -377,9 +377,3 @@ def convert(
     triplets = build_triplets(pairs, reverse_contradictions=reverse_contradictions, stats=stats)
     write_triplets_csv(triplets, out)
     return stats
-
-
-if __name__ == "__main__":  # python -m cselab.data.nli_convert = cselab nli-convert
-    from cselab.cli.nli_convert import main
-
-    raise SystemExit(main())

@@ -9,7 +9,7 @@ SimCSE's downloads:
     nli_for_simcse.csv                                           (sent0,sent1,hard_neg)
     wiki1m_sample/wiki1m_for_simcse.head11914.txt                (the real sample shipped in ../shared/data)
 
-``make data`` links ``../shared/data`` when it exists; otherwise ``python -m cselab.data.download`` fetches the
+``make data`` links ``../shared/data`` when it exists; otherwise ``python -m cselab data`` fetches the
 public files from the Hugging Face dataset ``princeton-nlp/datasets-for-simcse``.
 """
 
@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 HOW_TO_GET = (
-    "run `make data` (links ../shared/data when present) or `python -m cselab.data.download` "
+    "run `make data` (links ../shared/data when present) or `python -m cselab data` "
     "(fetches princeton-nlp/datasets-for-simcse from the Hugging Face hub)"
 )
 

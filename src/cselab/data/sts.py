@@ -81,7 +81,7 @@ _ALIASES: dict[str, str] = {
 }
 
 _MISSING_HINT = (
-    "run `make data` (links ../shared/data when present) or `python -m cselab.data.download` "
+    "run `make data` (links ../shared/data when present) or `python -m cselab data` "
     "to fetch SimCSE's SentEval archive"
 )
 

@@ -212,9 +212,3 @@ def cxc_bootstrap_spearman(
     """
     system = encode_pairs(encode, pairs.text1, pairs.text2, batch_size)
     return bootstrap_spearman_from_scores(system, pairs.scores, pairs.id1, n_samples, seed, query_fraction)
-
-
-if __name__ == "__main__":  # python -m cselab.evaluation.cxc = cselab cxc
-    from cselab.cli.cxc import main
-
-    raise SystemExit(main())

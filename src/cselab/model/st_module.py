@@ -1,7 +1,7 @@
 """The sentence-transformers face of :class:`.embedding.EmbeddingModel`: one input module that tokenizes with the
 model's TEST encoder and returns its embeddings, and whose save / load are the model's own.
 
-An exported folder (``python -m cselab.export``) holds this file beside the other files of ``cselab.model``
+An exported folder (``python -m cselab export``) holds this file beside the other files of ``cselab.model``
 (the runtime code itself, imported relatively), so ``SentenceTransformer(folder, trust_remote_code=True)`` runs
 exactly what ``cselab.load(ckpt).encode`` runs.  Needs torch, transformers, safetensors, peft and
 sentence-transformers, not cselab.
