@@ -132,8 +132,7 @@ def test_library_modules_do_not_import_the_cli():
 
 
 #: every ``python -m`` spelling the README documents -> the ``cselab`` command it equals
-PYTHON_M = {"cselab.report": "report", "cselab.evaluate_mteb": "mteb", "cselab.analysis": "analysis",
-            "cselab.cli": None, "cselab": None}
+PYTHON_M = {"cselab.evaluate_mteb": "mteb", "cselab.cli": None, "cselab": None}
 
 
 @pytest.mark.parametrize("module", sorted(PYTHON_M))

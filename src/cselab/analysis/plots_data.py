@@ -52,7 +52,7 @@ def wiki_sample_sentences(data_dir: str | os.PathLike, sample: int | None = None
                           lower: bool = False, max_words: int | None = None) -> list[str]:
     """Sentences of the wiki1m sample (``<data_dir>/wiki1m_sample/...``), ``sample`` of them drawn with ``seed``.
 
-    Same reading as ``python -m cselab.analysis --corpus`` (:func:`cselab.analysis.corpus.read_corpus`): non-empty
+    Same reading as ``python -m cselab analysis --corpus`` (:func:`cselab.analysis.corpus.read_corpus`): non-empty
     lines, file order kept, optionally lower-cased and cut to ``max_words`` words.
 
     Raises:
@@ -347,7 +347,7 @@ def representation_encoders(
 
     Args:
         backbone: hub id, folder or ``package:<module>`` (:func:`cselab.model.loading.load_backbone`).
-        representations: names of ``python -m cselab.analysis --pooler`` (SimCSE's poolers, ``mask`` = the
+        representations: names of ``python -m cselab analysis --pooler`` (SimCSE's poolers, ``mask`` = the
             manual template's [MASK] state, ``static_avg``; ``topk`` needs an MLM head).
         checkpoint: a cselab checkpoint: adds ``"checkpoint (<Method>)"`` = ``cselab.load(checkpoint).encode``.
         family: ``bert`` | ``roberta`` (default: from the config).

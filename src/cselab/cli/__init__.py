@@ -1,13 +1,13 @@
 """The ``cselab`` console command: one entry point for the package's command-line tools (``cselab.cli.*``).
 
-    cselab report multirun/2026-11-21/12-00-00 --format markdown     # = python -m cselab.report ...
+    cselab report multirun/2026-11-21/12-00-00 --format markdown     # = python -m cselab report ...
     cselab compare RUN_A RUN_B                                       # paired comparison, same test pairs
     cselab export CHECKPOINT OUT_DIR [--push-to-hub ID]              # = python -m cselab export ...
     cselab mteb CHECKPOINT_OR_BACKBONE --tasks STSBenchmark          # = python -m cselab.evaluate_mteb ...
     cselab --help                                                    # the list of commands
 
 Each command is one module of this package with a ``main(argv) -> int`` (its argparse front end; the
-``python -m cselab.report`` ... spellings are one-line shims calling it: same arguments and exit status).
+``python -m cselab report`` ... spellings are one-line shims calling it: same arguments and exit status).
 Training stays ``python run.py ...`` in a clone (Hydra composes ``conf/`` beside it).  This package is the top
 layer: library modules never import it (``tests/test_layers.py``); it imports a command's module only when that
 command is called.

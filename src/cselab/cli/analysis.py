@@ -1,4 +1,4 @@
-"""Command line for the PromptBERT analyses: ``cselab analysis`` / ``python -m cselab.analysis COMMAND ...``.
+"""Command line for the PromptBERT analyses: ``cselab analysis`` / ``python -m cselab analysis COMMAND ...``.
 
 Commands:
 
@@ -17,10 +17,10 @@ Representations (``--pooler``): SimCSE's poolers on ``[CLS] s [SEP]`` (``cls``, 
 
 Examples::
 
-    python -m cselab.analysis anisotropy --backbone bert-base-uncased --pooler static_avg \\
+    python -m cselab analysis anisotropy --backbone bert-base-uncased --pooler static_avg \\
         --corpus data/wiki1m_for_simcse.txt --sample 100000 --seed 42
-    python -m cselab.analysis topk-tokens --backbone bert-base-uncased --k 5 --denoise
-    python -m cselab.analysis align-uniform --backbone bert-base-uncased --pooler mask --data-dir data
+    python -m cselab analysis topk-tokens --backbone bert-base-uncased --k 5 --denoise
+    python -m cselab analysis align-uniform --backbone bert-base-uncased --pooler mask --data-dir data
 
 ``--json`` prints one JSON object instead of the text lines.
 """
@@ -41,7 +41,7 @@ from cselab.representations.topk import TABLE7_SENTENCES, manual_template, topk_
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m cselab.analysis", description=__doc__.split("\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m cselab analysis", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 

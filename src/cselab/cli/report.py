@@ -1,4 +1,4 @@
-"""``cselab report`` / ``python -m cselab.report RUN_OR_MULTIRUN_DIR... [--format markdown|latex|csv] [--out FILE] [--group-by KEYS]``
+"""``cselab report`` / ``python -m cselab report RUN_OR_MULTIRUN_DIR... [--format markdown|latex|csv] [--out FILE] [--group-by KEYS]``
 
 Collects every ``results.json`` under the given directories (recursively), pools runs whose configuration
 differs only in seed, and prints the papers' table: per column mean ± std over seeds, n, the published number
@@ -33,7 +33,7 @@ from cselab.report.render import FORMATS, group_title, render, table_records
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser (see the module docstring)."""
     p = argparse.ArgumentParser(
-        prog="python -m cselab.report",
+        prog="python -m cselab report",
         description="Aggregate results.json files over seeds and compare them with the papers' numbers "
                     "(Spearman x 100).",
     )

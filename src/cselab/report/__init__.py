@@ -3,7 +3,7 @@
 * :mod:`cselab.report.published` -- the papers' published numbers (``published.yaml``) and config -> row matching;
 * :mod:`cselab.report.collect` -- find runs, pool seeds, aggregate (mean ± sample std, Spearman x 100);
 * :mod:`cselab.report.render` -- Markdown / LaTeX / CSV tables;
-* ``cselab report`` / ``python -m cselab.report DIR... [--format markdown|latex|csv] [--out FILE] [--group-by KEYS]
+* ``cselab report`` / ``python -m cselab report DIR... [--format markdown|latex|csv] [--out FILE] [--group-by KEYS]
   [--wandb]`` (:mod:`cselab.cli.report`).
 
 Submodules are imported lazily.  A run's ``results.json`` is written by :mod:`cselab.evaluation.results`.
