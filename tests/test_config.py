@@ -355,3 +355,26 @@ def test_run_py_takes_a_backbone_folder_and_refuses_a_mixed_list():
     proc = subprocess.run([sys.executable, "run.py", "-m", "backbone=models/tiny_opt,tiny_llama"],
                           cwd=Path(CONF).parent, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "sweep them apart: backbone=tiny_llama and backbone=models/tiny_opt" in proc.stderr
+
+
+@pytest.mark.parametrize("path", sorted(Path(CONF, "backbone").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_backbone_yaml_composes_and_passes_the_module_check(path, tiny_bert_dir):
+    """Each ``conf/backbone/*.yaml`` composes with a method of its family, names itself, declares a family and a
+    ``name_or_path``, and its ``module`` node passes the config-time checks (no weights are loaded)."""
+    from hydra.utils import get_object
+
+    from cselab.methods.checks import check_module
+    from cselab.model.spec import FAMILIES
+
+    name = path.stem
+    extra = [f"backbone.name_or_path={tiny_bert_dir}"] if name == "auto" else []
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        family = compose("config", overrides=[f"backbone={name}", *extra]).backbone.family
+        method = ["method=prompteol", "tuning=frozen"] if family == "decoder" else ["method=promptbert"]
+        cfg = compose("config", overrides=[f"backbone={name}", *extra, *method])
+    backbone = OmegaConf.to_container(cfg.backbone, resolve=True)
+    assert backbone["family"] in FAMILIES and backbone["name_or_path"]
+    assert backbone["name"] == (name if name != "auto" else Path(tiny_bert_dir).name.replace("-", "_"))
+    assert cfg.optim.lr > 0  # a paper row or the method's default row (hp)
+    node = OmegaConf.to_container(cfg.module, resolve=True)
+    check_module(get_object(node.pop("_target_")), node)

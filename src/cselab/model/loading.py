@@ -14,7 +14,6 @@ import importlib
 import importlib.util
 import os
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -98,14 +97,6 @@ def _check_available(name_or_path: str) -> bool:
             f"(offline). Offline alternatives: {OFFLINE_ALTERNATIVES}"
         )
     return False
-
-
-@dataclass(frozen=True)
-class BackboneSpec:
-    """What identifies a backbone: its name or path, and its family (``bert`` | ``roberta`` | ``decoder``)."""
-
-    name_or_path: str
-    family: str = "bert"
 
 
 #: Hugging Face model types whose template form is RoBERTa's (byte-level BPE, quotes with spaces)

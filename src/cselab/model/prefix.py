@@ -148,7 +148,3 @@ def apply_prefix_tuning(
     encoder.cselab_prefix_draw = draw
     return peft_model
 
-
-def peft_base_model(model: nn.Module) -> nn.Module:
-    """The wrapped transformer of a PEFT model (or the model itself)."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
