@@ -178,7 +178,7 @@ def test_wandb_logger_without_wandb_installed_falls_back_to_csv(tmp_path, monkey
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     with caplog.at_level(logging.WARNING, logger="cselab.loggers"):
-        built = loggers.build_loggers({"csv": True, "wandb": {"project": "p"}}, str(tmp_path), ["t"], None)
+        built = loggers.build_loggers(csv=True, wandb={"project": "p"}, output_dir=str(tmp_path), tags=["t"])
     from lightning.pytorch.loggers import CSVLogger
 
     assert len(built) == 1 and isinstance(built[0], CSVLogger)

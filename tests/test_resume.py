@@ -38,7 +38,7 @@ def _command(run_dir: Path, tiny_bert_dir: Path, corpus: Path, *extra: str) -> l
     return [
         sys.executable, str(ROOT / "run.py"), "method=simcse", f"backbone.name_or_path={tiny_bert_dir}",
         f"data.path={corpus}", "data.batch_size=8", "trainer.max_epochs=20", "trainer.max_steps=16",
-        "trainer.val_check_interval=4", "trainer.save_every_n_steps=1", "trainer.deterministic=true",
+        "trainer.val_check_interval=4", "checkpointing.save_every_n_steps=1", "trainer.deterministic=true",
         "trainer.enable_progress_bar=false", "eval.test_tasks=[stsb,sickr]", f"hydra.run.dir={run_dir}", *extra,
     ]
 

@@ -62,8 +62,11 @@ OUTPUT_ONLY_KEYS: tuple[str, ...] = (
     "group", "variant", "run_name", "resume", "data_dir", "logger", "hydra", "ckpt_path", "overwrite", "compile",
     "activation_checkpointing",
     "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps",
-    "trainer.save_last", "trainer.save_every_n_steps", "trainer.progress_log_s", "eval.batch_size", "data.num_workers",
-    "eval.bootstrap",
+    "checkpointing", "progress", "eval.batch_size", "data.num_workers", "eval.bootstrap",
+    # wiring: the run's objects' _target_ nodes, whose values are copies of the keys above (compared there)
+    "trainer._target_", "callbacks", "data.datamodule",
+    # spellings before the trainer node held only lightning.Trainer's arguments (checkpoints written then)
+    "trainer.save_last", "trainer.save_every_n_steps", "trainer.progress_log_s",
 )
 #: override keys that name a run's coordinates (W&B tags of their own)
 COORDINATE_KEYS: tuple[str, ...] = ("method", "backbone", "setting", "seed", "experiment", "sweep")
@@ -95,7 +98,11 @@ def variant_name(overrides: list[str]) -> str:
 
 
 #: top-level keys that moved under ``method`` (the method owns what it trains, its representation and denoising)
-MOVED_KEYS: dict[str, str] = {"train": "method.train", "pooler": "method.pooler", "denoise": "method.denoise"}
+MOVED_KEYS: dict[str, str] = {"train": "method.train", "pooler": "method.pooler", "denoise": "method.denoise",
+                              # the Trainer node holds only lightning.Trainer's arguments
+                              "trainer.save_last": "checkpointing.save_last",
+                              "trainer.save_every_n_steps": "checkpointing.save_every_n_steps",
+                              "trainer.progress_log_s": "progress.log_s"}
 
 
 def moved_key_error(argv: list[str], moved: dict[str, str] | None = None) -> str | None:

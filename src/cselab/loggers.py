@@ -107,16 +107,17 @@ def wandb_run_id(output_dir: str | os.PathLike, resuming: bool) -> str:
     return run_id
 
 
-def build_loggers(cfg: dict[str, Any], output_dir: str, tags: list[str], group: str | None,
-                  name: str | None = None, resume_step: int | None = None) -> list:
-    """Lightning loggers from the ``logger`` config: ``{"csv": bool, "wandb": {project, mode, ...} | None}``;
-    ``group`` and ``name`` are the W&B run's group (the sweep or experiment) and display name.  ``resume_step``
-    (the global step of the checkpoint the run resumes from, ``None`` for a fresh run): the CSV keeps its rows up
-    to that step and the W&B run continues under its recorded id."""
+def build_loggers(csv: bool = True, wandb: dict[str, Any] | None = None, *, output_dir: str, tags: list[str],
+                  group: str | None = None, name: str | None = None, resume_step: int | None = None) -> list:
+    """Lightning loggers of the ``logger`` node (``conf/logger/*.yaml``, whose ``_target_`` this is): a CSV logger
+    when ``csv``, a W&B logger when ``wandb`` (``{project, entity, group, mode}``); ``group`` and ``name`` are the
+    W&B run's group (the sweep or experiment) and display name.  ``resume_step`` (the global step of the
+    checkpoint the run resumes from, ``None`` for a fresh run): the CSV keeps its rows up to that step and the
+    W&B run continues under its recorded id."""
     loggers: list = []
-    if cfg.get("csv", True):
+    if csv:
         loggers.append(resumable_csv_logger(output_dir, resume_step))
-    wb = cfg.get("wandb")
+    wb = dict(wandb) if wandb else None
     if wb and importlib.util.find_spec("wandb") is None:  # an optional extra
         log.warning("logger=wandb but wandb is not installed (pip install 'cselab[wandb]'): logging to CSV only")
         wb = None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +25,14 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from cselab.callbacks import FlopCounter, RNGState
-from cselab.callbacks.run_config import RunConfig, check_resume, resolved_config
-from cselab.checkpoint_io import AtomicCheckpointIO, LastCheckpoint
-from cselab.config import has_templates
-from cselab.data.nli import NLIDataModule
+from cselab.callbacks.run_config import check_resume, resolved_config
+from cselab.checkpoint_io import AtomicCheckpointIO
+from cselab.config import MOVED_KEYS, has_templates
 from cselab.data.paths import data_root, require
-from cselab.data.unsup import UnsupDataModule
-from cselab.evaluation.callback import DEV_METRIC, STSCallback
+from cselab.evaluation.callback import STSCallback
 from cselab.evaluation.results import build_results, write_results
 from cselab.evaluation.sts import PAPER_NAMES, format_table
 from cselab.loggers import (
-    build_loggers,
     close_loggers,
     log_test_charts,
     log_transfer_table,
@@ -44,7 +41,7 @@ from cselab.loggers import (
 )
 from cselab.methods.base import ContrastiveMethod
 from cselab.methods.checks import ConfigError, check_module, refuse_legacy
-from cselab.progress import ProgressLog, interactive, progress_bar
+from cselab.progress import interactive
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +79,9 @@ def validate(cfg: DictConfig) -> None:
     Raises:
         ConfigError: an out-of-range value or conflicting choices (the message names the keys).
     """
+    moved = [key for key in MOVED_KEYS if "." in key and OmegaConf.select(cfg, key, default=None) is not None]
+    if moved:  # a YAML (an experiment, a sweep) that still uses an old spelling
+        raise ConfigError(f"{moved[0]} moved: it is {MOVED_KEYS[moved[0]]} now (conf/config.yaml)")
     if cfg.loss.get("temperature", 1.0) <= 0:
         raise ConfigError(f"loss.temperature must be > 0, got {cfg.loss.temperature}")
     if cfg.method.train:
@@ -395,27 +395,60 @@ def tested_weights(backbone: dict) -> dict:
     return {"dtype": str(dtype).removeprefix("torch."), "load_in_4bit": bool(backbone.get("load_in_4bit"))}
 
 
-def build_datamodule(cfg: DictConfig, method) -> L.LightningDataModule:
-    """The training DataModule for ``setting`` (unsup corpus or NLI triplets)."""
-    common = dict(
-        collate=method.train_collate,
-        path=cfg.data.path,
-        data_dir=cfg.data_dir,
-        batch_size=cfg.data.batch_size,
-        num_workers=cfg.data.num_workers,
-        seed=cfg.seed,
-        drop_last=cfg.data.drop_last,
-        pin_memory=torch.cuda.is_available(),
-    )
-    if cfg.setting.name == "sup":
-        return NLIDataModule(**common)
-    return UnsupDataModule(**common, streaming=cfg.data.streaming, shuffle_buffer=cfg.data.shuffle_buffer)
+@dataclass
+class RunContext:
+    """What one run knows before its method is built: its config, directory, start time (``perf_counter``), the
+    checkpoint it resumes from (None: from scratch), that checkpoint's step and the accepted config changes."""
+
+    cfg: DictConfig
+    output_dir: Path
+    start: float
+    ckpt_path: str | None = None
+    resume_step: int | None = None
+    changed_on_resume: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Outcome:
+    """What training left: the best checkpoint and its STS-B dev score (None: nothing trained, or a
+    ``fast_dev_run``), the last global step, and whether this process is rank 0 (it writes and prints)."""
+
+    best: str | None = None
+    best_dev: float | None = None
+    global_step: int = 0
+    rank_zero: bool = True
 
 
 def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
-    """Train (if ``method.train``) and evaluate one configuration; returns the results dict also written to disk."""
-    start = time.perf_counter()
-    output_dir = Path(output_dir)
+    """Train (if ``method.train``) and evaluate one configuration; returns the results dict also written to disk.
+
+    Raises:
+        RunFinished: ``output_dir`` holds ``results.json`` and ``overwrite`` is false.
+        ConfigError: what :func:`validate` refuses; a ``resume`` directory without a checkpoint.
+    """
+    ctx = prepare(cfg, output_dir)
+    L.seed_everything(cfg.seed, workers=True)
+    method = build_run_method(cfg)
+    callbacks = build_callbacks(cfg, runtime_arguments(ctx), names=None if cfg.method.train else ("sts",))
+    loggers = start_loggers(ctx, method)
+    if cfg.method.train:
+        outcome = fit_and_test(ctx, method, callbacks, loggers)
+    else:  # nothing to train: the evaluator scores the model's encode directly, no Trainer
+        callbacks["sts"].evaluate_encoder(method, dev_encoder="test")  # STS-B dev as evaluation.py --mode dev
+        _log_scores(loggers, callbacks["sts"], step=0)
+        outcome = Outcome()
+    return finish(ctx, method, callbacks["sts"], loggers, outcome)
+
+
+def prepare(cfg: DictConfig, output_dir: str | Path) -> RunContext:
+    """Everything checked before the backbone loads: a finished run refused, the config validated, every input
+    file present, the checkpoint to resume from, and the new command against that checkpoint's config
+    (``resume.allow_changed``).
+
+    Raises:
+        RunFinished, ConfigError: as :func:`run`.
+    """
+    start, output_dir = time.perf_counter(), Path(output_dir)
     if (output_dir / "results.json").exists() and not cfg.get("overwrite", False):
         raise RunFinished(
             f"{output_dir / 'results.json'} exists: this run already finished. Pass overwrite=true to run it "
@@ -436,143 +469,154 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
             ckpt_path = None
         ckpt_path = resolve_ckpt_path(ckpt_path, output_dir)
     resume_step = checkpoint_step(ckpt_path)
-    # the new command against the checkpoint's config, before the backbone loads (resume.allow_changed)
-    changed_on_resume = check_resume(cfg, ckpt_path, resume_step)
-    L.seed_everything(cfg.seed, workers=True)
-    # a run that trains nothing is its test: built on the test backbone (eval.test_backbone) at once
+    changed = check_resume(cfg, ckpt_path, resume_step)  # before the backbone loads
+    return RunContext(cfg, output_dir, start, ckpt_path, resume_step, changed)
+
+
+def build_run_method(cfg: DictConfig):
+    """The run's method (:func:`build_method`); a run that trains nothing is built on the test backbone
+    (``eval.test_backbone``) at once.  An embedding model gets activation checkpointing and ``torch.compile``
+    as configured (a token representation has no forward pass to change)."""
     method = build_method(cfg) if cfg.method.train else build_method(cfg, backbone=test_backbone(cfg))
-    if cfg.method.train and cfg.get("activation_checkpointing", False):
-        method.encoder.enable_activation_checkpointing()
-    if hasattr(method, "model"):  # the embedding model (not a token representation, which has no forward pass)
+    if isinstance(method, ContrastiveMethod):
+        if cfg.method.train and cfg.get("activation_checkpointing", False):
+            method.encoder.enable_activation_checkpointing()
         compile_backbone(method, cfg.get("compile"))
-    sts = STSCallback(
-        data_dir=cfg.data_dir,
-        test_tasks=list(cfg.eval.test_tasks),
-        dev_task=cfg.eval.dev_task,
-        aggregation=cfg.eval.aggregation,
-        batch_size=cfg.eval.batch_size,
-        progress_every_s=float(cfg.trainer.get("progress_log_s", 60)),
-        started=start,
-    )
-    callbacks: list[L.Callback] = [sts]
-    # a terminal gets bars (training bounded by max_steps, one per STS task at evaluation); a log file lines
-    bars = bool(cfg.trainer.get("enable_progress_bar", True)) and interactive()
-    callbacks.append(progress_bar() if bars else ProgressLog(float(cfg.trainer.get("progress_log_s", 60))))
-    checkpoint = None
-    if cfg.method.train:
-        # FLOPs of each batch shape (before the throughput monitor, which reads them), the RNG state in checkpoints
-        callbacks += [FlopCounter(), RNGState(), RunConfig(resolved_config(cfg), changed_on_resume, resume_step),
-                      L.pytorch.callbacks.ThroughputMonitor(batch_size_fn=_batch_size, window_size=5)]
-        checkpoint = L.pytorch.callbacks.ModelCheckpoint(
-            dirpath=output_dir / "checkpoints",
-            filename="best-step{step}",
-            auto_insert_metric_name=False,
-            monitor=DEV_METRIC,
-            mode="max",
-            save_top_k=1,
-            save_last=False,
-        )
-        callbacks.append(checkpoint)
-        if cfg.trainer.get("save_last", False):
-            # checkpoints/last.ckpt: at every validation and every `trainer.save_every_n_steps` steps (resume);
-            # after the best checkpoint's callback, so that it holds this validation's best
-            callbacks.append(LastCheckpoint(output_dir / "checkpoints", cfg.trainer.get("save_every_n_steps") or None))
-    tags = [cfg.method.name, cfg.backbone.get("name", str(cfg.backbone.name_or_path)), cfg.setting.name,
-            f"loss={cfg.loss.name}", f"tuning={cfg.tuning.name}"]
+    return method
+
+
+def runtime_arguments(ctx: RunContext) -> dict[str, dict[str, Any]]:
+    """The ``???`` arguments of ``conf/callbacks/default.yaml`` that only the run knows, by callback name."""
+    checkpoints = ctx.output_dir / "checkpoints"
+    return {"sts": {"started": ctx.start},
+            "run_config": {"config": resolved_config(ctx.cfg), "changes": ctx.changed_on_resume,
+                           "resume_step": ctx.resume_step},
+            "checkpoint": {"dirpath": checkpoints}, "last_checkpoint": {"dirpath": checkpoints}}
+
+
+def build_callbacks(cfg: DictConfig, runtime: dict[str, dict[str, Any]],
+                    names: tuple[str, ...] | None = None) -> dict[str, L.Callback]:
+    """The ``callbacks`` node instantiated in its order (lightning-hydra-template's ``instantiate_callbacks``):
+    name -> callback; a null node, or one with ``enabled: false``, is left out; ``runtime`` fills the ``???``
+    arguments by name; ``names``: only these (a run without a Trainer builds ``sts`` alone).
+
+    Raises:
+        ConfigError: a node without ``_target_``, or a ``???`` argument the run does not fill (names it).
+    """
+    from hydra.utils import instantiate
+
+    built: dict[str, L.Callback] = {}
+    for name, node in (cfg.get("callbacks") or {}).items():
+        if node is None or (names is not None and name not in names):
+            continue
+        if not isinstance(node, DictConfig) or "_target_" not in node:
+            raise ConfigError(f"callbacks.{name}: expected a node with a _target_ (a Lightning callback class) or "
+                              f"null, got {node!r}")
+        given = runtime.get(str(name), {})
+        params = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k not in given}
+        if not params.pop("enabled", True):
+            continue
+        unset = [key for key, value in params.items() if value == "???"]
+        if unset:
+            raise ConfigError(f"callbacks.{name}.{unset[0]} is ??? (an argument only the run fills, for the "
+                              f"callbacks it knows: {sorted(runtime)}); give it a value")
+        # the node's own nested _target_s are built; the run's values (a config, paths) are passed as they are
+        built[str(name)] = instantiate({**params, "_partial_": True})(**given)
+    if "sts" not in built:
+        raise ConfigError("callbacks.sts is missing: the STS evaluator is the run's (it selects the checkpoint)")
+    return built
+
+
+def start_loggers(ctx: RunContext, method) -> list:
+    """The ``logger`` node instantiated (``conf/logger/*.yaml``: :func:`cselab.loggers.build_loggers`) with the
+    run's tags and name; each gets the run's config and, on a fresh run, the trainable-parameter count."""
+    from hydra.utils import instantiate
+
+    cfg = ctx.cfg
+    backbone = cfg.backbone.get("name", str(cfg.backbone.name_or_path))
+    tags = [cfg.method.name, backbone, cfg.setting.name, f"loss={cfg.loss.name}", f"tuning={cfg.tuning.name}"]
     if prompt_config(cfg):
         tags.append(f"prompt={cfg.prompt.name}")
     tags.append(_short_tag(f"variant={cfg.get('variant') or 'default'}"))
-    name = run_display_name(cfg.method.name, cfg.backbone.get("name", str(cfg.backbone.name_or_path)),
-                            cfg.setting.name, cfg.get("variant"), cfg.seed)
-    loggers = build_loggers(OmegaConf.to_container(cfg.logger, resolve=True), str(output_dir), tags,
-                            group=cfg.get("group"), name=name, resume_step=resume_step)
-    config = OmegaConf.to_container(cfg, resolve=True)
+    name = run_display_name(cfg.method.name, backbone, cfg.setting.name, cfg.get("variant"), cfg.seed)
+    loggers = instantiate(cfg.logger, output_dir=str(ctx.output_dir), tags=tags, name=name,
+                          resume_step=ctx.resume_step)
+    config = logged_config(OmegaConf.to_container(cfg, resolve=True))
     for logger in loggers:
-        logger.log_hyperparams(logged_config(config))
-        if resume_step is None:  # a resumed run's CSV / W&B run has it already
+        logger.log_hyperparams(config)
+        if ctx.resume_step is None:  # a resumed run's CSV / W&B run has it already
             logger.log_metrics({"model/trainable_parameters": float(method.num_trainable_parameters())}, step=0)
+    return loggers
 
-    best, best_dev, global_step, rank_zero = None, None, 0, True
-    if cfg.method.train:
-        tcfg = OmegaConf.to_container(cfg.trainer, resolve=True)
-        for key in ("save_last", "save_every_n_steps", "progress_log_s"):
-            tcfg.pop(key, None)
-        tcfg["enable_progress_bar"] = bars
-        trainer = L.Trainer(
-            **{**tcfg, "precision": resolve_precision(tcfg.get("precision", "auto"))},
-            callbacks=callbacks,
-            logger=loggers or False,
-            default_root_dir=str(output_dir),
-            check_val_every_n_epoch=None,
-            num_sanity_val_steps=0,
-            plugins=[AtomicCheckpointIO()],
-        )
-        datamodule = build_datamodule(cfg, method)
-        trainer.fit(method, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=False)
-        best, best_dev = validate_at_end(trainer, method, sts, checkpoint, output_dir)
-        reload = test_backbone(cfg)
-        if reload != OmegaConf.to_container(cfg.module.backbone, resolve=True) and best:
-            # eval.test_backbone: the best checkpoint's trained tensors on the backbone reloaded with its keys
-            from cselab.loading import load
 
-            log.info("testing %s on the backbone reloaded with eval.test_backbone=%s", best,
-                     OmegaConf.to_container(cfg.eval.test_backbone, resolve=True))
-            if trainer.is_global_zero:
-                tested = load(best, backbone=reload).to(method.device)
-                sts.evaluate_encoder(tested, dev_encoder="dev")
-                _log_scores(loggers, sts, step=int(trainer.global_step))
-                del tested
-        else:
-            trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)
-        global_step, rank_zero = int(trainer.global_step), trainer.is_global_zero
-    else:  # nothing to train: the evaluator scores the model's encode directly, no Trainer
-        sts.evaluate_encoder(method, dev_encoder="test")  # STS-B dev as evaluation.py --mode dev: the test encoder
-        _log_scores(loggers, sts, step=0)
-    bins, by_bin = None, None
-    if sts.test_pairs.get("stsb"):
-        from cselab.evaluation.gold_bins import cosine_by_gold_bin
+def build_trainer(cfg: DictConfig, callbacks: list[L.Callback], loggers: list, output_dir: Path) -> L.Trainer:
+    """The ``trainer`` node instantiated (``_target_: lightning.Trainer``) with the run's callbacks, loggers,
+    directory and atomic checkpoint writes; validation by steps (``val_check_interval``) across epochs, no
+    sanity validation; ``precision: auto`` resolved (:func:`resolve_precision`); bars only in a terminal."""
+    from hydra.utils import instantiate
 
-        by_bin = cosine_by_gold_bin(*sts.test_pairs["stsb"])
-        bins = {b: {"n": int(len(c)), "mean": float(c.mean()) if len(c) else None,
-                    "std": float(c.std()) if len(c) else None} for b, c in by_bin.items()}
-    transfer = run_transfer(cfg, method) if rank_zero else {}
-    intervals = None
-    if rank_zero and sts.test_pairs:
-        intervals = _test_intervals(cfg, sts)
-    results = build_results(
-        sts.test_scores,
-        sts.dev_scores,
-        config,
-        val_curve=sts.history,
-        best_checkpoint=best,
-        best_dev=best_dev,
-        dev_encoder=dev_encoder_used(cfg, method),
-        test_backbone=tested_weights(test_backbone(cfg)),
-        trainable_parameters=method.num_trainable_parameters(),
-        global_step=global_step,
-        wall_time_s=round(time.perf_counter() - start + sts.elapsed_before, 1),  # + earlier processes (resume)
-        stsb_test_cosine_by_gold_bin=bins,
-        changed_on_resume=changed_on_resume,
-        **(intervals or {}),
-        **transfer,
-    )
-    if not rank_zero:  # under DDP only rank 0 writes and prints
+    bars = bool(cfg.trainer.get("enable_progress_bar", True)) and interactive()
+    return instantiate(cfg.trainer, precision=resolve_precision(cfg.trainer.get("precision", "auto")),
+                       enable_progress_bar=bars, callbacks=callbacks, logger=loggers or False,
+                       default_root_dir=str(output_dir), check_val_every_n_epoch=None, num_sanity_val_steps=0,
+                       plugins=[AtomicCheckpointIO()])
+
+
+def build_datamodule(cfg: DictConfig, method) -> L.LightningDataModule:
+    """The training DataModule: the ``data.datamodule`` node instantiated (``conf/data/*.yaml``'s ``_target_``)
+    with the method's training collate.
+
+    Raises:
+        ConfigError: ``data.datamodule`` is missing or has no ``_target_``.
+    """
+    from hydra.utils import instantiate
+
+    node = cfg.data.get("datamodule")
+    if not isinstance(node, DictConfig) or "_target_" not in node:
+        raise ConfigError(f"data.datamodule: expected a node with a _target_ (a LightningDataModule class), got "
+                          f"{node!r}")
+    return instantiate(node, collate=method.train_collate, pin_memory=torch.cuda.is_available())
+
+
+def fit_and_test(ctx: RunContext, method, callbacks: dict[str, L.Callback], loggers: list) -> Outcome:
+    """Fit with the callbacks (STS-B dev every ``val_check_interval``, the best checkpoint kept), then test
+    the best checkpoint; with ``eval.test_backbone`` its trained tensors on the backbone reloaded with those
+    keys (PromptEOL's rows: trained in 4-bit, tested in fp32)."""
+    cfg, sts = ctx.cfg, callbacks["sts"]
+    trainer = build_trainer(cfg, list(callbacks.values()), loggers, ctx.output_dir)
+    datamodule = build_datamodule(cfg, method)
+    trainer.fit(method, datamodule=datamodule, ckpt_path=ctx.ckpt_path, weights_only=False)
+    best, best_dev = validate_at_end(trainer, method, sts, callbacks.get("checkpoint"), ctx.output_dir)
+    reload = test_backbone(cfg)
+    if reload != OmegaConf.to_container(cfg.module.backbone, resolve=True) and best:
+        from cselab.loading import load
+
+        log.info("testing %s on the backbone reloaded with eval.test_backbone=%s", best,
+                 OmegaConf.to_container(cfg.eval.test_backbone, resolve=True))
+        if trainer.is_global_zero:
+            tested = load(best, backbone=reload).to(method.device)
+            sts.evaluate_encoder(tested, dev_encoder="dev")
+            _log_scores(loggers, sts, step=int(trainer.global_step))
+            del tested
+    else:
+        trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)
+    return Outcome(best, best_dev, int(trainer.global_step), trainer.is_global_zero)
+
+
+def finish(ctx: RunContext, method, sts: STSCallback, loggers: list, outcome: Outcome) -> dict[str, Any]:
+    """``results.json`` (rank 0 writes it, with ``test_pairs.npz``), the papers' table printed, the loggers
+    closed; returns the results."""
+    cfg = ctx.cfg
+    results, transfer, by_bin = collect_results(ctx, method, sts, outcome)
+    if not outcome.rank_zero:  # under DDP only rank 0 writes and prints
         close_loggers(loggers)
         return results
     if sts.test_pairs:
         from cselab.evaluation.pair_scores import PAIRS_FILE, write_pair_scores
 
-        write_pair_scores(output_dir / PAIRS_FILE, sts.test_pairs, sts.test_subsets, cfg.eval.aggregation)
-    path = write_results(output_dir / "results.json", results)
-    table = format_table(results["test"], results.get("test_ci"))
-    print(f"\n{cfg.method.name} | {cfg.backbone.name_or_path} | {cfg.setting.name} | STS (Spearman x 100)\n{table}")
-    trained = f"   trainable parameters: {results['trainable_parameters']:,}" if cfg.method.train else ""
-    if results.get("test_ci_info"):
-        info = results["test_ci_info"]
-        print(f"interval: {100 * info['level']:g} % {info['method']}, {info['n_resamples']} resamples "
-              f"of the {info['resampled']} (seed {info['seed']}); not the variance over training seeds")
-    encoder = DEV_ENCODER_WORDS[results["dev_encoder"]]
-    print(f"STS-B dev: {results['dev'].get('stsb', float('nan')):.2f} ({encoder}){trained}   results: {path}")
+        write_pair_scores(ctx.output_dir / PAIRS_FILE, sts.test_pairs, sts.test_subsets, cfg.eval.aggregation)
+    path = write_results(ctx.output_dir / "results.json", results)
+    print_results(cfg, results, path)
     if transfer:
         from cselab.evaluation.transfer import TRANSFER_NAMES, format_transfer_table
 
@@ -582,6 +626,52 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     log_test_charts(loggers, results["test"], by_bin, PAPER_NAMES, results.get("test_ci"))
     close_loggers(loggers)
     return results
+
+
+def collect_results(ctx: RunContext, method, sts: STSCallback, outcome: Outcome):
+    """``(results, transfer, by_bin)``: the results dict (:func:`cselab.evaluation.results.build_results`), the
+    SentEval transfer scores (rank 0, ``eval.transfer_tasks``) and STS-B test's cosines by gold-score bin."""
+    cfg = ctx.cfg
+    bins, by_bin = None, None
+    if sts.test_pairs.get("stsb"):
+        from cselab.evaluation.gold_bins import cosine_by_gold_bin
+
+        by_bin = cosine_by_gold_bin(*sts.test_pairs["stsb"])
+        bins = {b: {"n": int(len(c)), "mean": float(c.mean()) if len(c) else None,
+                    "std": float(c.std()) if len(c) else None} for b, c in by_bin.items()}
+    transfer = run_transfer(cfg, method) if outcome.rank_zero else {}
+    intervals = _test_intervals(cfg, sts) if outcome.rank_zero and sts.test_pairs else None
+    results = build_results(
+        sts.test_scores,
+        sts.dev_scores,
+        OmegaConf.to_container(cfg, resolve=True),
+        val_curve=sts.history,
+        best_checkpoint=outcome.best,
+        best_dev=outcome.best_dev,
+        dev_encoder=dev_encoder_used(cfg, method),
+        test_backbone=tested_weights(test_backbone(cfg)),
+        trainable_parameters=method.num_trainable_parameters(),
+        global_step=outcome.global_step,
+        wall_time_s=round(time.perf_counter() - ctx.start + sts.elapsed_before, 1),  # + earlier processes (resume)
+        stsb_test_cosine_by_gold_bin=bins,
+        changed_on_resume=ctx.changed_on_resume,
+        **(intervals or {}),
+        **transfer,
+    )
+    return results, transfer, by_bin
+
+
+def print_results(cfg: DictConfig, results: dict[str, Any], path: Path) -> None:
+    """The papers' STS table of ``results``, its interval line, and the STS-B dev score with its encoder."""
+    table = format_table(results["test"], results.get("test_ci"))
+    print(f"\n{cfg.method.name} | {cfg.backbone.name_or_path} | {cfg.setting.name} | STS (Spearman x 100)\n{table}")
+    trained = f"   trainable parameters: {results['trainable_parameters']:,}" if cfg.method.train else ""
+    if results.get("test_ci_info"):
+        info = results["test_ci_info"]
+        print(f"interval: {100 * info['level']:g} % {info['method']}, {info['n_resamples']} resamples "
+              f"of the {info['resampled']} (seed {info['seed']}); not the variance over training seeds")
+    encoder = DEV_ENCODER_WORDS[results["dev_encoder"]]
+    print(f"STS-B dev: {results['dev'].get('stsb', float('nan')):.2f} ({encoder}){trained}   results: {path}")
 
 
 def check_bootstrap(options) -> None:
@@ -684,11 +774,6 @@ def _short_tag(tag: str, limit: int = 64) -> str:
 
     digest = hashlib.sha1(tag.encode()).hexdigest()[:8]
     return f"{tag[: limit - 9]}~{digest}"
-
-
-def _batch_size(batch) -> int:
-    """Examples in a batch (sentences or triplets) for Lightning's ThroughputMonitor."""
-    return int(batch["input_ids"].shape[0]) if isinstance(batch, dict) else len(batch)
 
 
 def _read_json(path: Path) -> dict:

@@ -118,6 +118,13 @@ class StepTQDMProgressBar(_BoundedByMaxSteps, TQDMProgressBar):
     """Lightning's tqdm progress bar, training total bounded by ``trainer.max_steps``."""
 
 
+def progress_callback(bars: bool = True, every_s: float = 60.0) -> L.Callback:
+    """The training progress of a run (``conf/callbacks/default.yaml``): bars (:func:`progress_bar`) when
+    ``bars`` and stderr is a terminal (:func:`interactive`), else a :class:`ProgressLog` line every ``every_s``
+    seconds."""
+    return progress_bar() if bars and interactive() else ProgressLog(float(every_s))
+
+
 def progress_bar() -> L.Callback:
     """The bar Lightning would pick (Rich when installed, else tqdm), bounded by ``trainer.max_steps``."""
     try:

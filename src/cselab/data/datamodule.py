@@ -17,6 +17,12 @@ from torch.utils.data import DataLoader, IterableDataset
 from cselab.data.resume import DataPosition, ResumableDataLoader, ResumableSampler
 
 
+def batch_size(batch: dict[str, torch.Tensor] | list) -> int:
+    """Examples in a collated batch (sentences or triplets: the rows of ``input_ids`` (B, V, T)), for Lightning's
+    ``ThroughputMonitor`` (``conf/callbacks/default.yaml``)."""
+    return int(batch["input_ids"].shape[0]) if isinstance(batch, dict) else len(batch)
+
+
 class SentenceDataModule(L.LightningDataModule):
     """Base for the unsup corpus and the NLI triplets.
 
