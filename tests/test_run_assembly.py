@@ -44,9 +44,8 @@ class CountingDataModule(UnsupDataModule):
 
 
 def test_a_callback_and_a_datamodule_from_the_config_alone(tmp_path, tiny_bert_dir, sts_data_dir):
-    from tests.conftest import compose_tiny_run
-
     from cselab.pipeline import run
+    from tests.conftest import compose_tiny_run
 
     Probe.seen.clear()
     CountingDataModule.setups.clear()
