@@ -138,3 +138,21 @@ def test_a_method_takes_a_whole_spec_as_its_model(tiny_bert_dir, make_method) ->
     torch.testing.assert_close(given.encode(sentences), from_node.encode(sentences), rtol=0, atol=0)
     with pytest.raises(ConfigError, match="the spec's family=roberta is not the backbone's"):
         SimCSE(backbone=backbone, model=EmbeddingSpec(family="roberta", pooler="avg", head="none"))
+
+
+def test_every_evaluated_object_is_a_sentence_encoder(make_method, tiny_mlm_dir, tmp_path) -> None:
+    """One protocol for what evaluation needs (encode, describe, num_trainable_parameters): a method, its
+    saved embedding model and a token representation implement it; nothing else is asked of them."""
+    from cselab.evaluation.encoder import SentenceEncoder
+    from cselab.model.embedding import EmbeddingModel
+    from cselab.representations.token import TokenRepresentation
+
+    method = make_method("simcse", "bert", pooler="avg", head="none")
+    method.model.save(tmp_path / "saved")
+    static = TokenRepresentation(backbone={"name_or_path": str(tiny_mlm_dir), "family": "bert"}, pooler="static_avg")
+    for model in (method, EmbeddingModel.load(tmp_path / "saved"), static):
+        assert isinstance(model, SentenceEncoder), type(model).__name__
+        assert model.encode(["a cat sat", "birds fly"]).shape[0] == 2
+        assert model.describe()["pooler"] in ("avg", "static_avg")
+    assert static.num_trainable_parameters() == 0 and static.describe()["representation"] == "token"
+    assert not isinstance(object(), SentenceEncoder)

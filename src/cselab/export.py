@@ -64,12 +64,13 @@ class ExportError(ValueError):
 def describe(method) -> dict[str, Any]:
     """What the exported model does (:meth:`EmbeddingModel.describe`, for the model card and the CLI), or
     :class:`ExportError` for a representation that is not the embedding model's forward."""
-    if getattr(method, "analysis", None) is not None:
+    info = method.describe()
+    if info.get("representation") == "token":
         raise ExportError(
-            f"method=baseline method.pooler={method.analysis} is computed by cselab.analysis (static token embeddings or "
-            "the MLM head's top-k tokens), not by the embedding model's forward: it cannot be exported to "
+            f"method=baseline method.pooler={info['pooler']} is computed by cselab.analysis (static token embeddings "
+            "or the MLM head's top-k tokens), not by the embedding model's forward: it cannot be exported to "
             "sentence-transformers; export a pooler (avg, cls, mask, ...) instead")
-    return method.model.describe()
+    return info
 
 
 #: cselab poolers -> sentence-transformers ``Pooling`` modes (``cls``: then BERT's pooler layer as a ``Dense``)

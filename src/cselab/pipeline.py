@@ -30,6 +30,7 @@ from cselab.checkpoint_io import AtomicCheckpointIO
 from cselab.config import MOVED_KEYS, has_templates
 from cselab.data.paths import data_root, require
 from cselab.evaluation.callback import STSCallback
+from cselab.evaluation.encoder import SentenceEncoder
 from cselab.evaluation.results import build_results, write_results
 from cselab.evaluation.sts import PAPER_NAMES, format_table
 from cselab.loggers import (
@@ -319,7 +320,7 @@ def transfer_protocol(cfg: DictConfig, check_files: bool = True):
     return protocol
 
 
-def run_transfer(cfg: DictConfig, method) -> dict[str, Any]:
+def run_transfer(cfg: DictConfig, method: SentenceEncoder) -> dict[str, Any]:
     """SentEval's transfer tasks on the method's test encoder (after the STS test, so on the tested weights):
     ``{"transfer": {task: {...}, "avg"}, "transfer_protocol": {...}, "transfer_timings_s": {...}}``, or ``{}``."""
     protocol = transfer_protocol(cfg, check_files=False)  # the evaluator checks the files (and validate did)

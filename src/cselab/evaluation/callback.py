@@ -19,6 +19,7 @@ import time
 
 import lightning as L
 
+from cselab.evaluation.encoder import SentenceEncoder
 from cselab.evaluation.sts import TEST_TASKS, STSEvaluator
 from cselab.progress import EvalProgress
 
@@ -94,13 +95,13 @@ class STSCallback(L.Callback):
         if self._loaded_elapsed is not None:
             self.elapsed_before, self._loaded_elapsed = self._loaded_elapsed, None
 
-    def _encode(self, pl_module, split: str, encoder: str | None = None):
+    def _encode(self, pl_module: SentenceEncoder, split: str, encoder: str | None = None):
         """``encode`` for ``split``: the module's dev encoder on ``dev``, its test encoder otherwise (or
         ``encoder``)."""
         encoder = encoder or ("dev" if split == "dev" else "test")
         return lambda sentences: pl_module.encode(sentences, batch_size=self.batch_size, encoder=encoder)
 
-    def evaluate_encoder(self, model, dev_encoder: str = "test") -> None:
+    def evaluate_encoder(self, model: SentenceEncoder, dev_encoder: str = "test") -> None:
         """Without a Trainer: the test tasks and the dev task on ``model.encode`` (a method or any object with
         ``encode(sentences, batch_size, encoder=)``), kept in :attr:`test_scores`, :attr:`dev_scores` and
         :attr:`test_pairs` as at the end of ``trainer.test``.

@@ -243,6 +243,10 @@ class ContrastiveMethod(L.LightningModule):
         """Number of parameters the optimizer updates."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
+    def describe(self) -> dict[str, Any]:
+        """What the model does at test (:meth:`cselab.model.embedding.EmbeddingModel.describe`)."""
+        return self.model.describe()
+
 
 def template_of(prompt: Mapping[str, Any] | None, family: str, view: str) -> str:
     """The template string of a named view (``view1``, ``anchor`` ...) of ``prompt`` in ``family``'s form.

@@ -279,6 +279,10 @@ class EmbeddingModel(nn.Module):
                 self._token_cache.pop(next(iter(self._token_cache)))
         return hit[1]
 
+    def num_trainable_parameters(self) -> int:
+        """Number of parameters with ``requires_grad`` (the prompt module and head of a frozen backbone)."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
     def describe(self) -> dict[str, Any]:
         """What the model does at test: ``{"pooler", "head", "use_head", "head_on", "denoise", "prompt_kind"
         (none | prefix | input_layer | soft | lora), "template", "add_period", "pool_layer"}`` (model cards, the

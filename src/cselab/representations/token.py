@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from lightning.fabric.utilities.data import AttributeDict
 
 from cselab.model.loading import load_backbone
 from cselab.representations.static import static_avg_encoder
@@ -42,18 +41,18 @@ class TokenRepresentation:
         if pooler == "topk" and not prompt:
             raise ValueError("pooler=topk reads the MLM head at a template's [MASK]: choose a prompt "
                               "(prompt=promptbert_manual)")
-        self.analysis = self.pooler = pooler
-        self.hparams = AttributeDict(backbone=dict(backbone), pooler=pooler, prompt=prompt, topk=topk,
-                                     topk_denoise=topk_denoise)
+        self.pooler, self.backbone = pooler, dict(backbone)
+        self.template, self.topk, self.topk_denoise, self.add_period = None, int(topk), bool(topk_denoise), False
         self.encoder, self.tokenizer = load_backbone(backbone["name_or_path"], backbone.get("family"),
                                                      mlm_head=pooler == "topk")
         self.encoder.eval()
         if pooler == "topk":
             family = self.encoder.family
-            template = prompt["templates"][family][prompt.get("eval_view", "view1")]
-            self._encode = topk_token_encoder(self.encoder, self.tokenizer, template=template, k=int(topk),
+            self.template = prompt["templates"][family][prompt.get("eval_view", "view1")]
+            self.add_period = bool(prompt.get("add_period_at_eval", True))
+            self._encode = topk_token_encoder(self.encoder, self.tokenizer, template=self.template, k=int(topk),
                                               denoise=bool(topk_denoise), batch_size=eval_batch_size or 128,
-                                              add_period=bool(prompt.get("add_period_at_eval", True)))
+                                              add_period=self.add_period)
         else:
             debiased = pooler == "static_avg_debiased"
             self._encode = static_avg_encoder(self.encoder, self.tokenizer, remove_biased=debiased,
@@ -67,3 +66,11 @@ class TokenRepresentation:
     def num_trainable_parameters(self) -> int:
         """0: a representation trains nothing."""
         return 0
+
+    def describe(self) -> dict[str, Any]:
+        """What it does at test, with the keys of :meth:`cselab.model.embedding.EmbeddingModel.describe` (no head,
+        no prompt module) and ``representation``: ``token`` (not an embedding model's forward: no export)."""
+        return {"pooler": self.pooler, "head": "none", "use_head": False, "head_on": None,
+                "denoise": "position" if self.topk_denoise else "none", "prompt_kind": "none",
+                "template": self.template, "add_period": self.add_period, "pool_layer": -1, "representation": "token",
+                "topk": self.topk if self.pooler == "topk" else None}

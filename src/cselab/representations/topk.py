@@ -37,14 +37,15 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from cselab.model.embedding import in_length_order
-from cselab.model.template_input import ViewCollate, ViewSpec
+from cselab.model.embedding import EmbeddingModel
+from cselab.model.spec import EmbeddingSpec
 
 __all__ = [
     "MANUAL_TEMPLATES",
     "TABLE7_SENTENCES",
     "manual_template",
     "mlm_head",
+    "mask_model",
     "mask_states",
     "mask_logits",
     "topk_weights",
@@ -104,18 +105,6 @@ def mlm_head(encoder) -> Callable[[torch.Tensor], torch.Tensor]:
                      "a `cls` nor an `lm_head` module; cannot apply its MLM head to a hidden state")
 
 
-def _collate(encoder, tokenizer, template: str, denoise: bool, add_period: bool) -> ViewCollate:
-    return ViewCollate(
-        tokenizer,
-        [ViewSpec("text", template)],
-        max_seq_len=None,
-        denoise="position" if denoise else "none",
-        add_period=add_period,
-        position_offset=encoder.position_offset,
-        max_positions=encoder.max_positions,
-    )
-
-
 def _row_chunks(h: torch.Tensor, batch_size: int):
     """``h`` in consecutive chunks of ``batch_size`` rows (the MLM head's (b, V) logits stay small)."""
     return (h[start : start + batch_size] for start in range(0, h.shape[0], batch_size))
@@ -130,7 +119,20 @@ def _apply_head(head: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:
         head.train(was_training)
 
 
-@torch.no_grad()
+def mask_model(encoder, tokenizer, template: str, denoise: bool = False, batch_size: int = 64,
+               add_period: bool = True) -> EmbeddingModel:
+    """The embedding model whose test encoder is the [MASK] representation of ``template`` on the raw backbone:
+    ``pooler=mask``, no head, ``add_period`` the period rule, ``denoise`` the position-denoising bias
+    subtracted with the template tokens at their real positions (``denoise_positions=aligned``, module
+    docstring), fp32, ``batch_size`` sentences a batch.  The same template input as ``method=baseline
+    method.pooler=mask`` (the official test tokenization of the whole templated string)."""
+    spec = EmbeddingSpec(family=encoder.family, pooler="mask", head="none", train_views=[("text", template)],
+                         eval_view=("text", template), add_period_at_eval=add_period,
+                         denoise="position" if denoise else "none", denoise_at_eval=denoise,
+                         denoise_positions="aligned", eval_batch_size=batch_size, eval_precision="32")
+    return EmbeddingModel(encoder, tokenizer, None, spec, apply_tuning=False)
+
+
 def mask_states(
     encoder,
     tokenizer,
@@ -140,40 +142,15 @@ def mask_states(
     batch_size: int = 64,
     add_period: bool = True,
 ) -> torch.Tensor:
-    """Last-layer hidden state at the template's representation [MASK]: (N, D) float32, on the model's device.
+    """Last-layer hidden state at the template's representation [MASK]: (N, D) float32, on the model's device,
+    rows in input order: :meth:`cselab.model.embedding.EmbeddingModel.encode` of :func:`mask_model` (the one
+    inference path: its ``represent``, no head).
 
     With ``denoise=True`` the position-denoising template bias ``h_hat_L`` is subtracted (module docstring):
-    ``h_[MASK] - h_hat_L``.  Sentences are encoded in length-sorted batches (the one loop,
-    :func:`cselab.model.embedding.in_length_order`); rows come back in input order.
-    The model is run in eval mode (dropout off); its train/eval mode is restored afterwards.
+    ``h_[MASK] - h_hat_L``.  The model runs in eval mode (dropout off); its train/eval mode is restored after.
     """
-    collate = _collate(encoder, tokenizer, template, denoise, add_period)
-    model = encoder.model
-    device = next(model.parameters()).device
-    tokens = collate.tokenize(list(sentences))
-
-    def run(idx: list[int]) -> torch.Tensor:
-        batch = collate.build({"text": [tokens[i] for i in idx]})
-        batch = {k: v.to(device) for k, v in batch.items()}
-        ids, att = batch["input_ids"][:, 0], batch["attention_mask"][:, 0]
-        last = encoder(ids, att).last_hidden_state
-        h = last[torch.arange(last.shape[0], device=device), batch["rep_index"][:, 0]]
-        if denoise:
-            bias_last = encoder(
-                batch["bias_input_ids"], batch["bias_attention_mask"], position_ids=batch["bias_position_ids"]
-            ).last_hidden_state
-            rows = torch.arange(bias_last.shape[0], device=device)
-            h_hat = bias_last[rows, batch["bias_rep_index"]]
-            h = h - h_hat[batch["bias_row"][:, 0]]
-        return h.float()
-
-    was_training = model.training
-    model.eval()
-    try:
-        out = in_length_order(tokens, batch_size, run)
-    finally:
-        model.train(was_training)
-    return out if out is not None else torch.zeros(0, encoder.hidden_size, device=device)
+    device = next(encoder.model.parameters()).device
+    return mask_model(encoder, tokenizer, template, denoise, batch_size, add_period).encode(sentences).to(device)
 
 
 @torch.no_grad()
