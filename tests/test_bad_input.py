@@ -31,7 +31,7 @@ def test_nli_wrong_header_names_file_and_columns(tmp_path):
 
 
 def test_missing_corpus_names_path_key_and_command(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"data.path.*make data.*cselab.data.download"):
+    with pytest.raises(FileNotFoundError, match=r"data.path.*make data.*python -m cselab data"):
         NLIDataModule(_collate, path=str(tmp_path / "none.csv"), batch_size=2).setup("fit")
 
 
