@@ -194,3 +194,19 @@ def test_a_command_whose_extra_is_missing_says_what_to_install(monkeypatch, caps
     monkeypatch.setattr(cli.importlib, "import_module", missing)
     assert cli.main(["export", "x.ckpt", "out"]) == 2
     assert "pip install 'cselab[export]'" in capsys.readouterr().err
+
+
+#: the ``python -m`` spellings before ``python -m cselab COMMAND`` -> the command they name now
+MOVED_PYTHON_M = {"cselab.export": "export", "cselab.report": "report", "cselab.analysis": "analysis",
+                  "cselab.data.download": "data", "cselab.data.nli_convert": "nli-convert",
+                  "cselab.evaluation.cxc": "cxc", "cselab.tiny_decoders": "tiny-decoders"}
+
+
+@pytest.mark.parametrize("module", sorted(MOVED_PYTHON_M))
+def test_old_python_m_spellings_name_the_new_one(module):
+    """An old ``python -m cselab.<module>`` fails (exit 1) with the spelling to type, not silently."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+    assert f"type python -m cselab {MOVED_PYTHON_M[module]} " in proc.stderr

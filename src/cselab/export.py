@@ -235,3 +235,7 @@ def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verif
         return result
     finally:
         method.to(device).train(was_training)
+
+
+if __name__ == "__main__":  # the old spelling: no import of cselab.cli here (that was a circle)
+    raise SystemExit("python -m cselab.export moved: type python -m cselab export ... (or cselab export ...)")

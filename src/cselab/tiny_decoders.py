@@ -119,3 +119,7 @@ def read_corpus(path: str | Path, limit: int | None = 2000) -> list[str]:
         raise FileNotFoundError(f"{path}: no corpus for the tiny decoders' BPE (run `make data`, or pass --corpus)")
     lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     return lines[:limit] if limit else lines
+
+
+if __name__ == "__main__":  # the old spelling: no import of cselab.cli here (that was a circle)
+    raise SystemExit("python -m cselab.tiny_decoders moved: type python -m cselab tiny-decoders ... (or cselab tiny-decoders ...)")

@@ -377,3 +377,7 @@ def convert(
     triplets = build_triplets(pairs, reverse_contradictions=reverse_contradictions, stats=stats)
     write_triplets_csv(triplets, out)
     return stats
+
+
+if __name__ == "__main__":  # the old spelling: no import of cselab.cli here (that was a circle)
+    raise SystemExit("python -m cselab.data.nli_convert moved: type python -m cselab nli-convert ... (or cselab nli-convert ...)")
