@@ -398,8 +398,9 @@ def tested_weights(backbone: dict) -> dict:
 
 @dataclass
 class RunContext:
-    """What one run knows before its method is built: its config, directory, start time (``perf_counter``), the
-    checkpoint it resumes from (None: from scratch), that checkpoint's step and the accepted config changes."""
+    """What one run knows before its method is built: its config (and that config resolved, once: the loggers'
+    and ``results.json``'s), directory, start time (``perf_counter``), the checkpoint it resumes from (None: from
+    scratch), that checkpoint's step and the accepted config changes."""
 
     cfg: DictConfig
     output_dir: Path
@@ -407,6 +408,7 @@ class RunContext:
     ckpt_path: str | None = None
     resume_step: int | None = None
     changed_on_resume: list[dict[str, Any]] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -471,7 +473,7 @@ def prepare(cfg: DictConfig, output_dir: str | Path) -> RunContext:
         ckpt_path = resolve_ckpt_path(ckpt_path, output_dir)
     resume_step = checkpoint_step(ckpt_path)
     changed = check_resume(cfg, ckpt_path, resume_step)  # before the backbone loads
-    return RunContext(cfg, output_dir, start, ckpt_path, resume_step, changed)
+    return RunContext(cfg, output_dir, start, ckpt_path, resume_step, changed, resolved_config(cfg))
 
 
 def build_run_method(cfg: DictConfig):
@@ -490,7 +492,7 @@ def runtime_arguments(ctx: RunContext) -> dict[str, dict[str, Any]]:
     """The ``???`` arguments of ``conf/callbacks/default.yaml`` that only the run knows, by callback name."""
     checkpoints = ctx.output_dir / "checkpoints"
     return {"sts": {"started": ctx.start},
-            "run_config": {"config": resolved_config(ctx.cfg), "changes": ctx.changed_on_resume,
+            "run_config": {"config": ctx.config, "changes": ctx.changed_on_resume,
                            "resume_step": ctx.resume_step},
             "checkpoint": {"dirpath": checkpoints}, "last_checkpoint": {"dirpath": checkpoints}}
 
@@ -542,7 +544,7 @@ def start_loggers(ctx: RunContext, method) -> list:
     name = run_display_name(cfg.method.name, backbone, cfg.setting.name, cfg.get("variant"), cfg.seed)
     loggers = instantiate(cfg.logger, output_dir=str(ctx.output_dir), tags=tags, name=name,
                           resume_step=ctx.resume_step)
-    config = logged_config(OmegaConf.to_container(cfg, resolve=True))
+    config = logged_config(ctx.config)
     for logger in loggers:
         logger.log_hyperparams(config)
         if ctx.resume_step is None:  # a resumed run's CSV / W&B run has it already
@@ -645,7 +647,7 @@ def collect_results(ctx: RunContext, method, sts: STSCallback, outcome: Outcome)
     results = build_results(
         sts.test_scores,
         sts.dev_scores,
-        OmegaConf.to_container(cfg, resolve=True),
+        ctx.config,
         val_curve=sts.history,
         best_checkpoint=outcome.best,
         best_dev=outcome.best_dev,
