@@ -158,7 +158,8 @@ def _ddp_sim_config():
     return cfg.trainer
 
 
-def _run_ddp(method, rows, out: Path, splits, steps: int = 1, sts: bool = False) -> list[dict]:
+def _run_ddp(method, rows, out: Path, splits, steps: int = 1, sts: bool = False,
+             precision: str | None = None) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     callbacks: list[L.Callback] = [_Dump(out)]
     if sts:
@@ -168,7 +169,7 @@ def _run_ddp(method, rows, out: Path, splits, steps: int = 1, sts: bool = False)
     sim = _ddp_sim_config()
     trainer = L.Trainer(
         strategy=sim.strategy.replace("ddp", "ddp_fork", 1), accelerator=sim.accelerator, devices=sim.devices,
-        precision=sim.precision,
+        precision=precision or sim.precision,
         max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, num_sanity_val_steps=0, use_distributed_sampler=False,
         gradient_clip_val=None, callbacks=callbacks,
@@ -224,6 +225,36 @@ def test_global_negatives_match_one_process(case, splits, nodrop_bert_dir, tmp_p
         assert (tmp_path / "evaluated_rank0").exists() and not (tmp_path / "evaluated_rank1").exists()
         hist = [json.loads((tmp_path / f"history_rank{r}.json").read_text()) for r in range(2)]
         assert [h["stsb_dev"] for h in hist[0]] == [h["stsb_dev"] for h in hist[1]] == [50.0, 50.0]
+
+
+@pytest.mark.parametrize(
+    "case,splits,chunk",
+    [("infonce_hard_negatives", (0, 5, 8), 4), ("cot_infonce", (0, 4, 8), 3), ("infonce_eh", (0, 4, 8), 5)],
+    ids=["infonce_hard-unequal_5_3-chunk4", "cot_infonce-chunk3", "infonce_eh-chunk5"],
+)
+def test_cached_step_with_global_negatives_matches_one_process(case, splits, chunk, nodrop_bert_dir, tmp_path) -> None:
+    """``trainer.cached_step``: each rank embeds its part in chunks, the loss sees the gathered embeddings, and
+    after DDP's all-reduce the gradients are those of ONE uncached process on the global batch."""
+    from cselab.methods.cached_step import CachedStep
+
+    ref, rows = _build(nodrop_bert_dir, case)
+    ref.double()
+    ddp_method = copy.deepcopy(ref)
+    ddp_method.cached_step = CachedStep(chunk)
+    ref_loss, ref_grads = _reference(ref, rows)
+    ranks = _run_ddp(ddp_method, rows, tmp_path, splits, precision="64-true")
+    for r, res in enumerate(ranks):
+        assert res["world_size"] == 2 and res["loss"].dtype == torch.float64
+        loss_diff = abs(float(res["loss"]) - float(ref_loss)) / abs(float(ref_loss))
+        scale = max(float(g.abs().max()) for g in ref_grads.values())  # a parameter's own largest gradient, at
+        grad_diff = max(float((res["grads"][n] - g).abs().max()) / max(float(g.abs().max()), 1e-3 * scale)
+                        for n, g in ref_grads.items())  # least 1e-3 x the largest (a key bias's is ~0: noise)
+        print(f"cached {case} splits={splits} chunk={chunk} rank {r}: relative |loss - ref| = {loss_diff:.2e}, "
+              f"largest relative |grad - ref| of a parameter = {grad_diff:.2e}")
+        assert res["grads"].keys() == ref_grads.keys()
+        assert loss_diff < 1e-10
+        assert grad_diff < 1e-10  # float64; a wrong gather (a factor 1/W) would be 0.5
+        assert max(float(g.abs().max()) for g in res["grads"].values()) > 1e-4
 
 
 def test_per_device_negatives_use_the_local_batch(nodrop_bert_dir, tmp_path) -> None:

@@ -60,7 +60,7 @@ def _run_name_resolver(method: str, backbone: str, setting: str, overrides=None,
 #: override keys (and their sub-keys) that change where or how a run runs, never its results
 OUTPUT_ONLY_KEYS: tuple[str, ...] = (
     "group", "variant", "run_name", "resume", "data_dir", "logger", "hydra", "ckpt_path", "overwrite", "compile",
-    "activation_checkpointing",
+    "activation_checkpointing", "trainer.cached_step",
     "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps",
     "checkpointing", "progress", "eval.batch_size", "data.num_workers", "eval.bootstrap",
     # wiring: the run's objects' _target_ nodes, whose values are copies of the keys above (compared there)

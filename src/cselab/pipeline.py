@@ -41,6 +41,7 @@ from cselab.loggers import (
     run_display_name,
 )
 from cselab.methods.base import ContrastiveMethod
+from cselab.methods.cached_step import check_options
 from cselab.methods.checks import ConfigError, check_module, refuse_legacy
 from cselab.progress import interactive
 
@@ -104,6 +105,8 @@ def validate(cfg: DictConfig) -> None:
             f"activation_checkpointing=true with tuning=prefix, tuning.variant={cfg.tuning.get('variant', 'deep')}: "
             "the prefixes reach every layer as past_key_values, which Hugging Face's checkpointed layers drop. "
             "Set activation_checkpointing=false, or use tuning.variant=input_layer")
+    if cfg.method.train and OmegaConf.select(cfg, "trainer.cached_step.chunk_size") is not None:
+        check_options(precision=cfg.trainer.get("precision", "auto"), strategy=cfg.trainer.get("strategy", "auto"))
     if cfg.eval.get("dev_encoder", "official") not in ("official", "test"):
         raise ConfigError(f"eval.dev_encoder={cfg.eval.dev_encoder!r}: expected 'official' or 'test'")
     check_bootstrap(cfg.eval.get("bootstrap"))
@@ -554,12 +557,14 @@ def start_loggers(ctx: RunContext, method) -> list:
 
 def build_trainer(cfg: DictConfig, callbacks: list[L.Callback], loggers: list, output_dir: Path) -> L.Trainer:
     """The ``trainer`` node instantiated (``_target_: lightning.Trainer``) with the run's callbacks, loggers,
-    directory and atomic checkpoint writes; validation by steps (``val_check_interval``) across epochs, no
+    directory and atomic checkpoint writes (``trainer.cached_step`` is the module's: left out); validation by steps (``val_check_interval``) across epochs, no
     sanity validation; ``precision: auto`` resolved (:func:`resolve_precision`); bars only in a terminal."""
     from hydra.utils import instantiate
 
     bars = bool(cfg.trainer.get("enable_progress_bar", True)) and interactive()
-    return instantiate(cfg.trainer, precision=resolve_precision(cfg.trainer.get("precision", "auto")),
+    node = OmegaConf.to_container(cfg.trainer, resolve=True)
+    node.pop("cached_step", None)  # the module's (ContrastiveMethod(cached_step=...))
+    return instantiate(node, precision=resolve_precision(cfg.trainer.get("precision", "auto")),
                        enable_progress_bar=bars, callbacks=callbacks, logger=loggers or False,
                        default_root_dir=str(output_dir), check_val_every_n_epoch=None, num_sanity_val_steps=0,
                        plugins=[AtomicCheckpointIO()])

@@ -12,7 +12,9 @@ class FlopCounter(L.Callback):
     """Set ``pl_module.flops_per_batch`` for every training batch: its forward (the step up to the loss) counted by
     ``torch.utils.flop_counter`` once per distinct set of batch tensor shapes (padded width, bias rows, views), x3
     for forward + backward (the usual rule).  ``ThroughputMonitor`` reads the attribute after every batch; put this
-    callback before it.
+    callback before it.  Under ``trainer.cached_step`` the count ends when the step calls
+    ``pl_module.flops_forward_done`` (its first pass and loss: the model's forward; the second pass and the
+    MLM auxiliary pass, made in the step's own backward passes, are not counted: the MLM pass's FLOPs are left out).
 
     Args:
         max_shapes: at most this many distinct batch shapes are counted (a counted step runs the counter's Python
@@ -41,6 +43,8 @@ class FlopCounter(L.Callback):
         counter = FlopCounterMode(display=False)
         counter.__enter__()
         self._counting = (counter, key)
+        # the cached step (trainer.cached_step) ends its forward before its own backward passes: it calls this
+        pl_module.flops_forward_done = lambda: self._stop(pl_module)
 
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
         self._stop(pl_module)
@@ -55,6 +59,7 @@ class FlopCounter(L.Callback):
             self._counting = None
 
     def _stop(self, pl_module: L.LightningModule) -> None:
+        pl_module.flops_forward_done = None
         if self._counting is None:
             return
         counter, key = self._counting

@@ -18,8 +18,9 @@ from torch import nn
 
 
 def cosine_matrix(a: torch.Tensor, b: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """Pairwise cosine similarities (N, D) x (M, D) -> (N, M), computed in float32."""
-    a, b = a.float(), b.float()
+    """Pairwise cosine similarities (N, D) x (M, D) -> (N, M), computed in float32 (float64 inputs: float64)."""
+    dtype = torch.promote_types(a.dtype, torch.float32)
+    a, b = a.to(dtype), b.to(dtype)
     return (a @ b.T) / (a.norm(dim=-1, keepdim=True) * b.norm(dim=-1).unsqueeze(0)).clamp_min(eps)
 
 

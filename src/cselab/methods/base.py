@@ -18,6 +18,7 @@ import lightning as L
 import torch
 
 from cselab.losses import build_loss
+from cselab.methods.cached_step import CachedStep, check_trainer
 from cselab.methods.checks import backbone_family_of, check_method, embedding_spec
 from cselab.methods.gather import gather_embeddings
 from cselab.methods.mlm import AuxiliaryMLM, mlm_head_own_parameters
@@ -51,6 +52,9 @@ class ContrastiveMethod(L.LightningModule):
         mlm: DCPCSE's auxiliary MLM task (:class:`cselab.methods.mlm.AuxiliaryMLM`) or None.  The prefix is drawn
             once per step for the contrastive and the MLM pass (official ``get_prompt``).
         on_nonfinite: ``stop`` | ``skip`` (:class:`cselab.methods.nonfinite.NonFinitePolicy`).
+        cached_step: ``{"chunk_size": N}`` (``trainer.cached_step``): the GradCache step
+            (:class:`cselab.methods.cached_step.CachedStep`): all views embedded N sequences at a time, the same loss
+            and gradients; None or ``chunk_size: null``: the uncached step.
 
     Class attributes (what a method declares, checked by :func:`cselab.methods.checks.check_method`):
         method_name: the ``method=`` name; tunings: what may train; settings: ``unsup`` / ``sup``; families: the backbone
@@ -68,7 +72,8 @@ class ContrastiveMethod(L.LightningModule):
 
     def __init__(self, backbone: dict, model: Mapping[str, Any] | EmbeddingSpec | None = None, loss: dict | None = None,
                  optim: Mapping[str, Any] | None = None, setting: str = "unsup", train: bool = True,
-                 negatives: str = "global", mlm: dict | None = None, on_nonfinite: str = "stop") -> None:
+                 negatives: str = "global", mlm: dict | None = None, on_nonfinite: str = "stop",
+                 cached_step: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         self.save_hyperparameters(logger=False)  # in checkpoints; the loggers get the run's config (pipeline)
         spec = self.check_config(backbone=backbone, model=model or {}, setting=setting, train=train,
@@ -81,19 +86,24 @@ class ContrastiveMethod(L.LightningModule):
         self.model = build_embedding_model(backbone, spec, mlm_head=mlm is not None)
         self.mlm = dict(mlm) if mlm else None
         self.aux_mlm = AuxiliaryMLM(self.mlm, self.encoder, spec.tuning.name) if self.mlm else None
+        chunk = (cached_step or {}).get("chunk_size")
+        self.cached_step = CachedStep(chunk) if chunk is not None else None
         self._freeze_unused_layers()
         self.strict_loading = spec.tuning.name == "full"
 
     @classmethod
     def check_config(cls, *, backbone: Mapping[str, Any], model: Mapping[str, Any] | EmbeddingSpec,
                      setting: str = "unsup", train: bool = True, negatives: str = "global",
-                     mlm: Mapping[str, Any] | None = None, on_nonfinite: str = "stop", **_: Any) -> EmbeddingSpec:
+                     mlm: Mapping[str, Any] | None = None, on_nonfinite: str = "stop",
+                     cached_step: Mapping[str, Any] | None = None, **_: Any) -> EmbeddingSpec:
         """The method's embedding spec, every rule checked, nothing loaded (the config-time check of
         :func:`cselab.pipeline.validate` and the constructor's); the other ``module`` keys are ignored.
 
         Raises:
             ConfigError: names the key and what was expected.
         """
+        if (cached_step or {}).get("chunk_size") is not None:
+            CachedStep(cached_step["chunk_size"])
         given, family = isinstance(model, EmbeddingSpec), backbone_family_of(backbone)
         tuning = model.tuning.name if given else (model.get("tuning") or {}).get("name", "full")
         check_method(cls, family=family, tuning=tuning, setting=setting, train=train, negatives=negatives,
@@ -198,7 +208,16 @@ class ContrastiveMethod(L.LightningModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
         """loss(gather(embed(views))) [+ the MLM auxiliary loss]; None (no optimizer step) for a skipped
-        non-finite loss.  DCPCSE: the contrastive and the MLM pass share one prefix draw."""
+        non-finite loss.  DCPCSE: the contrastive and the MLM pass share one prefix draw.  With ``cached_step``
+        the same loss and gradients from chunks of sequences (:class:`cselab.methods.cached_step.CachedStep`)."""
+        if self.cached_step is not None:
+            result = self.cached_step(self, batch)
+            if result is None:
+                return None
+            if result.mlm is not None:
+                self.log("train/mlm_loss", result.mlm, batch_size=result.batch_size)
+            self.log("train/loss", result.loss.detach(), prog_bar=True, batch_size=result.batch_size)
+            return result.loss
         with self.encoder.one_prompt_draw():
             z = self.gather_embeddings(self.embed(batch))
             loss = self.loss_fn(z)
@@ -210,6 +229,11 @@ class ContrastiveMethod(L.LightningModule):
             return None
         self.log("train/loss", loss, prog_bar=True, batch_size=z.shape[0])
         return loss
+
+    def on_fit_start(self) -> None:
+        """Refuse what the cached step cannot make exact (:func:`cselab.methods.cached_step.check_trainer`)."""
+        if self.cached_step is not None:
+            check_trainer(self.trainer)
 
     # The STS callback does the evaluation; Lightning's loops only provide the schedule (val_check_interval).
     def validation_step(self, batch: Any, batch_idx: int) -> None:

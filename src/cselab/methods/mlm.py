@@ -34,6 +34,11 @@ def mlm_head_own_parameters(encoder) -> list[torch.nn.Parameter]:
     return [p for p in mlm_head(encoder.mlm).parameters() if p is not tied]
 
 
+def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float32 (bf16 / fp16 logits), or as it is when wider (a float64 model)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 class AuxiliaryMLM:
     """The MLM auxiliary task of a method (``method.mlm``), on the backbone's MLM model (``encoder.mlm``).
 
@@ -90,5 +95,19 @@ class AuxiliaryMLM:
         if not bool((labels != -100).any()):  # nothing selected in this batch
             return out.last_hidden_state.sum() * 0.0
         logits = mlm_head(encoder.mlm)(out.last_hidden_state)
-        return torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.view(-1),
+        return torch.nn.functional.cross_entropy(_at_least_float32(logits.view(-1, logits.shape[-1])), labels.view(-1),
                                                  ignore_index=-100)
+
+    def loss_sum(self, encoder, batch: dict[str, torch.Tensor], rows: slice) -> torch.Tensor:
+        """The MLM cross-entropy SUMMED over the masked tokens of the flattened sequences ``rows`` (of the B * V):
+        a float32 (float64 model: float64) scalar; :meth:`loss` is the sum over all rows divided by the batch's masked-token count (the
+        cached step's chunks, :mod:`cselab.methods.cached_step`)."""
+        ids, mask, labels = batch["mlm_input_ids"], batch["attention_mask"], batch["mlm_labels"]
+        b, v, t = ids.shape
+        tpl = batch.get("template_index")
+        out = encoder(ids.view(b * v, t)[rows], mask.view(b * v, t)[rows],
+                      template_index=tpl.view(b * v, t)[rows] if tpl is not None else None)
+        logits = mlm_head(encoder.mlm)(out.last_hidden_state)
+        return torch.nn.functional.cross_entropy(_at_least_float32(logits.reshape(-1, logits.shape[-1])),
+                                                 labels.view(b * v, t)[rows].reshape(-1), ignore_index=-100,
+                                                 reduction="sum")

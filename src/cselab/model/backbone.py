@@ -118,20 +118,39 @@ class Encoder(nn.Module):
             "prefix", int(pre_seq_len), variant, positions)
         self.max_positions -= int(pre_seq_len) if positions == "shifted" else 0
 
+    @property
+    def prompt_draw(self):
+        """The :class:`cselab.model.prefix.PrefixDraw` of ``tuning=prefix`` (every variant), else None."""
+        if self.tuning != "prefix":
+            return None
+        return getattr(self.model.prompt_encoder[self.model.active_adapter], "cselab_prefix_draw", None)
+
     @contextlib.contextmanager
-    def one_prompt_draw(self):
+    def one_prompt_draw(self, kept: dict | None = None):
         """Within the block, every forward on the same number of rows reuses one draw of the prefix key/values
         (one dropout mask): the official DCPCSE step, whose contrastive and MLM passes share ``get_prompt``'s
-        output (:class:`cselab.model.prefix.PrefixDraw`).  Without prefixes, nothing changes."""
-        draw = None
-        if self.tuning == "prefix":
-            adapter = self.model.active_adapter
-            draw = getattr(self.model.prompt_encoder[adapter], "cselab_prefix_draw", None)
+        output (:class:`cselab.model.prefix.PrefixDraw`).  ``kept``: draws to serve, shape -> tensor (rows of
+        :meth:`draw_prompt`).  Without prefixes, nothing changes."""
+        draw = self.prompt_draw
         if draw is None:
             yield
             return
-        with draw.shared():
+        with draw.shared(kept):
             yield
+
+    def draw_prompt(self, rows: int) -> torch.Tensor | None:
+        """One draw of the prompt module's output for ``rows`` sequences, dropout applied: (rows, P, L * 2H) for
+        deep / layer-shared prefixes, (rows, P, D) for input-layer prompts, with its graph to the prompt
+        parameters; None without ``tuning=prefix``.  The draw a forward on ``rows`` sequences makes first
+        (``get_prompt``, before any layer), so a forward served this draw (:meth:`one_prompt_draw` with
+        ``kept``) sees the masks an unserved one would."""
+        draw = self.prompt_draw
+        if draw is None:
+            return None
+        with draw.shared() as kept:
+            self.model.get_prompt(batch_size=rows)
+        (tensor,) = kept.values()
+        return tensor
 
     def add_lora(self, r: int = 64, alpha: float = 16, dropout: float = 0.05,
                  target_modules: str | list[str] = "all-linear", bias: str = "none") -> None:

@@ -186,26 +186,38 @@ class EmbeddingModel(nn.Module):
                              eval_rules=not training and spec.eval_rules, decode_cleanup=spec.decode_cleanup)
 
     # ----------------------------------------------------------------------------------------- forward
+    def sequence_states(self, batch: dict[str, torch.Tensor], rows: slice | None = None) -> torch.Tensor:
+        """Pooled representations (n, D) of the batch's sequences, flattened example-major (row ``i * V + j`` is
+        view ``j`` of example ``i``), of all B * V rows or of ``rows`` only (a chunk: the cached step,
+        :mod:`cselab.methods.cached_step`).  No template bias, no head."""
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        b, v, t = ids.shape
+        ids, mask, rep = ids.view(b * v, t), mask.view(b * v, t), batch["rep_index"].view(-1)
+        tpl = batch.get("template_index")
+        tpl = tpl.view(b * v, t) if tpl is not None else None
+        if rows is not None:
+            ids, mask, rep, tpl = ids[rows], mask[rows], rep[rows], tpl[rows] if tpl is not None else None
+        pooler, layer = self.representation_pooler, self.spec.pool_layer
+        out = self.backbone(ids, mask, output_hidden_states=needs_hidden_states(pooler, layer), template_index=tpl)
+        return pool(pooler, out, mask, rep, layer=layer)
+
+    def bias_states(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """The template-bias rows (R, D): the [MASK] state of the template alone, one row per distinct sentence
+        length (PromptBERT Eq. 4, :mod:`.template_bias`); None without ``bias_input_ids``."""
+        if "bias_input_ids" not in batch:
+            return None
+        out = self.backbone(batch["bias_input_ids"], batch["bias_attention_mask"],
+                            position_ids=batch.get("bias_position_ids"))
+        last = out.last_hidden_state
+        return last[torch.arange(last.shape[0], device=last.device), batch["bias_rep_index"]]
+
     def forward_views(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Representations (B, V, D) of a collated batch and, with template-bias rows, the matching biases
         (B, V, D) (the [MASK] state of the template alone, PromptBERT Eq. 4), else None."""
-        ids, mask = batch["input_ids"], batch["attention_mask"]
-        b, v, t = ids.shape
-        pooler = self.representation_pooler
-        tpl = batch.get("template_index")
-        layer = self.spec.pool_layer
-        out = self.backbone(ids.view(b * v, t), mask.view(b * v, t),
-                            output_hidden_states=needs_hidden_states(pooler, layer),
-                            template_index=tpl.view(b * v, t) if tpl is not None else None)
-        h = pool(pooler, out, mask.view(b * v, t), batch["rep_index"].view(-1), layer=layer).view(b, v, -1)
-        if "bias_input_ids" not in batch:
-            return h, None
-        bias_out = self.backbone(
-            batch["bias_input_ids"], batch["bias_attention_mask"], position_ids=batch.get("bias_position_ids")
-        )
-        last = bias_out.last_hidden_state
-        bias = last[torch.arange(last.shape[0], device=last.device), batch["bias_rep_index"]]  # (R, D)
-        return h, bias[batch["bias_row"]]
+        b, v = batch["input_ids"].shape[:2]
+        h = self.sequence_states(batch).view(b, v, -1)
+        bias = self.bias_states(batch)
+        return h, None if bias is None else bias[batch["bias_row"]]
 
     def represent(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Sentence representations before the head: (B, V, D), template bias already subtracted."""
@@ -213,10 +225,17 @@ class EmbeddingModel(nn.Module):
         return h if bias is None else h - bias
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Embeddings (B, V, D) of a collated batch: the head applied in training, and at evaluation unless the
-        head trains only (``use_head_at_eval`` False).  PromptBERT Eq. 4 with its heads: ``head(h - h_hat)``
-        (``head_on=difference``) or ``head(h) - head(h_hat)`` (``each``, official sup BERT)."""
-        h, bias = self.forward_views(batch)
+        """Embeddings (B, V, D) of a collated batch (:meth:`embed_states` of :meth:`forward_views`)."""
+        b, v = batch["input_ids"].shape[:2]
+        return self.embed_states(self.sequence_states(batch).view(b, v, -1), self.bias_states(batch), batch)
+
+    def embed_states(self, h: torch.Tensor, bias_rows: torch.Tensor | None,
+                     batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Embeddings (B, V, D) from the representations ``h`` (B, V, D) and the template-bias rows ``bias_rows``
+        (R, D) or None (picked per sequence by ``batch["bias_row"]`` (B, V)): the head applied in training, and
+        at evaluation unless the head trains only (``use_head_at_eval`` False).  PromptBERT Eq. 4 with its heads:
+        ``head(h - h_hat)`` (``head_on=difference``) or ``head(h) - head(h_hat)`` (``each``, official sup BERT)."""
+        bias = None if bias_rows is None else bias_rows[batch["bias_row"]]
         use_head = self.head is not None and (self.training or self.spec.use_head_at_eval)
         if bias is not None and use_head and self.spec.head_on == "each":
             return self.head(h) - self.head(bias)

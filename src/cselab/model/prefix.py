@@ -63,11 +63,13 @@ class PrefixDraw:
         return out
 
     @contextlib.contextmanager
-    def shared(self):
-        """Within the block, forwards of the same batch size share one prefix draw."""
-        self._kept = {}
+    def shared(self, kept: dict[torch.Size, torch.Tensor] | None = None):
+        """Within the block, forwards of the same batch size share one prefix draw.  ``kept``: draws to serve
+        (shape -> (n, P, L * 2H) tensor, e.g. rows of a draw made earlier: the cached step); the block's new
+        draws are added to it.  Yields the dict of draws."""
+        self._kept = {} if kept is None else kept
         try:
-            yield
+            yield self._kept
         finally:
             self._kept = None
 
