@@ -278,3 +278,24 @@ def test_refused_combinations_are_named(dirs) -> None:
                                                 "backbone.family=bert", *overrides])
             with pytest.raises(ConfigError, match=match):
                 validate(cfg)
+
+
+def test_run_with_cached_step_trains_and_may_resume_with_another_chunk_size(tmp_path, tiny_bert_dir, sts_data_dir):
+    """``run.py trainer.cached_step.chunk_size=3``: the Trainer is built without the key (the module takes it) and
+    the run trains with the cached step; the chunk size is not a change of the run's recipe (a resume may change
+    it, and the W&B variant does not name it)."""
+    from cselab.callbacks.run_config import config_changes, resolved_config
+    from cselab.config import variant_name
+    from cselab.pipeline import run
+    from tests.conftest import compose_tiny_run
+
+    cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]",
+                           "trainer.cached_step.chunk_size=3", "trainer.max_steps=2")
+    results = run(cfg, tmp_path / "run")
+    assert results["global_step"] == 2
+    ckpt = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert ckpt["hyper_parameters"]["cached_step"] == {"chunk_size": 3}
+    other = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]",
+                             "trainer.cached_step.chunk_size=5", "trainer.max_steps=2")
+    assert config_changes(resolved_config(cfg), other) == []
+    assert variant_name(["trainer.cached_step.chunk_size=32"]) == "default"
