@@ -4,6 +4,7 @@ uncached step, at the papers' batch sizes (a script, not a test).
     python benchmarks/bench_cached_step.py                                   # CPU: batch 256 and 512, chunks 16/32/64
     python benchmarks/bench_cached_step.py --device cuda --bf16 --steps 5    # on a GPU (bf16 autocast)
     python benchmarks/bench_cached_step.py --batch-sizes 64 --chunks 16 --layers 2   # a quick look
+    python benchmarks/bench_cached_step.py --batch-sizes 256 --activation-checkpointing  # both together
 
 What is measured: one optimizer step (the method's ``training_step`` as Lightning calls it, its backward, AdamW's
 update) of PromptBERT unsup as ``run.py`` builds it (two templates, [MASK] representation, ``position`` template
@@ -32,14 +33,13 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_train_eval import PeakRSS, load_sentences  # noqa: E402
+from bench_train_eval import load_sentences, peak_memory, time_steps  # noqa: E402
 
 
 def build_model(out: Path, layers: int) -> Path:
@@ -75,6 +75,8 @@ def run_case(args) -> dict:
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     method = build_method(cfg).to(device).train()
+    if args.activation_checkpointing:
+        method.encoder.enable_activation_checkpointing()
     batch = method.train_collate([{"text": t} for t in load_sentences(args.data_dir, args.batch_size)])
     batch = {k: v.to(device) for k, v in batch.items()}
     params = [p for p in method.parameters() if p.requires_grad]
@@ -93,37 +95,16 @@ def run_case(args) -> dict:
     if args.mem_cap_gb and not cuda:
         cap = int(args.mem_cap_gb * 2**30)
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-    times, loss, error = [], None, None
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    with PeakRSS() as rss:
-        try:
-            for i in range(args.warmup + args.steps):
-                if cuda:
-                    torch.cuda.synchronize()
-                t = time.perf_counter()
-                loss = step()
-                if cuda:
-                    torch.cuda.synchronize()
-                if i >= args.warmup:
-                    times.append(time.perf_counter() - t)
-        except (MemoryError, RuntimeError) as err:  # RuntimeError: torch's "can't allocate memory" / CUDA OOM
-            error = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+    # MemoryError / RuntimeError (torch's "can't allocate memory", CUDA out of memory): a step that does not fit
+    times, loss, rss, error = time_steps(step, args.warmup, args.steps, cuda, catch=(MemoryError, RuntimeError))
     b, v, t = batch["input_ids"].shape
-    res = {"batch_size": args.batch_size, "chunk": args.chunk, "sequences": b * v, "padded_len": t,
-           "bias_rows": int(batch["bias_input_ids"].shape[0]) if "bias_input_ids" in batch else 0,
-           "layers": args.layers, "device": torch.cuda.get_device_name(device) if cuda else "cpu",
-           "precision": "bf16-autocast" if args.bf16 else "fp32", "loss": loss, "error": error,
-           "step_s": sum(times) / len(times) if times else None, "steps_timed": len(times)}
-    if cuda:
-        res["peak_mem_MB"] = torch.cuda.max_memory_allocated() / 2**20
-        res["mem_kind"] = "cuda max_memory_allocated (weights included)"
-    else:
-        res["peak_mem_MB"] = (rss.peak - rss.base) / 2**20
-        res["mem_kind"] = "CPU RSS peak - RSS after the model is built (sampled 5 ms)"
-    return res
-
+    return {"batch_size": args.batch_size, "chunk": args.chunk, "sequences": b * v, "padded_len": t,
+            "bias_rows": int(batch["bias_input_ids"].shape[0]) if "bias_input_ids" in batch else 0,
+            "layers": args.layers, "activation_checkpointing": bool(args.activation_checkpointing),
+            "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+            "precision": "bf16-autocast" if args.bf16 else "fp32", "loss": loss, "error": error,
+            "step_s": sum(times) / len(times) if times else None, "steps_timed": len(times),
+            **peak_memory(rss, cuda, "after the model is built")}
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -133,6 +114,8 @@ def main() -> None:
     parser.add_argument("--chunks", nargs="+", default=["none", "16", "32", "64"],
                         help="chunk sizes; none = the uncached step")
     parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--activation-checkpointing", action="store_true",
+                        help="every case with activation_checkpointing=true (it composes with the cached step)")
     parser.add_argument("--warmup", type=int, default=None, help="default: 0 on CPU, 2 on CUDA")
     parser.add_argument("--steps", type=int, default=None, help="default: 1 on CPU, 5 on CUDA")
     parser.add_argument("--threads", type=int, default=0)
@@ -161,8 +144,8 @@ def main() -> None:
                        "--chunk", chunk, "--device", args.device, "--layers", str(args.layers),
                        "--warmup", str(args.warmup), "--steps", str(args.steps), "--threads", str(args.threads),
                        "--mem-cap-gb", str(args.mem_cap_gb), "--data-dir", str(args.data_dir)]
-                if args.bf16:
-                    cmd.append("--bf16")
+                cmd += ["--bf16"] if args.bf16 else []
+                cmd += ["--activation-checkpointing"] if args.activation_checkpointing else []
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
                 res = json.loads(lines[-1][7:]) if lines else {

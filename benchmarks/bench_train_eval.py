@@ -143,6 +143,32 @@ class PeakRSS:
         self.peak = max(self.peak, self.proc.memory_info().rss)
 
 
+def time_steps(step, warmup: int, steps: int, cuda: bool, catch: tuple[type[BaseException], ...] = ()):
+    """Run ``step()`` ``warmup + steps`` times under :class:`PeakRSS` (and CUDA's peak-memory counter, reset
+    first); returns ``(seconds of each timed step, the last step's value, the PeakRSS, the error or None)``: an
+    exception of ``catch`` ends the loop and is returned as ``"Type: message"``."""
+    import torch
+
+    times, value, error = [], None, None
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    with PeakRSS() as rss:
+        try:
+            for i in range(warmup + steps):
+                if cuda:
+                    torch.cuda.synchronize()
+                t = time.perf_counter()
+                value = step()
+                if cuda:
+                    torch.cuda.synchronize()
+                if i >= warmup:
+                    times.append(time.perf_counter() - t)
+        except catch as err:
+            error = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+    return times, value, rss, error
+
+
 # ---------------------------------------------------------------------------------------------- one case
 def run_train_case(args) -> dict:
     """Time ``args.steps`` optimizer steps of one case after ``args.warmup`` steps (in this process)."""
@@ -211,20 +237,7 @@ def run_train_case(args) -> dict:
         optimizer.step()
         return float(loss.detach())
 
-    times = []
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    with PeakRSS() as rss:
-        for i in range(args.warmup + args.steps):
-            if cuda:
-                torch.cuda.synchronize()
-            t = time.perf_counter()
-            loss = step()
-            if cuda:
-                torch.cuda.synchronize()
-            if i >= args.warmup:
-                times.append(time.perf_counter() - t)
+    times, loss, rss, _ = time_steps(step, args.warmup, args.steps, cuda)
     step_s = sum(times) / len(times)
     flops = count_step_flops(loss_of, autocast, optimizer)
     peak = available_flops(device, torch.bfloat16 if args.bf16 else torch.float32)
@@ -235,13 +248,18 @@ def run_train_case(args) -> dict:
         "collate_ms": collate_ms, "loss": loss, "build_s": build_s,
         "params_M": sum(p.numel() for p in params) / 1e6,
     }
+    return {**res, **peak_memory(rss, cuda, "before the first step")}
+
+
+def peak_memory(rss: PeakRSS, cuda: bool, base: str) -> dict:
+    """``{"peak_mem_MB", "mem_kind"}``: CUDA's ``max_memory_allocated`` (weights included), or the sampled RSS peak
+    minus the RSS at ``base`` (the start of :func:`time_steps`)."""
+    import torch
+
     if cuda:
-        res["peak_mem_MB"] = torch.cuda.max_memory_allocated() / 2**20
-        res["mem_kind"] = "cuda max_memory_allocated"
-    else:
-        res["peak_mem_MB"] = (rss.peak - rss.base) / 2**20
-        res["mem_kind"] = "CPU RSS peak - RSS before the first step (sampled 5 ms)"
-    return res
+        return {"peak_mem_MB": torch.cuda.max_memory_allocated() / 2**20,
+                "mem_kind": "cuda max_memory_allocated (weights included)"}
+    return {"peak_mem_MB": (rss.peak - rss.base) / 2**20, "mem_kind": f"CPU RSS peak - RSS {base} (sampled 5 ms)"}
 
 
 def count_step_flops(loss_of, autocast, optimizer) -> int:

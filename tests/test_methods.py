@@ -277,12 +277,18 @@ def test_encode_caches_the_tokenization_and_runs_without_autograd(make_method) -
     assert not first.requires_grad
 
 
-def test_each_batch_shape_counts_its_flops_for_the_throughput_monitor(make_method, tmp_path) -> None:
+@pytest.mark.parametrize("chunk", [None, 3], ids=["uncached", "cached_step"])
+def test_each_batch_shape_counts_its_flops_for_the_throughput_monitor(make_method, tmp_path, chunk) -> None:
+    """The model's forward FLOPs x3 per batch shape; under the cached step its first pass and loss only (its
+    second pass, in the step's own backward passes, is not model work), which count the same."""
     import lightning as L
     from torch.utils.data import DataLoader
     from torch.utils.flop_counter import FlopCounterMode
 
+    from cselab.methods.cached_step import CachedStep
+
     method = make_method("simcse", "bert")
+    method.cached_step = CachedStep(chunk) if chunk else None
     texts = ["a man is playing a guitar on the street", "the cat sat", "birds fly", "a cat sat on the mat today",
              "hello there", "the man plays a guitar"]
     rows = [{"text": s} for s in texts + texts[:2]]  # 4 batches of 2; the 4th repeats the 1st's shapes
