@@ -138,10 +138,22 @@ def dirs(tiny_mlm_dir, tiny_decoder_dirs):
     return tiny_mlm_dir, tiny_decoder_dirs["opt"]
 
 
+#: what each case's batch must hold: (views V, template-bias rows, MLM inputs), so that each case tests its feature
+SHAPES = {"simcse_unsup": (2, False, False), "simcse_sup_hard_negatives": (3, False, False),
+          "promptbert_position": (2, True, False), "promptbert_sup_head_each": (3, True, False),
+          "cot_bert_pad_3_views": (3, True, False), "dcpcse_prefix_mlm": (2, False, True),
+          "promcse_energy_hinge": (3, False, False), "promcse_input_layer": (3, False, False),
+          "scpcse_soft_prompt": (2, False, False), "simcse_loss_groups": (2, False, False),
+          "prompteol_lora": (3, False, False)}
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_cached_step_equals_uncached_step(case, dirs) -> None:
     uncached, batch = _build(case, *dirs)
     n = batch["input_ids"].shape[0] * batch["input_ids"].shape[1]
+    assert (batch["input_ids"].shape[1], "bias_input_ids" in batch, "mlm_input_ids" in batch) == SHAPES[case]
+    if case == "promptbert_sup_head_each":
+        assert uncached.spec.head_on == "each" and uncached.head is not None
     ref_loss, ref_grads = _step(uncached, batch)
     assert ref_loss.dtype == torch.float64
     # dropout is on: another seed gives another loss (so the equalities below are about the same masks)

@@ -197,6 +197,8 @@ class CachedStep:
         return CachedStepResult(loss, contrastive, mlm, int(batch["input_ids"].shape[0]))
 
     def _step(self, method, batch: dict[str, torch.Tensor]):
+        """Both passes; the gradients left in the parameters' ``.grad``.  Returns ``(contrastive loss, MLM loss or
+        None, total loss)`` (detached scalars), or None for a step the non-finite policy skips."""
         model, encoder = method.model, method.encoder
         b, v = batch["input_ids"].shape[:2]
         device = batch["input_ids"].device
