@@ -161,7 +161,9 @@ def test_cached_step_equals_uncached_step(case, dirs) -> None:
     cached, _ = _build(case, *dirs, chunk=n)
     assert cached.cached_step.chunk_size == n
     _assert_same(*_step(cached, batch), ref_loss, ref_grads)  # one chunk: the uncached step's masks
-    for chunk in (n // 2 if n % 2 == 0 else (n + 1) // 2, 4 if n % 4 else 5, 1):  # dividing B*V or not
+    divides = max(d for d in range(2, n) if n % d == 0)  # 7 of 14 or 21 rows
+    assert n % 4  # 4 does not divide B*V
+    for chunk in (divides, 4, 1):
         cached.cached_step = CachedStep(chunk)
         loss, grads = _step(cached, batch)
         _assert_same(loss, grads, *_chunked_reference(copy.deepcopy(uncached), batch, chunk))
