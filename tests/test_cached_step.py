@@ -313,3 +313,15 @@ def test_run_with_cached_step_trains_and_may_resume_with_another_chunk_size(tmp_
                              "trainer.cached_step.chunk_size=5", "trainer.max_steps=2")
     assert config_changes(resolved_config(cfg), other) == []
     assert variant_name(["trainer.cached_step.chunk_size=32"]) == "default"
+
+
+def test_cached_step_with_a_compiled_backbone(dirs) -> None:
+    """``compile.enabled=true`` (here the ``eager`` backend: dynamo's tracing without a C compiler): the compiled
+    backbone runs the first pass without a graph and the second with one; same loss and gradients (dropout off)."""
+    uncached, batch = _build("promptbert_position", *dirs)
+    _dropout_off(uncached)
+    ref_loss, ref_grads = _step(uncached, batch)
+    cached = copy.deepcopy(uncached)
+    cached.encoder.model.compile(backend="eager", dynamic=True)
+    cached.cached_step = CachedStep(4)
+    _assert_same(*_step(cached, batch), ref_loss, ref_grads)
