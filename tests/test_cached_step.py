@@ -52,8 +52,8 @@ CASES = {
 }
 
 
-def _build(case: str, mlm_dir: Path, decoder_dir: Path, chunk: int | None = None):
-    """The method as run.py builds it (float64, train mode) and one training batch of 7 examples."""
+def _build(case: str, mlm_dir: Path, decoder_dir: Path, chunk: int | None = None, device: str = "cpu"):
+    """The method as run.py builds it (float64, train mode, on ``device``) and one training batch of 7 examples."""
     method, setting, extra = CASES[case]
     backbone = [f"backbone.name_or_path={decoder_dir}", "backbone.family=decoder"] \
         if method == "prompteol" else [f"backbone.name_or_path={mlm_dir}", "backbone.family=bert"]
@@ -61,9 +61,9 @@ def _build(case: str, mlm_dir: Path, decoder_dir: Path, chunk: int | None = None
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose("config", overrides=[f"method={method}", f"setting={setting}", *backbone, *extra, *cached])
     torch.manual_seed(0)
-    model = build_method(cfg).double().train()
+    model = build_method(cfg).double().train().to(device)
     rows = TRIPLETS if setting == "sup" else [{"text": s} for s in SENTENCES]
-    return model, model.train_collate(rows)
+    return model, {k: t.to(device) for k, t in model.train_collate(rows).items()}
 
 
 def _step(method, batch, seed: int = 1) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -167,6 +167,25 @@ def test_cached_step_equals_uncached_step(case, dirs) -> None:
         cached.cached_step = CachedStep(chunk)
         loss, grads = _step(cached, batch)
         _assert_same(loss, grads, *_chunked_reference(copy.deepcopy(uncached), batch, chunk))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (dropout draws from its generator)")
+@pytest.mark.parametrize("case", ["simcse_unsup", "promptbert_position", "cot_bert_pad_3_views", "dcpcse_prefix_mlm",
+                                  "promcse_energy_hinge", "prompteol_lora"])
+def test_cached_step_on_cuda_restores_the_cuda_generator(case, dirs) -> None:
+    """On a GPU, dropout draws its masks from the CUDA generator, whose state the cached step records and restores
+    per chunk: the same equalities as on the CPU (float64, dropout on).  Run where a GPU is; CI has none."""
+    uncached, batch = _build(case, *dirs, device="cuda")
+    assert batch["input_ids"].is_cuda and next(uncached.parameters()).is_cuda
+    ref_loss, ref_grads = _step(uncached, batch)
+    assert abs(float(_step(uncached, batch, seed=2)[0]) - float(ref_loss)) > 1e-6
+    n = batch["input_ids"].shape[0] * batch["input_ids"].shape[1]
+    cached = copy.deepcopy(uncached)
+    cached.cached_step = CachedStep(n)
+    _assert_same(*_step(cached, batch), ref_loss, ref_grads)
+    for chunk in (4, 1):
+        cached.cached_step = CachedStep(chunk)
+        _assert_same(*_step(cached, batch), *_chunked_reference(copy.deepcopy(uncached), batch, chunk))
 
 
 @pytest.mark.parametrize("case", ["simcse_sup_hard_negatives", "promptbert_position", "cot_bert_pad_3_views",
