@@ -15,7 +15,8 @@ def _trainer(global_step=0, batches=187, max_steps=20, restarting=False, ready=0
     return SimpleNamespace(num_training_batches=batches, max_steps=max_steps, global_step=global_step,
                            accumulate_grad_batches=accumulate, fit_loop=SimpleNamespace(epoch_loop=loop),
                            estimated_stepping_batches=total if total is not None else max_steps,
-                           is_global_zero=True, callback_metrics={}, progress_bar_callback=None)
+                           is_global_zero=True, callback_metrics={}, progress_bar_callback=None, fast_dev_run=False,
+                           _logger_connector=SimpleNamespace(should_update_logs=True))
 
 
 @pytest.mark.parametrize("bar_class", [StepRichProgressBar, StepTQDMProgressBar])
@@ -50,6 +51,28 @@ def test_progress_log_lines_for_training(caplog, monkeypatch):
     assert lines == ["training: step 0 of 200",
                      "training: step 20/200 (10%), 3.05 s/step, 9:09 left, loss 0.5000",
                      "training: step 40/200 (20%), 3.25 s/step, 8:40 left, loss 0.5000"]
+
+
+def test_progress_shows_the_loss_read_on_logging_steps_only(monkeypatch):
+    """Between logging steps the loss shown is the last one read: the display never reads the device's value."""
+    import cselab.progress as progress
+
+    clock = iter([0.0, 61.0, 130.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    cb = ProgressLog(every_s=60)
+    trainer = _trainer(global_step=0, total=200)
+    cb.on_train_start(trainer, None)
+    trainer.global_step, trainer.callback_metrics = 10, {"train/loss": 0.5}
+    cb.on_train_batch_end(trainer, None, None, None, 9)
+    trainer._logger_connector.should_update_logs = False
+
+    class Unreadable:
+        def __float__(self):
+            raise AssertionError("read on a step that is not a logging step")
+
+    trainer.global_step, trainer.callback_metrics = 11, {"train/loss": Unreadable()}
+    cb.on_train_batch_end(trainer, None, None, None, 10)
+    assert cb.shown_loss == 0.5
 
 
 def test_evaluation_progress_lines_when_not_a_terminal(caplog, monkeypatch):

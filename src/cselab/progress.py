@@ -103,7 +103,29 @@ except ImportError:  # no rich: the tqdm bar
     TimeLeftColumn = SpeedColumn = None
 
 
-class StepRichProgressBar(_BoundedByMaxSteps, RichProgressBar):
+def is_logging_step(trainer: L.Trainer | None) -> bool:
+    """True on the training steps whose logged values Lightning writes (every ``trainer.log_every_n_steps``):
+    the only steps on which cselab reads a value of the device on the host (the loss for the progress display,
+    the non-finite flags, the throughput clock).  From ``on_train_batch_end``; False without a Trainer."""
+    if trainer is None:
+        return False
+    return bool(trainer._logger_connector.should_update_logs) or bool(trainer.fast_dev_run)
+
+
+class _LossOnLoggingSteps:
+    """The training loss shown by a progress display, read on the host on logging steps only
+    (:func:`is_logging_step`): between them it shows the last value read, so a step never waits for the device
+    to show its loss."""
+
+    shown_loss: float | None = None
+
+    def _read_loss(self, trainer: L.Trainer) -> None:
+        if is_logging_step(trainer):
+            loss = trainer.callback_metrics.get("train/loss")
+            self.shown_loss = None if loss is None else float(loss)
+
+
+class StepRichProgressBar(_LossOnLoggingSteps, _BoundedByMaxSteps, RichProgressBar):
     """Lightning's Rich progress bar, training total bounded by ``trainer.max_steps``; its time and speed columns
     fall back to the average since a task began (:func:`average_speed`), so an evaluation shows its time left."""
 
@@ -113,9 +135,25 @@ class StepRichProgressBar(_BoundedByMaxSteps, RichProgressBar):
                 ProcessingSpeedColumn: lambda c: SpeedColumn(style=c.style)} if TimeLeftColumn else {}
         return [swap[type(c)](c) if type(c) in swap else c for c in columns]
 
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        self._read_loss(trainer)
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
-class StepTQDMProgressBar(_BoundedByMaxSteps, TQDMProgressBar):
+    def get_metrics(self, trainer, pl_module) -> dict:
+        metrics = super().get_metrics(trainer, pl_module)
+        return metrics if self.shown_loss is None else {**metrics, "loss": f"{self.shown_loss:.4f}"}
+
+
+class StepTQDMProgressBar(_LossOnLoggingSteps, _BoundedByMaxSteps, TQDMProgressBar):
     """Lightning's tqdm progress bar, training total bounded by ``trainer.max_steps``."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        self._read_loss(trainer)
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def get_metrics(self, trainer, pl_module) -> dict:
+        metrics = super().get_metrics(trainer, pl_module)
+        return metrics if self.shown_loss is None else {**metrics, "loss": f"{self.shown_loss:.4f}"}
 
 
 def progress_callback(bars: bool = True, every_s: float = 60.0) -> L.Callback:
@@ -135,8 +173,9 @@ def progress_bar() -> L.Callback:
         return StepTQDMProgressBar()
 
 
-class ProgressLog(L.Callback):
-    """A log line every ``every_s`` seconds of training: ``step 40/187 (21%), 2.10 s/step, 0:05:13 left, loss 0.53``.
+class ProgressLog(_LossOnLoggingSteps, L.Callback):
+    """A log line every ``every_s`` seconds of training: ``step 40/187 (21%), 2.10 s/step, 0:05:13 left, loss 0.53``
+    (the loss of the last logging step).
 
     For output that is not a terminal (where the bars are off).  The rate counts only this process's steps
     (a resumed run starts its clock at the resumed step).
@@ -157,6 +196,7 @@ class ProgressLog(L.Callback):
         log.info("training: step %d of %s", trainer.global_step, f"{int(total):,}" if math.isfinite(total) else "?")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        self._read_loss(trainer)
         now = time.monotonic()
         if now - self._last < self.every_s or not trainer.is_global_zero:
             return
@@ -164,13 +204,13 @@ class ProgressLog(L.Callback):
         step = trainer.global_step
         total = trainer.estimated_stepping_batches
         rate = (now - self._start) / max(step - self._first_step, 1)
-        loss = trainer.callback_metrics.get("train/loss")
+        loss = self.shown_loss
         parts = [f"training: step {step:,}/{int(total):,} ({100 * step / total:.0f}%)" if math.isfinite(total)
                  else f"training: step {step:,}", f"{rate:.2f} s/step"]
         if math.isfinite(total):
             parts.append(f"{_duration(rate * (total - step))} left")
         if loss is not None:
-            parts.append(f"loss {float(loss):.4f}")
+            parts.append(f"loss {loss:.4f}")
         log.info(", ".join(parts))
 
 

@@ -97,6 +97,13 @@ class SentenceDataModule(L.LightningDataModule):
             generator=generator,
         )
 
+    @property
+    def equal_rank_batches(self) -> bool:
+        """True when every DDP rank gets a batch of the same size at every step (the contrastive gather then needs
+        no size exchange, :func:`cselab.methods.gather.gather_embeddings`): a map-style dataset's
+        :class:`ResumableSampler` pads the epoch to a multiple of the world size, as ``DistributedSampler``."""
+        return True
+
     def state_dict(self) -> dict[str, Any]:
         """The data position for the checkpoint being written (the trainer's count of batches processed)."""
         trainer = self.trainer

@@ -220,6 +220,11 @@ class UnsupDataModule(SentenceDataModule):
         self.skipped_lines = 0
         self.skipped_undecodable = 0
 
+    @property
+    def equal_rank_batches(self) -> bool:
+        """The streamed corpus gives every rank batches of the same sizes only with ``even_ranks``."""
+        return not self.streaming or bool(self.even_ranks)
+
     def setup(self, stage: str | None = None) -> None:
         if stage not in (None, "fit") or self.train_set is not None:
             return

@@ -26,9 +26,14 @@ from cselab.methods.nonfinite import NonFinitePolicy
 from cselab.model.factory import build_embedding_model
 from cselab.model.spec import ConfigError, EmbeddingSpec, TuningSpec
 from cselab.model.template_input import ViewSpec
+from cselab.progress import is_logging_step
 
 #: AdamW and its linear schedule (``optim``): the official implementations' (no warm-up, no weight decay)
-OPTIM_DEFAULTS = {"lr": 3e-5, "weight_decay": 0.0, "warmup_ratio": 0.0, "warmup_steps": 0}
+OPTIM_DEFAULTS = {"lr": 3e-5, "weight_decay": 0.0, "warmup_ratio": 0.0, "warmup_steps": 0, "fused": "auto"}
+#: ``optim.fused`` values: ``auto`` = the fused AdamW kernel wherever the parameters' device has one (CUDA, CPU)
+FUSED_CHOICES = ("auto", True, False)
+#: devices with a fused AdamW kernel that honours ``found_inf`` (torch >= 2.4)
+FUSED_DEVICES = ("cuda", "cpu")
 
 
 class ContrastiveMethod(L.LightningModule):
@@ -41,9 +46,11 @@ class ContrastiveMethod(L.LightningModule):
             :class:`cselab.model.spec.EmbeddingSpec` that a config sets, plus ``prompt``, from which the class
             derives its views: :meth:`view_specs`); or a whole :class:`EmbeddingSpec` (its views as given).
         loss: loss config (``name`` + its arguments, :func:`cselab.losses.build_loss`); None: InfoNCE.
-        optim: ``{"lr", "weight_decay", "warmup_ratio", "warmup_steps"}``: AdamW and the linear schedule
-            (``warmup_steps`` > 0, e.g. PromptEOL's 100, wins over ``warmup_ratio``); missing keys:
-            :data:`OPTIM_DEFAULTS`.
+        optim: ``{"lr", "weight_decay", "warmup_ratio", "warmup_steps", "fused"}``: AdamW and the linear schedule
+            (``warmup_steps`` > 0, e.g. PromptEOL's 100, wins over ``warmup_ratio``); ``fused``: ``auto`` (the
+            fused AdamW kernel on CUDA and CPU: one kernel for all parameters, and the non-finite check stays on
+            the device, :mod:`cselab.methods.nonfinite`), ``true`` or ``false`` (``torch.optim.AdamW``'s default
+            implementation); missing keys: :data:`OPTIM_DEFAULTS`.
         setting: ``unsup`` (one sentence, dropout views) or ``sup`` (NLI triplets sent0, sent1, hard_neg).
         train: False for methods evaluated without fine-tuning (a ``tuning=lora`` then adds no adapters: it
             becomes ``frozen``, so that a direct-inference model saves as the plain backbone).
@@ -203,8 +210,9 @@ class ContrastiveMethod(L.LightningModule):
         return self.model(batch)
 
     def gather_embeddings(self, z: torch.Tensor) -> torch.Tensor:
-        """The embeddings the loss sees (:func:`cselab.methods.gather.gather_embeddings`)."""
-        return gather_embeddings(self, z, self.negatives)
+        """The embeddings the loss sees (:func:`cselab.methods.gather.gather_embeddings`; the ranks' batch sizes
+        are exchanged only when the DataModule does not guarantee them equal: ``equal_rank_batches``)."""
+        return gather_embeddings(self, z, self.negatives, equal_sizes=getattr(self, "equal_rank_batches", False))
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
         """loss(gather(embed(views))) [+ the MLM auxiliary loss]; None (no optimizer step) for a skipped
@@ -216,7 +224,7 @@ class ContrastiveMethod(L.LightningModule):
                 return None
             if result.mlm is not None:
                 self.log("train/mlm_loss", result.mlm, batch_size=result.batch_size)
-            self.log("train/loss", result.loss.detach(), prog_bar=True, batch_size=result.batch_size)
+            self.log("train/loss", result.loss.detach(), batch_size=result.batch_size)
             return result.loss
         with self.encoder.one_prompt_draw():
             z = self.gather_embeddings(self.embed(batch))
@@ -227,13 +235,35 @@ class ContrastiveMethod(L.LightningModule):
                 loss = loss + self.aux_mlm.weight(self.global_step) * mlm_loss
         if self.nonfinite(self, loss, batch):
             return None
-        self.log("train/loss", loss, prog_bar=True, batch_size=z.shape[0])
+        self.log("train/loss", loss, batch_size=z.shape[0])  # read on the host at logging steps only
         return loss
 
     def on_fit_start(self) -> None:
-        """Refuse what the cached step cannot make exact (:func:`cselab.methods.cached_step.check_trainer`)."""
+        """Refuse what the cached step cannot make exact (:func:`cselab.methods.cached_step.check_trainer`); learn
+        from the DataModule whether every rank's batch has the same size (no size exchange in the gather)."""
         if self.cached_step is not None:
             check_trainer(self.trainer)
+        datamodule = getattr(self.trainer, "datamodule", None)
+        self.equal_rank_batches = bool(getattr(datamodule, "equal_rank_batches", False))
+
+    # ----------------------------------------------------------------- non-finite steps, read on logging steps
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """The gradients' non-finite check, on the device (:meth:`NonFinitePolicy.check_gradients`)."""
+        self.nonfinite.check_gradients(p for p in self.parameters() if p.requires_grad)
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        """On logging steps only: the recorded non-finite flags read on the host (:meth:`NonFinitePolicy.check`)."""
+        if is_logging_step(self.trainer):
+            self.nonfinite.check(self, log=True)
+
+    def on_validation_start(self) -> None:
+        """Before a validation (and the checkpoint it selects): the pending non-finite flags read."""
+        if self.trainer.state.fn == "fit":
+            self.nonfinite.check(self, log=False)
+
+    def on_train_end(self) -> None:
+        """The last steps' non-finite flags read."""
+        self.nonfinite.check(self, log=False)
 
     # The STS callback does the evaluation; Lightning's loops only provide the schedule (val_check_interval).
     def validation_step(self, batch: Any, batch_idx: int) -> None:
@@ -248,13 +278,20 @@ class ContrastiveMethod(L.LightningModule):
         return self.model.encode(sentences, batch_size=batch_size, encoder=encoder)
 
     def configure_optimizers(self):
-        """AdamW (eps 1e-8, weight decay ``weight_decay``) + linear decay after ``warmup_steps`` (if > 0) or
-        ``warmup_ratio`` x the total steps of warm-up."""
+        """AdamW (eps 1e-8, weight decay ``weight_decay``; fused per ``optim.fused``) + linear decay after
+        ``warmup_steps`` (if > 0) or ``warmup_ratio`` x the total steps of warm-up.  A fused AdamW takes the
+        non-finite policy's ``found_inf`` flag (:meth:`NonFinitePolicy.attach`).
+
+        Raises:
+            ValueError: ``optim.fused=true`` on a device without a fused AdamW, or an unknown ``optim.fused``.
+        """
         from transformers import get_linear_schedule_with_warmup
 
         params = [p for p in self.parameters() if p.requires_grad]
         optim = self.optim
-        optimizer = torch.optim.AdamW(params, lr=optim["lr"], weight_decay=optim["weight_decay"], eps=1e-8)
+        optimizer = torch.optim.AdamW(params, lr=optim["lr"], weight_decay=optim["weight_decay"], eps=1e-8,
+                                      fused=fused_adamw(optim.get("fused", "auto"), params))
+        self.nonfinite.attach(optimizer, self.device)
         steps = self.trainer.estimated_stepping_batches
         if steps == float("inf"):
             raise ValueError("the number of training steps is unknown (a streamed corpus): set trainer.max_steps")
@@ -270,6 +307,26 @@ class ContrastiveMethod(L.LightningModule):
     def describe(self) -> dict[str, Any]:
         """What the model does at test (:meth:`cselab.model.embedding.EmbeddingModel.describe`)."""
         return self.model.describe()
+
+
+def fused_adamw(fused: str | bool, params: Sequence[torch.nn.Parameter]) -> bool:
+    """``optim.fused`` resolved for ``params``: ``auto`` -> True when every parameter is a floating tensor on a
+    device of :data:`FUSED_DEVICES`; ``true`` / ``false`` as given.
+
+    Raises:
+        ValueError: an unknown value, or ``true`` for parameters on a device without the fused kernel (names
+            ``optim.fused``).
+    """
+    if fused not in FUSED_CHOICES:
+        raise ValueError(f"optim.fused={fused!r}: expected auto, true or false")
+    supported = bool(params) and all(p.device.type in FUSED_DEVICES and p.is_floating_point() for p in params)
+    if fused == "auto":
+        return supported
+    if fused and not supported:
+        devices = sorted({p.device.type for p in params})
+        raise ValueError(f"optim.fused=true: the fused AdamW runs on {'/'.join(FUSED_DEVICES)} float parameters, "
+                         f"these are on {devices}; set optim.fused=auto or false")
+    return bool(fused)
 
 
 def template_of(prompt: Mapping[str, Any] | None, family: str, view: str) -> str:

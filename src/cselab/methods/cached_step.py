@@ -226,18 +226,17 @@ class CachedStep:
         done = getattr(method, "flops_forward_done", None)  # cselab.callbacks.flops: the forward's FLOPs end here
         if done is not None:
             done()
-        if method.nonfinite(method, loss.detach(), batch):
-            return None
+        if not method.nonfinite.on_device and method.nonfinite(method, loss.detach(), batch):
+            return None  # decided on the host: skip the second pass (on the device: the whole step is recorded)
         _backward([loss], [torch.ones_like(loss)])
 
         # second pass, chunk by chunk with a graph: dL/dh (and the MLM loss) back-propagated
         aux = method.aux_mlm if method.aux_mlm is not None and "mlm_input_ids" in batch else None
         mlm_total, mlm_state, scale = None, after_first_pass, None
-        if aux is not None:
-            masked = int((batch["mlm_labels"] != -100).sum())
+        if aux is not None:  # the masked-token count stays on the device (no host sync); none masked: a zero loss
+            masked = (batch["mlm_labels"] != -100).sum().clamp(min=1).to(loss.dtype)
             mlm_total = loss.new_zeros(())
-            if masked:
-                scale = aux.weight(method.global_step) / masked
+            scale = aux.weight(method.global_step) / masked
         for rows, state in zip(chunks, states, strict=True):
             state.restore()
             with encoder.one_prompt_draw(_served(prompt_leaf, rows)):
@@ -248,7 +247,7 @@ class CachedStep:
                     mlm_state = RNGState.capture(device)
                     mlm_total = mlm_total + ce_sum.detach()
                     outputs.append(ce_sum)
-                    grads.append(torch.full_like(ce_sum, scale))
+                    grads.append(scale.to(ce_sum.dtype).expand_as(ce_sum))
                 _backward(outputs, grads)
         if bias is not None:
             bias_state.restore()
@@ -261,7 +260,7 @@ class CachedStep:
         contrastive = loss.detach()
         if aux is None:
             return contrastive, None, contrastive
-        mlm = mlm_total / masked if masked else mlm_total
+        mlm = mlm_total / masked
         total = contrastive + aux.weight(method.global_step) * mlm
         if method.nonfinite(method, total, batch):
             return None

@@ -6,7 +6,8 @@ import lightning as L
 import torch
 
 
-def gather_embeddings(module: L.LightningModule, z: torch.Tensor, negatives: str = "global") -> torch.Tensor:
+def gather_embeddings(module: L.LightningModule, z: torch.Tensor, negatives: str = "global",
+                      equal_sizes: bool = False) -> torch.Tensor:
     """The embeddings the loss sees: this rank's (B, V, D), or under DDP with ``negatives=global`` all ranks'.
 
     Args:
@@ -34,12 +35,18 @@ def gather_embeddings(module: L.LightningModule, z: torch.Tensor, negatives: str
     ``per_device`` is CoT-BERT's official recipe (``torch.nn.DataParallel``: each replica's loss over
     its own 128, averaged): DDP's gradient average of per-rank losses gives the same.
 
+    ``equal_sizes``: the DataModule guarantees every rank the same B at every step (a distributed sampler pads
+    the epoch; the streamed corpus with ``even_ranks``): the embeddings are gathered at once.  Otherwise the ranks
+    first exchange their B and read them on the host (one device sync per step).
+
     Raises:
         RuntimeError: from ``torch.distributed`` when a rank does not take part (all ranks must call it).
     """
     trainer = module._trainer
     if negatives != "global" or trainer is None or trainer.world_size <= 1:
         return z
+    if equal_sizes:
+        return module.all_gather(z, sync_grads=True).reshape(-1, *z.shape[1:])
     sizes = [int(s) for s in module.all_gather(torch.tensor(z.shape[0], device=z.device)).reshape(-1).tolist()]
     top = max(sizes)
     padded = z if z.shape[0] == top else torch.cat([z, z.new_zeros(top - z.shape[0], *z.shape[1:])])

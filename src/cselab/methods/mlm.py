@@ -92,11 +92,12 @@ class AuxiliaryMLM:
         tpl = batch.get("template_index")
         out = encoder(ids.view(b * v, t), mask.view(b * v, t),
                       template_index=tpl.view(b * v, t) if tpl is not None else None)
-        if not bool((labels != -100).any()):  # nothing selected in this batch
-            return out.last_hidden_state.sum() * 0.0
         logits = mlm_head(encoder.mlm)(out.last_hidden_state)
-        return torch.nn.functional.cross_entropy(_at_least_float32(logits.view(-1, logits.shape[-1])), labels.view(-1),
-                                                 ignore_index=-100)
+        ce_sum = torch.nn.functional.cross_entropy(_at_least_float32(logits.view(-1, logits.shape[-1])),
+                                                   labels.view(-1), ignore_index=-100, reduction="sum")
+        # the mean over the masked tokens, their count kept on the device (no host sync); none masked: 0, with
+        # zero gradients for every MLM parameter (cross_entropy's own mean would be 0 / 0)
+        return ce_sum / (labels != -100).sum().clamp(min=1)
 
     def loss_sum(self, encoder, batch: dict[str, torch.Tensor], rows: slice) -> torch.Tensor:
         """The MLM cross-entropy SUMMED over the masked tokens of the flattened sequences ``rows`` (of the B * V):

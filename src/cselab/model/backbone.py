@@ -13,6 +13,8 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
+from .attention_mask import opt_positions, sdpa_mask_4d, takes_4d_mask
+
 #: decoder model types with learned ABSOLUTE positions: left-padded rows get their positions from the attention
 #: mask (OPT does this itself; rotary models -- LLaMA, Qwen2, Mistral -- keep their default, as the official code)
 ABSOLUTE_POSITION_DECODERS = ("gpt2", "gpt_neo", "gpt_bigcode", "biogpt")
@@ -47,6 +49,8 @@ class Encoder(nn.Module):
         self.is_decoder = family == "decoder"
         self.positions_from_mask = self.is_decoder and model.config.model_type in ABSOLUTE_POSITION_DECODERS
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 512)) - self.position_offset
+        self.mask_4d = takes_4d_mask(model.config, self.is_decoder)  # cselab.model.attention_mask
+        self.opt_positions = self.is_decoder and model.config.model_type == "opt"
         self.tuning = "full"
         self.prefix_len = 0          # prompt length of tuning=prefix (0: none)
         self.prefix_variant = None
@@ -247,13 +251,21 @@ class Encoder(nn.Module):
         else:
             kwargs["input_ids"] = input_ids
             kwargs["position_ids"] = position_ids
-        if self.tuning == "prefix" and self.prefix_variant != "input_layer":
-            # PEFT's forward drops explicit position ids for prompt learning: call the wrapped model with
-            # PEFT's prefix key/values ourselves, the attention mask extended over the prefix.
+        prefix = self.tuning == "prefix" and self.prefix_variant != "input_layer"
+        if prefix:  # the attention mask extended over the prefix key/values
             n = attention_mask.shape[0]
-            kwargs["past_key_values"] = self.model.get_prompt(batch_size=n)
             ones = torch.ones(n, self.prefix_len, dtype=attention_mask.dtype, device=attention_mask.device)
             kwargs["attention_mask"] = torch.cat([ones, attention_mask], dim=1)
+        # no host sync in Hugging Face's mask builder (cselab.model.attention_mask); not with an input-layer prompt,
+        # whose PEFT forward concatenates the 2D mask with the prompt's
+        if self.mask_4d and not (self.tuning == "prefix" and self.prefix_variant == "input_layer"):
+            if self.opt_positions and kwargs["position_ids"] is None:
+                kwargs["position_ids"] = opt_positions(kwargs["attention_mask"])
+            kwargs["attention_mask"] = sdpa_mask_4d(kwargs["attention_mask"], input_ids.shape[1], self.is_decoder)
+        if prefix:
+            # PEFT's forward drops explicit position ids for prompt learning: call the wrapped model with
+            # PEFT's prefix key/values ourselves.
+            kwargs["past_key_values"] = self.model.get_prompt(batch_size=attention_mask.shape[0])
             out = self.model.get_base_model()(**kwargs)
         else:
             out = self.model(**kwargs)

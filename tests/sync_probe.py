@@ -1,0 +1,100 @@
+"""A Lightning callback that counts, for each training batch, the host syncs from one batch start to the next:
+``aten._local_scalar_dense`` calls (``.item()``, ``bool(tensor)``, ``if tensor:``) seen by a ``TorchDispatchMode``
+outside the optimizer's own step and the DataLoader's fetch (host tensors: :func:`_host_side`), and ``torch.cuda.synchronize`` calls (the test patches it with a counter).
+
+Used as ``+callbacks.sync_probe._target_=tests.sync_probe.SyncProbe`` (the documented way to add a callback)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+
+import lightning as L
+from torch.utils._python_dispatch import TorchDispatchMode
+
+#: what a host sync looks like to the dispatcher
+SYNC_OPS = ("_local_scalar_dense", "nonzero", "masked_select", "_assert_async")
+
+
+class _Count(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: Counter = Counter()
+        self.seen = 0  # every op dispatched (a probe that sees none proves nothing)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen += 1
+        name = func.__name__.split(".")[0]
+        if name in SYNC_OPS and not _host_side():
+            self.ops[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _host_side() -> bool:
+    """The call reads a host tensor, not the device: it comes from the optimizer's own step (the innermost Python
+    frame outside this file is in ``torch/optim/``, e.g. the step count of the non-fused AdamW), or from the
+    DataLoader fetching the next batch (the collate works on CPU tensors, in worker processes when
+    ``data.num_workers`` > 0: a frame in ``torch/utils/data/``)."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    if frame is not None and f"{os.sep}torch{os.sep}optim{os.sep}" in frame.f_code.co_filename:
+        return True
+    while frame is not None:
+        if f"{os.sep}torch{os.sep}utils{os.sep}data{os.sep}" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
+
+
+class SyncProbe(L.Callback):
+    """``windows``: one dict per training batch: ``step`` (global step at its start), ``syncs`` (the counted ops),
+    ``cuda_syncs`` (calls of ``torch.cuda.synchronize``, counted by the test's patch in :attr:`cuda_syncs`),
+    ``validated`` (a validation ran in the window), ``logging`` (a logging step), ``ops`` (ops seen).
+
+    One mode is entered at the start of training and left at its end (other modes, e.g. the FLOP counter's, nest
+    inside it); a window is the difference of its counters between two batch starts."""
+
+    #: incremented by the test's patched ``torch.cuda.synchronize``
+    cuda_syncs = 0
+
+    def __init__(self) -> None:
+        self.windows: list[dict] = []
+        self._mode: _Count | None = None
+        self._start = None
+        self._validated = self._logging = False
+
+    def _snapshot(self) -> tuple:
+        return dict(self._mode.ops), self._mode.seen, SyncProbe.cuda_syncs
+
+    def _close(self, trainer) -> None:
+        if self._start is None:
+            return
+        step, (ops, seen, cuda) = self._start
+        now_ops, now_seen, now_cuda = self._snapshot()
+        syncs = {k: v - ops.get(k, 0) for k, v in now_ops.items() if v - ops.get(k, 0)}
+        self.windows.append({"step": step, "syncs": syncs, "cuda_syncs": now_cuda - cuda,
+                             "validated": self._validated, "logging": self._logging, "ops": now_seen - seen})
+        self._start = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._mode = _Count()
+        self._mode.__enter__()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._close(trainer)
+        self._start, self._validated, self._logging = (trainer.global_step, self._snapshot()), False, False
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        from cselab.progress import is_logging_step
+
+        self._logging = is_logging_step(trainer)
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._validated = True
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._close(trainer)
+        self._mode.__exit__(None, None, None)
+        self._mode = None

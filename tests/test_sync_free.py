@@ -1,0 +1,74 @@
+"""No host sync on a non-logging training step (issue "Training bound by the GPU"): from one batch start to the
+next, a ``TorchDispatchMode`` counts no ``_local_scalar_dense`` (``.item()``, ``if tensor:``), ``nonzero`` or
+``masked_select`` outside the optimizer's own host calls, and ``torch.cuda.synchronize`` is not called, for every
+method, uncached and cached, in a real run (``run.py``'s pipeline, the default callbacks).  Logging steps and
+validations may read the device; the test checks that they are the only ones that do."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from tests.sync_probe import SyncProbe
+
+MLM_ON = "method.mlm={weight:0.1,decay:0.95,decay_steps:100,probability:0.15}"
+METHODS = {  # name -> (overrides, backbone: "encoder" | "decoder")
+    "simcse": (["method=simcse"], "encoder"),
+    "simcse_sup": (["method=simcse", "setting=sup"], "encoder"),
+    "promptbert": (["method=promptbert"], "encoder"),
+    "cot_bert": (["method=cot_bert"], "encoder"),
+    "dcpcse_mlm": (["method=dcpcse", MLM_ON], "encoder"),
+    "promcse_sup_hinge": (["method=promcse", "setting=sup", "loss=infonce_eh"], "encoder"),
+    "scpcse": (["method=scpcse"], "encoder"),
+    "prompteol_lora": (["method=prompteol", "setting=sup", "tuning=lora", "tuning.r=4"], "decoder"),
+}
+CASES = [(name, chunk) for name in METHODS for chunk in (None, 3)]
+
+
+def _windows(tmp_path, backbone_dir, family, data_dir, overrides, monkeypatch):
+    from cselab.pipeline import run
+    from tests.conftest import SENTENCES, compose_tiny_run
+
+    real = torch.cuda.synchronize
+
+    def counted(*args, **kwargs):
+        SyncProbe.cuda_syncs += 1
+        if torch.cuda.is_available():
+            real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.cuda, "synchronize", counted)
+    probes: list[SyncProbe] = []
+    monkeypatch.setattr(SyncProbe, "__init__", lambda self, init=SyncProbe.__init__: (init(self), probes.append(self))[0])
+    nli = tmp_path / "nli.csv"
+    nli.write_text("sent0,sent1,hard_neg\n" + "".join(f"{s},{s} today,birds fly\n" for s in SENTENCES * 3))
+    cfg = compose_tiny_run(tmp_path, backbone_dir, data_dir, "eval.test_tasks=[stsb]", "trainer.max_steps=6",
+                           "trainer.val_check_interval=6", "trainer.log_every_n_steps=3", "data.batch_size=4",
+                           f"backbone.name_or_path={backbone_dir}", f"backbone.family={family}",
+                           "+callbacks.sync_probe._target_=tests.sync_probe.SyncProbe", *overrides)
+    if cfg.setting.name == "sup":
+        from omegaconf import open_dict
+
+        with open_dict(cfg):
+            cfg.data.path = str(nli)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run(cfg, tmp_path / "run")
+    assert len(probes) == 1, len(probes)
+    return probes[0].windows
+
+
+@pytest.mark.parametrize(("name", "chunk"), CASES, ids=[f"{n}-{'cached' if c else 'uncached'}" for n, c in CASES])
+def test_no_host_sync_between_logging_steps(name, chunk, tmp_path, tiny_mlm_dir, tiny_decoder_dirs, sts_data_dir,
+                                            monkeypatch):
+    overrides, kind = METHODS[name]
+    backbone, family = (tiny_decoder_dirs["opt"], "decoder") if kind == "decoder" else (tiny_mlm_dir, "bert")
+    cached = [f"trainer.cached_step.chunk_size={chunk}"] if chunk else []
+    windows = _windows(tmp_path, backbone, family, sts_data_dir, [*overrides, *cached], monkeypatch)
+    assert len(windows) == 6
+    quiet = [w for w in windows if not w["logging"] and not w["validated"]]
+    assert len(quiet) >= 3, windows  # steps 0, 1, 3, 4 (2 and 5 log; 5 validates)
+    for w in quiet:
+        assert w["syncs"] == {} and w["cuda_syncs"] == 0, (name, chunk, w)
+    assert any(w["syncs"] for w in windows if w["logging"] or w["validated"]), windows  # the probe sees the reads
