@@ -1,31 +1,162 @@
-"""``compile.enabled=true`` compiles the backbone in place: same outputs, same parameter names, bad backend refused."""
+"""The compiled training forward (``compile.*``, :mod:`cselab.methods.compiled`): token ids -> loss as one graph, no
+graph break, a few graphs for a whole run, the eager step's loss and gradients, checkpoints unchanged, resume both
+ways; the combinations that cannot hold refused by name.  Inductor on CPU (gcc); the models are tiny."""
 
 from __future__ import annotations
 
+import shutil
+import warnings
+from pathlib import Path
+
 import pytest
 import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
 
-from cselab.pipeline import ConfigError, compile_backbone
+from cselab.methods.compiled import CompileOptions, compile_training
+from cselab.pipeline import ConfigError
+
+CORPUS = str(Path(__file__).resolve().parent / "data" / "wiki1m_head300.txt")  # real sentences of varied lengths: widths change from batch to batch
 
 
-def test_compiled_backbone_gives_the_same_embeddings_and_keys(make_method) -> None:
-    method = make_method("promptbert", "bert", pooler="mask", denoise="position", prompt="promptbert")
-    sentences = ["a man is playing a guitar", "the cat sat on the mat", "birds fly"]
-    before = method.encode(sentences)
+class _Killed(RuntimeError):
+    pass
+
+
+def _dropout_off(method) -> None:
+    for module in method.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if hasattr(module, "attention_dropout"):
+            module.attention_dropout = 0.0
+        if hasattr(module, "dropout_prob"):
+            module.dropout_prob = 0.0
+    for config in {id(m.config): m.config for m in method.modules() if hasattr(m, "config")}.values():
+        for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if hasattr(config, key):
+                setattr(config, key, 0.0)
+
+
+@pytest.mark.parametrize("name", ["simcse", "promptbert"])
+def test_compiled_forward_equals_the_eager_step_and_keeps_the_keys(name, make_method) -> None:
+    """Dropout off, float64 (float32 would compare inductor's reduction order, ~1e-4 on PromptBERT's head bias at
+    temperature 0.05): the compiled (inductor) training forward's loss and gradients equal the eager one's to 1e-5;
+    the state dict's keys do not change (nothing is wrapped)."""
+    extra = {"pooler": "mask", "denoise": "position", "prompt": "promptbert"} if name == "promptbert" else {}
+    method = make_method(name, "bert", **extra).double().train()
+    _dropout_off(method)
+    rows = [{"text": s} for s in ["a man is playing a guitar", "the cat sat on the mat", "birds fly", "a cat sat"]]
+    batch = method.train_collate(rows)
     keys = list(method.state_dict())
+
+    def loss_and_grads(forward):
+        method.zero_grad(set_to_none=True)
+        loss = forward(batch)[0]
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in method.named_parameters() if p.grad is not None}
+
+    eager_loss, eager_grads = loss_and_grads(method.forward_loss)
     torch._dynamo.reset()
-    compile_backbone(method, {"enabled": True, "backend": "eager", "dynamic": True, "mode": None})
-    after = method.encode(sentences)
-    assert torch.allclose(before, after, atol=1e-6)
-    assert list(method.state_dict()) == keys  # checkpoints unchanged (no `_orig_mod.` prefix)
-    method.train()
-    loss = method.training_step(method.train_collate([{"text": s} for s in sentences]), 0)
-    loss.backward()
-    assert torch.isfinite(loss)
+    compile_training(method, CompileOptions(enabled=True, backend="inductor"))
+    assert method.training_forward() is method.compiled_forward_loss
+    compiled_loss, compiled_grads = loss_and_grads(method.compiled_forward_loss)
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-5)
+    assert compiled_grads.keys() == eager_grads.keys()
+    for key, grad in eager_grads.items():
+        torch.testing.assert_close(compiled_grads[key], grad, rtol=1e-5, atol=1e-5, msg=key)
+    assert list(method.state_dict()) == keys
 
 
-def test_disabled_does_nothing_and_unknown_backend_is_refused(make_method) -> None:
-    method = make_method("simcse", "bert")
-    compile_backbone(method, {"enabled": False, "backend": "nope"})
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ["simcse", "promptbert"])
+def test_a_200_step_run_compiles_at_most_4_graphs_without_a_graph_break(name, tmp_path, tiny_bert_dir,
+                                                                       sts_data_dir) -> None:
+    """``run.py compile.enabled=true data.pad_to_multiple_of=8`` (the GPU defaults) on real sentences of varied
+    lengths: 200 steps, at most 4 graphs, 0 graph breaks (dynamo's counters)."""
+    from cselab.pipeline import run
+    from tests.conftest import compose_tiny_run
+
+    torch._dynamo.reset()
+    counters.clear()
+    cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, f"method={name}", f"data.path={CORPUS}",
+                           "data.batch_size=6", "trainer.max_steps=200", "trainer.max_epochs=4", "trainer.val_check_interval=200",
+                           "eval.test_tasks=[stsb]", "compile.enabled=true", "data.pad_to_multiple_of=8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = run(cfg, tmp_path / "run")
+    assert results["global_step"] == 200
+    assert dict(counters["graph_break"]) == {}
+    assert 1 <= counters["stats"]["unique_graphs"] <= 4, dict(counters["stats"])
+
+
+@pytest.mark.integration
+def test_a_compiled_run_resumes_eager_and_compiled(tmp_path, tiny_bert_dir, sts_data_dir, monkeypatch) -> None:
+    """A compiled run killed after its step-2 checkpoint resumes to the end with ``compile.enabled=false`` and with
+    ``compile.enabled=true`` (the checkpoint holds the plain module's keys)."""
+    from cselab.methods.base import ContrastiveMethod
+    from cselab.pipeline import run
+    from tests.conftest import compose_tiny_run
+
+    real_step = ContrastiveMethod.training_step
+
+    def dies_at_step_3(self, batch, batch_idx):
+        if self.global_step == 3:
+            raise _Killed("killed at step 3")
+        return real_step(self, batch, batch_idx)
+
+    def config(out, compiled: bool, *extra):
+        return compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]",
+                                f"compile.enabled={str(compiled).lower()}", "compile.backend=eager", *extra)
+
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        patch.setattr(ContrastiveMethod, "training_step", dies_at_step_3)
+        with pytest.raises(_Killed):
+            run(config(out, True), out)
+    state = torch.load(out / "checkpoints" / "last.ckpt", weights_only=False)
+    assert state["global_step"] == 2 and not any("_orig_mod" in k for k in state["state_dict"])
+    for compiled in (False, True):
+        copy = tmp_path / f"resumed_{compiled}"
+        shutil.copytree(out, copy)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            results = run(config(copy, compiled, f"resume.dir={copy}"), copy)
+        assert results["global_step"] == 4
+
+
+def test_options_refused_by_name() -> None:
     with pytest.raises(ConfigError, match=r"compile.backend='nope': expected one of .*inductor"):
-        compile_backbone(method, {"enabled": True, "backend": "nope"})
+        CompileOptions(enabled=True, backend="nope")
+    with pytest.raises(ConfigError, match="compile.enabled='yes'"):
+        CompileOptions(enabled="yes")
+    with pytest.raises(ConfigError, match="compile.mode='fast'"):
+        CompileOptions(mode="fast")
+    graphs = CompileOptions(enabled="auto", mode="reduce-overhead")
+    assert graphs.active(cuda=True) and not graphs.active(cuda=False)
+    graphs.check(cuda=False, activation_checkpointing=True, cached_step=True)  # auto on CPU: off, nothing to refuse
+    with pytest.raises(ConfigError, match="reduce-overhead replays CUDA graphs: it needs a CUDA GPU"):
+        CompileOptions(enabled=True, mode="reduce-overhead").check(cuda=False, activation_checkpointing=False,
+                                                                   cached_step=False)
+    with pytest.raises(ConfigError, match="reduce-overhead with activation_checkpointing=true"):
+        graphs.check(cuda=True, activation_checkpointing=True, cached_step=False)
+    with pytest.raises(ConfigError, match="reduce-overhead with trainer.cached_step"):
+        graphs.check(cuda=True, activation_checkpointing=False, cached_step=True)
+    graphs.check(cuda=True, activation_checkpointing=False, cached_step=False)
+    assert CompileOptions.from_config(None).active(cuda=True) is False
+
+
+def test_validate_refuses_bad_compile_and_data_keys(tiny_bert_dir) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from cselab.pipeline import validate
+    conf = str(Path(__file__).resolve().parents[1] / "conf")
+    for override, match in (("compile.mode=fast", "compile.mode='fast'"),
+                            ("data.num_workers=-1", "data.num_workers=-1"),
+                            ("data.pad_to_multiple_of=0", "data.pad_to_multiple_of=0"),
+                            ("optim.fused=maybe", "optim.fused='maybe'")):
+        with initialize_config_dir(config_dir=conf, version_base="1.3"):
+            cfg = compose("config", overrides=["method=simcse", f"backbone.name_or_path={tiny_bert_dir}",
+                                                "backbone.family=bert", override])
+        with pytest.raises(ConfigError, match=match):
+            validate(cfg)

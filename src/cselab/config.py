@@ -63,6 +63,8 @@ OUTPUT_ONLY_KEYS: tuple[str, ...] = (
     "activation_checkpointing", "trainer.cached_step",
     "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps",
     "checkpointing", "progress", "eval.batch_size", "data.num_workers", "eval.bootstrap",
+    # the same arithmetic, another kernel (rounding only): the fused AdamW, width padding
+    "optim.fused", "data.pad_to_multiple_of",
     # wiring: the run's objects' _target_ nodes, whose values are copies of the keys above (compared there)
     "trainer._target_", "callbacks", "data.datamodule",
     # spellings before the trainer node held only lightning.Trainer's arguments (checkpoints written then)

@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from cselab.callbacks.run_config import check_resume, resolved_config
 from cselab.checkpoint_io import AtomicCheckpointIO
 from cselab.config import MOVED_KEYS, has_templates
+from cselab.data.datamodule import resolve_num_workers, resolve_pad_to_multiple_of
 from cselab.data.paths import data_root, require
 from cselab.evaluation.callback import STSCallback
 from cselab.evaluation.encoder import SentenceEncoder
@@ -43,6 +44,7 @@ from cselab.loggers import (
 from cselab.methods.base import ContrastiveMethod
 from cselab.methods.cached_step import check_options
 from cselab.methods.checks import ConfigError, check_module, refuse_legacy
+from cselab.methods.compiled import CompileOptions, compile_training
 from cselab.progress import interactive
 
 log = logging.getLogger(__name__)
@@ -109,6 +111,13 @@ def validate(cfg: DictConfig) -> None:
         check_options(precision=cfg.trainer.get("precision", "auto"), strategy=cfg.trainer.get("strategy", "auto"))
     if cfg.eval.get("dev_encoder", "official") not in ("official", "test"):
         raise ConfigError(f"eval.dev_encoder={cfg.eval.dev_encoder!r}: expected 'official' or 'test'")
+    if cfg.method.train:
+        compile_options(cfg)
+        try:
+            resolve_num_workers(cfg.data.get("num_workers", 0), False)
+            resolve_pad_to_multiple_of(cfg.data.get("pad_to_multiple_of"), False)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     check_bootstrap(cfg.eval.get("bootstrap"))
     test_backbone(cfg)  # eval.test_backbone's keys
     node = OmegaConf.to_container(cfg.module, resolve=True)
@@ -121,7 +130,7 @@ PLAUSIBLE_MAX_LR = 0.1
 
 def check_optim(optim) -> None:
     """``optim.lr`` is a number > 0 (a warning above :data:`PLAUSIBLE_MAX_LR`), ``optim.weight_decay >= 0``,
-    ``0 <= optim.warmup_ratio < 1``.
+    ``0 <= optim.warmup_ratio < 1``, ``optim.fused`` auto / true / false.
 
     Raises:
         ConfigError: names the key, the value and what was expected.
@@ -133,6 +142,9 @@ def check_optim(optim) -> None:
         value = optim.get(key, 0.0 if key != "lr" else None)
         if isinstance(value, bool) or not isinstance(value, int | float) or value != value or not ok(value):
             raise ConfigError(f"optim.{key}={value!r}: expected {expected}")
+    fused = optim.get("fused", "auto")
+    if fused not in ("auto", True, False):
+        raise ConfigError(f"optim.fused={fused!r}: expected auto, true or false")
     if optim.lr > PLAUSIBLE_MAX_LR:
         log.warning("optim.lr=%g is far above the papers' learning rates (1e-5 for full fine-tuning .. 3e-2 for "
                     "soft prompts): training will probably diverge; check the value", optim.lr)
@@ -247,25 +259,23 @@ def checkpoint_step(ckpt_path: str | None) -> int | None:
     return int(state.get("global_step", 0))
 
 
-def compile_backbone(method, options) -> None:
-    """``compile.enabled=true``: ``torch.compile`` the backbone's forward in place (``nn.Module.compile``, so
-    parameter names and checkpoints do not change) with ``compile.backend``, ``compile.mode`` and
-    ``compile.dynamic``.  Loss, pooling and templates stay eager (cheap next to the transformer).
+def compile_options(cfg: DictConfig) -> CompileOptions:
+    """The ``compile`` node as :class:`cselab.methods.compiled.CompileOptions`, its combinations checked
+    (``compile.enabled: auto`` is on when the run trains on a CUDA GPU).
 
     Raises:
-        ConfigError: ``compile.backend`` is not a backend ``torch.compile`` knows (lists them).
+        ConfigError: a bad ``compile.*`` value or combination (names the keys).
     """
-    if not options or not options.get("enabled", False):
-        return
-    backend = options.get("backend", "inductor")
-    known = torch._dynamo.list_backends(exclude_tags=())
-    if backend not in known:
-        raise ConfigError(f"compile.backend={backend!r}: expected one of {sorted(known)}")
-    kwargs = {"backend": backend, "dynamic": options.get("dynamic", True)}
-    if options.get("mode"):
-        kwargs["mode"] = options["mode"]
-    method.encoder.model.compile(**kwargs)
-    log.info("torch.compile on the backbone: %s", kwargs)
+    options = CompileOptions.from_config(cfg.get("compile"))
+    options.check(cuda=trains_on_cuda(cfg), activation_checkpointing=bool(cfg.get("activation_checkpointing", False)),
+                  cached_step=OmegaConf.select(cfg, "trainer.cached_step.chunk_size") is not None)
+    return options
+
+
+def trains_on_cuda(cfg: DictConfig) -> bool:
+    """The run trains on a CUDA GPU: one is available and ``trainer.accelerator`` is ``auto``, ``gpu`` or ``cuda``."""
+    accelerator = str(OmegaConf.select(cfg, "trainer.accelerator", default="auto"))
+    return torch.cuda.is_available() and accelerator in ("auto", "gpu", "cuda")
 
 
 def check_data_files(cfg: DictConfig) -> None:
@@ -481,13 +491,17 @@ def prepare(cfg: DictConfig, output_dir: str | Path) -> RunContext:
 
 def build_run_method(cfg: DictConfig):
     """The run's method (:func:`build_method`); a run that trains nothing is built on the test backbone
-    (``eval.test_backbone``) at once.  An embedding model gets activation checkpointing and ``torch.compile``
-    as configured (a token representation has no forward pass to change)."""
+    (``eval.test_backbone``) at once.  An embedding model gets activation checkpointing and a compiled training
+    forward as configured (:func:`cselab.methods.compiled.compile_training`; a token representation has no forward
+    pass to change)."""
     method = build_method(cfg) if cfg.method.train else build_method(cfg, backbone=test_backbone(cfg))
     if isinstance(method, ContrastiveMethod):
         if cfg.method.train and cfg.get("activation_checkpointing", False):
             method.encoder.enable_activation_checkpointing()
-        compile_backbone(method, cfg.get("compile"))
+        options = compile_options(cfg)
+        if cfg.method.train and options.active(trains_on_cuda(cfg)):
+            compile_training(method, options)
+            log.info("torch.compile of the training forward: %s", options.kwargs())
     return method
 
 
@@ -583,7 +597,16 @@ def build_datamodule(cfg: DictConfig, method) -> L.LightningDataModule:
     if not isinstance(node, DictConfig) or "_target_" not in node:
         raise ConfigError(f"data.datamodule: expected a node with a _target_ (a LightningDataModule class), got "
                           f"{node!r}")
-    return instantiate(node, collate=method.train_collate, pin_memory=torch.cuda.is_available())
+    cuda = trains_on_cuda(cfg)
+    given = OmegaConf.to_container(node, resolve=True)
+    try:
+        workers = resolve_num_workers(given.get("num_workers", 0), cuda)
+        multiple = resolve_pad_to_multiple_of(given.get("pad_to_multiple_of"), cuda)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    extra = {"pad_to_multiple_of": multiple} if "pad_to_multiple_of" in given else {}
+    return instantiate(node, collate=method.train_collate, pin_memory=torch.cuda.is_available(), num_workers=workers,
+                       **extra)
 
 
 def fit_and_test(ctx: RunContext, method, callbacks: dict[str, L.Callback], loggers: list) -> Outcome:

@@ -17,6 +17,47 @@ from torch.utils.data import DataLoader, IterableDataset
 from cselab.data.resume import DataPosition, ResumableDataLoader, ResumableSampler
 
 
+#: DataLoader worker processes that ``data.num_workers: auto`` starts on a GPU (tokenising and collating the next
+#: batches while the device runs the step); 0 on CPU, where a worker would take a core from the step itself
+AUTO_WORKERS_GPU = 4
+#: ``data.pad_to_multiple_of: auto`` on a GPU: widths in buckets of 8 tokens (few shapes for a compiled forward,
+#: tensor-core friendly); none on CPU
+AUTO_PAD_MULTIPLE_GPU = 8
+
+
+def resolve_num_workers(value: int | str, cuda: bool, cpus: int | None = None) -> int:
+    """``data.num_workers``: an int as given; ``auto`` -> :data:`AUTO_WORKERS_GPU` on a GPU (at most the CPUs but
+    one), 0 on CPU.
+
+    Raises:
+        ValueError: neither ``auto`` nor an int >= 0 (names ``data.num_workers``).
+    """
+    import os
+
+    if value == "auto":
+        cpus = cpus if cpus is not None else (os.cpu_count() or 1)
+        return max(0, min(AUTO_WORKERS_GPU, cpus - 1)) if cuda else 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"data.num_workers={value!r}: expected auto or an integer >= 0")
+    return value
+
+
+def resolve_pad_to_multiple_of(value: int | str | None, cuda: bool) -> int | None:
+    """``data.pad_to_multiple_of``: ``auto`` -> :data:`AUTO_PAD_MULTIPLE_GPU` on a GPU, None on CPU; null / an
+    int >= 1 as given.
+
+    Raises:
+        ValueError: anything else (names ``data.pad_to_multiple_of``).
+    """
+    if value == "auto":
+        return AUTO_PAD_MULTIPLE_GPU if cuda else None
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"data.pad_to_multiple_of={value!r}: expected auto, null or an integer >= 1")
+    return value
+
+
 def batch_size(batch: dict[str, torch.Tensor] | list) -> int:
     """Examples in a collated batch (sentences or triplets: the rows of ``input_ids`` (B, V, T)), for Lightning's
     ``ThroughputMonitor`` (``conf/callbacks/default.yaml``)."""
@@ -33,6 +74,8 @@ class SentenceDataModule(L.LightningDataModule):
         seed: shuffling seed; also the seed of the collate's MLM masks (``ViewCollate.mlm_seed``).
         drop_last: drop the last incomplete batch (CoT-BERT's recipe; SimCSE keeps it).
         pin_memory: pin host memory (useful on GPU).
+        pad_to_multiple_of: the collate's widths padded to a multiple of it (and its template-bias rows to a fixed
+            count; ``ViewCollate.pad_to_multiple_of``), or None.
 
     Mid-epoch resume: :meth:`state_dict` puts the data position (epoch, batches trained on in it) in every
     checkpoint; after :meth:`load_state_dict` the next loader skips exactly those samples (see
@@ -47,6 +90,7 @@ class SentenceDataModule(L.LightningDataModule):
         seed: int = 42,
         drop_last: bool = False,
         pin_memory: bool = False,
+        pad_to_multiple_of: int | None = None,
     ) -> None:
         super().__init__()
         if batch_size < 2:
@@ -54,6 +98,8 @@ class SentenceDataModule(L.LightningDataModule):
         self.collate = collate
         if hasattr(collate, "mlm_seed"):  # MLM masks: a function of the seed and the batch (ViewCollate)
             collate.mlm_seed = seed
+        if hasattr(collate, "pad_to_multiple_of"):
+            collate.pad_to_multiple_of = pad_to_multiple_of
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.seed = seed

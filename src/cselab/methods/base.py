@@ -95,6 +95,8 @@ class ContrastiveMethod(L.LightningModule):
         self.aux_mlm = AuxiliaryMLM(self.mlm, self.encoder, spec.tuning.name) if self.mlm else None
         chunk = (cached_step or {}).get("chunk_size")
         self.cached_step = CachedStep(chunk) if chunk is not None else None
+        #: ``torch.compile`` of :meth:`forward_loss` (:func:`cselab.methods.compiled.compile_training`), or None
+        self.compiled_forward_loss = None
         self._freeze_unused_layers()
         self.strict_loading = spec.tuning.name == "full"
 
@@ -227,16 +229,37 @@ class ContrastiveMethod(L.LightningModule):
             self.log("train/loss", result.loss.detach(), batch_size=result.batch_size)
             return result.loss
         with self.encoder.one_prompt_draw():
-            z = self.gather_embeddings(self.embed(batch))
-            loss = self.loss_fn(z)
-            if self.aux_mlm is not None and "mlm_input_ids" in batch:
-                mlm_loss = self.aux_mlm.loss(self.encoder, batch)
-                self.log("train/mlm_loss", mlm_loss, batch_size=z.shape[0])
-                loss = loss + self.aux_mlm.weight(self.global_step) * mlm_loss
+            loss, mlm_loss, size = self.training_forward()(batch)
+        size = int(size)  # the examples the loss saw (a shape, never a device value)
+        if mlm_loss is not None:
+            self.log("train/mlm_loss", mlm_loss, batch_size=size)
+            loss = loss + self.aux_mlm.weight(self.global_step) * mlm_loss
         if self.nonfinite(self, loss, batch):
             return None
-        self.log("train/loss", loss, batch_size=z.shape[0])  # read on the host at logging steps only
+        self.log("train/loss", loss, batch_size=size)  # read on the host at logging steps only
         return loss
+
+    def training_forward(self):
+        """The compiled :meth:`forward_loss` when there is one (:mod:`cselab.methods.compiled`), else the eager one;
+        the eager one too while a ``TorchDispatchMode`` observes the step (the FLOP counter's first step of each
+        batch shape, :class:`cselab.callbacks.FlopCounter`): dynamo would not trace under it, and would not trace
+        that code again."""
+        from torch.utils._python_dispatch import is_in_torch_dispatch_mode
+
+        if self.compiled_forward_loss is None or is_in_torch_dispatch_mode(include_infra_modes=False):
+            return self.forward_loss
+        return self.compiled_forward_loss
+
+    def forward_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """The training forward, from token ids to the loss: ``(loss(gather(embed(views))), the MLM auxiliary
+        loss or None, the number of examples the loss saw)``; the MLM weight (a function of the step) is applied
+        by the caller, so that a compiled forward (:mod:`cselab.methods.compiled`) does not depend on the step."""
+        z = self.gather_embeddings(self.embed(batch))
+        loss = self.loss_fn(z)
+        mlm = None
+        if self.aux_mlm is not None and "mlm_input_ids" in batch:
+            mlm = self.aux_mlm.loss(self.encoder, batch)
+        return loss, mlm, z.shape[0]
 
     def on_fit_start(self) -> None:
         """Refuse what the cached step cannot make exact (:func:`cselab.methods.cached_step.check_trainer`); learn

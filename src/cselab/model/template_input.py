@@ -66,6 +66,12 @@ class ViewCollate:
             mid-epoch (where the workers restart and skip batches), so a resumed run sees the masks of an
             uninterrupted one.  ``SentenceDataModule`` sets it to the run's ``seed``.
 
+    Attribute ``pad_to_multiple_of`` (None; ``SentenceDataModule`` sets ``data.pad_to_multiple_of``, 8 on a GPU):
+    the width T (and Tb of the bias rows) padded up to a multiple of it (never beyond ``max_positions``), and the
+    bias rows padded to the fixed count :attr:`max_bias_rows` (copies of a real row, which no ``bias_row`` points
+    to), so that a compiled training forward sees a few shapes only (:mod:`cselab.methods.compiled`).  Padding
+    positions are masked: the representations do not change (but for rounding).
+
     Call it on ``list[Mapping[str, str]]`` or ``list[str]`` (the latter fills the field ``"text"``).  Returns:
         ``input_ids`` (B, V, T), ``attention_mask`` (B, V, T), ``rep_index`` (B, V) index of the
         representation token ([MASK] of the template, 0 = [CLS] without template), ``sent_len`` (B, V);
@@ -101,6 +107,7 @@ class ViewCollate:
         if not views:
             raise ValueError("a collate needs at least one view")
         self.tokenizer = tokenizer
+        self.pad_to_multiple_of: int | None = None
         self.views = list(views)
         self.max_seq_len = max_seq_len
         self.denoise = denoise
@@ -201,7 +208,7 @@ class ViewCollate:
                 wrapped[b][v] = tt.wrap(ids)
                 rep_index[b, v] = tt.rep_position(len(ids))
                 sent_len[b, v] = len(ids)
-        width = max(len(seq) for row in wrapped for seq in row)
+        width = self._padded_width(max(len(seq) for row in wrapped for seq in row))
         input_ids = torch.full((batch, n_views, width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((batch, n_views, width), dtype=torch.long)
         for b, row in enumerate(wrapped):
@@ -216,6 +223,23 @@ class ViewCollate:
         if self.denoise != "none":
             out.update(self._bias(sent_len))
         return out
+
+    def _padded_width(self, width: int) -> int:
+        """``width`` rounded up to a multiple of ``pad_to_multiple_of`` (at most ``max_positions``, and never below
+        ``width``)."""
+        m = self.pad_to_multiple_of
+        if not m:
+            return width
+        return max(width, min(-(-width // m) * m, self.max_positions))
+
+    @property
+    def max_bias_rows(self) -> int:
+        """The most template-bias rows a batch can need: for each distinct template, one per possible sentence
+        length (0 .. the view's length budget)."""
+        budgets: dict[TokenizedTemplate, int] = {}
+        for v, tt in enumerate(self.templates):
+            budgets[tt] = max(budgets.get(tt, 0), self._budget(v))
+        return sum(b + 1 for b in budgets.values())
 
     def _template_index(self, shape: torch.Size, sent_len: torch.Tensor) -> torch.Tensor:
         """(B, V, T): the continuous-template slot of each template token, -1 on sentence / special tokens."""
@@ -273,17 +297,25 @@ class ViewCollate:
             lookup[torch.tensor(lengths)] = torch.arange(start, start + len(lengths))
             bias_row[:, views] = lookup[sent_len[:, views]]
             start += len(lengths)
-        width = max(p["input_ids"].shape[1] for p in parts)
+        width = self._padded_width(max(p["input_ids"].shape[1] for p in parts))
+        extra = self.max_bias_rows - start if self.pad_to_multiple_of else 0  # a fixed count of rows
 
-        def pad(t: torch.Tensor, value: int) -> torch.Tensor:
-            return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
+        def table(key: str, value: int | None) -> torch.Tensor:
+            """The parts' ``key`` tensors stacked (widths padded with ``value``), then ``extra`` copies of row 0."""
+            t = torch.cat([p[key] if value is None else pad_to(p[key], width, value) for p in parts])
+            return torch.cat([t, t[:1].expand(extra, *t.shape[1:])]) if extra > 0 else t
 
         out = {
-            "bias_input_ids": torch.cat([pad(p["input_ids"], self.pad_id) for p in parts]),
-            "bias_attention_mask": torch.cat([pad(p["attention_mask"], 0) for p in parts]),
-            "bias_rep_index": torch.cat([p["rep_index"] for p in parts]),
+            "bias_input_ids": table("input_ids", self.pad_id),
+            "bias_attention_mask": table("attention_mask", 0),
+            "bias_rep_index": table("rep_index", None),
             "bias_row": bias_row,
         }
         if self.denoise == "position":
-            out["bias_position_ids"] = torch.cat([pad(p["position_ids"], self.position_offset) for p in parts])
+            out["bias_position_ids"] = table("position_ids", self.position_offset)
         return out
+
+
+def pad_to(t: torch.Tensor, width: int, value: int) -> torch.Tensor:
+    """(R, T) -> (R, width): ``t`` padded on the right with ``value``."""
+    return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
