@@ -16,7 +16,6 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from cselab.data.resume import DataPosition, ResumableDataLoader, ResumableSampler
 
-
 #: DataLoader worker processes that ``data.num_workers: auto`` starts on a GPU (tokenising and collating the next
 #: batches while the device runs the step); 0 on CPU, where a worker would take a core from the step itself
 AUTO_WORKERS_GPU = 4
