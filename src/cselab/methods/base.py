@@ -22,7 +22,7 @@ from cselab.methods.cached_step import CachedStep, check_trainer
 from cselab.methods.checks import backbone_family_of, check_method, embedding_spec
 from cselab.methods.gather import gather_embeddings
 from cselab.methods.mlm import AuxiliaryMLM, mlm_head_own_parameters
-from cselab.methods.nonfinite import NonFinitePolicy
+from cselab.methods.nonfinite import NonFinitePolicy, honours_found_inf
 from cselab.model.factory import build_embedding_model
 from cselab.model.spec import ConfigError, EmbeddingSpec, TuningSpec
 from cselab.model.template_input import ViewSpec
@@ -312,8 +312,11 @@ class ContrastiveMethod(L.LightningModule):
 
         params = [p for p in self.parameters() if p.requires_grad]
         optim = self.optim
+        fused = optim.get("fused", "auto")
+        if fused == "auto" and getattr(self.trainer.precision_plugin, "scaler", None) is not None:
+            fused = False  # float16's GradScaler: the unscale would happen inside the kernel, after clipping
         optimizer = torch.optim.AdamW(params, lr=optim["lr"], weight_decay=optim["weight_decay"], eps=1e-8,
-                                      fused=fused_adamw(optim.get("fused", "auto"), params))
+                                      fused=fused_adamw(fused, params))
         self.nonfinite.attach(optimizer, self.device)
         steps = self.trainer.estimated_stepping_batches
         if steps == float("inf"):
@@ -322,6 +325,21 @@ class ContrastiveMethod(L.LightningModule):
         warmup = int(optim["warmup_steps"] or 0) or int(optim["warmup_ratio"] * total)
         scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """``trainer.gradient_clip_val`` with the fused AdamW: Lightning's mixed-precision plugin refuses to clip for
+        any fused optimizer (it assumes float16's GradScaler, which the fused kernel unscales); without a scaler
+        (``bf16-mixed``, ``32-true``) the gradients are the true ones, and they are clipped as Lightning's base
+        precision plugin clips them (``torch.nn.utils.clip_grad_norm_`` / ``clip_grad_value_``)."""
+        from lightning.pytorch.plugins.precision import Precision
+        from lightning.pytorch.utilities import GradClipAlgorithmType
+
+        plugin = self.trainer.precision_plugin
+        if getattr(plugin, "scaler", None) is None and honours_found_inf(optimizer):
+            algorithm = GradClipAlgorithmType(gradient_clip_algorithm or "norm")
+            Precision.clip_gradients(plugin, optimizer, float(gradient_clip_val or 0.0), algorithm)
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def num_trainable_parameters(self) -> int:
         """Number of parameters the optimizer updates."""

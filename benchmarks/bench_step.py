@@ -1,0 +1,363 @@
+"""The training step as a run takes it (Lightning's loop, the run's callbacks): time, MFU, host ops and syncs, eager
+against compiled (a script, not a test).
+
+    python benchmarks/bench_step.py --layers 12 --batch-sizes 32 --modes eager compiled --steps 3   # CPU
+    python benchmarks/bench_step.py --device cuda --bf16 --batch-sizes 64 256 --modes eager compiled reduce-overhead
+    python benchmarks/bench_step.py --ops --layers 12 --batch-sizes 64       # host ops per step, eager vs compiled
+    python benchmarks/bench_step.py --device cuda --bf16 --sync-check 20     # torch.cuda.set_sync_debug_mode("error")
+    python benchmarks/bench_step.py --device cuda --bf16 --cached 64 128 --batch-sizes 512 --methods promptbert
+
+What is measured.  Each (method, mode) runs in its own process: the method built as ``run.py`` builds it (Hydra
+compose + ``pipeline.build_run_method``, so ``compile.*`` applies as in a run) on a RANDOM BERT of bert-base shape
+(12 x 768, 12 heads, 3072; ``--layers``) with the real bert-base-uncased vocabulary (30,522 entries, from the
+embedded MiniLM package), a batch of B real sentences of the wiki1m sample collated as the run's DataModule collates
+them (``data.pad_to_multiple_of`` 8 on a GPU), then ``lightning.Trainer.fit`` for ``--warmup + --steps`` steps on
+that batch (pinned host memory, as the run's loader) with the run's non-evaluation callbacks (FLOP counter,
+throughput, RNG state) and AdamW as configured (``optim.fused: auto``).
+
+* ``step_ms``: the wall time of the timed steps divided by their number, the device synchronised once before the
+  first and once after the last (steps overlap as they do in a run);
+* ``mfu``: the step's matmul / attention FLOPs (``torch.utils.flop_counter``, forward + backward) per second over the
+  card's dense peak for the dtype (Lightning's table); None on CPU;
+* ``--ops``: one more step under ``torch.profiler``: the top-level ``aten::`` ops the host dispatches (each a
+  Python-to-C++ call, most of them a kernel launch) and, compiled, the kernels inductor generated for the step's
+  graphs (one call each per step); the eager / compiled ratio is the issue's "root ops" goal (at most 30 %);
+* ``--sync-check N``: N more steps with ``torch.cuda.set_sync_debug_mode("error")`` (CUDA) and
+  ``trainer.log_every_n_steps`` above them: the first synchronising call raises, and its place is reported;
+* ``--cached C ...``: the cached step (``trainer.cached_step.chunk_size=C``) besides the uncached one;
+* ``--eval``: the 7-task STS test evaluation of the method's ``encode`` (``eval.precision: auto``);
+* ``--peer``: sentence-transformers' ``MultipleNegativesRankingLoss`` step on the same model and batch
+  (``benchmarks/bench_train_eval.py``'s peer case), when sentence-transformers is installed.
+
+The script prints one ``RESULT`` JSON line per case and a table; ``--json`` writes them all.  Figures:
+docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import lightning as L
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_train_eval import available_flops, build_random_bert_base, count_step_flops, load_sentences  # noqa: E402
+
+METHODS = {"simcse": [], "promptbert": [], "cot_bert": []}  # unsup, the paper defaults (denoising included)
+MODES = {"eager": ["compile.enabled=false"], "compiled": ["compile.enabled=true"],
+         "reduce-overhead": ["compile.enabled=true", "compile.mode=reduce-overhead"]}
+
+
+def compose(args, method: str, mode: str, batch_size: int, cached: int | None):
+    """The run's config for this case (as ``run.py`` composes it)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    import cselab.config  # noqa: F401  (resolvers)
+
+    overrides = [f"method={method}", "backbone=bert_base", f"backbone.name_or_path={args.model}",
+                 "backbone.family=bert", f"data.batch_size={batch_size}", f"data_dir={args.data_dir}",
+                 "trainer.enable_progress_bar=false", *METHODS[method], *MODES[mode], *args.override]
+    if args.device == "cpu":
+        overrides.append("trainer.accelerator=cpu")
+    if cached:
+        overrides.append(f"trainer.cached_step.chunk_size={cached}")
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        return hydra_compose("config", overrides=overrides)
+
+
+class _Clock(L.Callback):
+    """Lightning callback: the wall time from the start of step ``first`` to the end of training (the device
+    synchronised at both ends); optionally the CUDA sync debug mode over steps ``[sync_from, sync_to)``."""
+
+    def __init__(self, first: int, cuda: bool, sync_from: int | None = None, sync_to: int | None = None):
+        self.first, self.cuda, self.sync_from, self.sync_to = first, cuda, sync_from, sync_to
+        self.t0 = self.t1 = None
+
+    def _sync(self):
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        import torch
+
+        if batch_idx == self.first:
+            self._sync()
+            self.t0 = time.perf_counter()
+        if self.cuda and self.sync_from is not None and batch_idx == self.sync_from:
+            torch.cuda.set_sync_debug_mode("error")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        import torch
+
+        if self.cuda and self.sync_to is not None and batch_idx == self.sync_to - 1:
+            torch.cuda.set_sync_debug_mode(0)
+            self._sync()
+            self.t1 = time.perf_counter()
+
+    def on_train_end(self, trainer, pl_module):
+        if self.t1 is None:
+            self._sync()
+            self.t1 = time.perf_counter()
+
+
+def run_case(args) -> dict:
+    """One (method, mode, cached) case at each batch size, in this process."""
+    import torch
+    import torch._dynamo
+    from torch.utils.data import DataLoader
+
+    from cselab.data.datamodule import resolve_pad_to_multiple_of
+    from cselab.pipeline import build_run_method, resolve_precision
+
+    warnings.simplefilter("ignore")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cuda = args.device == "cuda"
+    out = {"method": args.method, "mode": args.mode, "cached": args.cached, "device": args.device,
+           "gpu": torch.cuda.get_device_name() if cuda else None, "torch": torch.__version__, "by_batch": []}
+    for b in args.batch_sizes:
+        cfg = compose(args, args.method, args.mode, b, args.cached)
+        torch.manual_seed(0)
+        t_build = time.perf_counter()
+        method = build_run_method(cfg)
+        collate = method.train_collate
+        collate.pad_to_multiple_of = resolve_pad_to_multiple_of(cfg.data.pad_to_multiple_of, cuda)
+        rows = [{"text": t} for t in load_sentences(args.data_dir, b)]
+        batch = collate(rows)
+        precision = resolve_precision("auto") if cuda and args.bf16 else ("bf16-mixed" if args.bf16 else "32-true")
+        sync_from = sync_to = None
+        steps = args.warmup + args.steps
+        if args.sync_check:
+            sync_from, sync_to = steps, steps + args.sync_check
+            steps += args.sync_check
+        clock = _Clock(args.warmup, cuda, sync_from, sync_to)
+        from cselab.callbacks import FlopCounter, RNGState
+        from cselab.callbacks.throughput import LoggingStepThroughput
+        from cselab.data.datamodule import batch_size as batch_size_fn
+
+        trainer = L.Trainer(accelerator="cuda" if cuda else "cpu", devices=1, precision=precision, max_steps=steps,
+                            logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
+                            gradient_clip_val=1.0, log_every_n_steps=max(steps + 1, 50),
+                            callbacks=[FlopCounter(), LoggingStepThroughput(batch_size_fn, window_size=2), RNGState(),
+                                       clock])
+        loader = DataLoader([batch] * steps, batch_size=None, pin_memory=cuda)
+        error = None
+        try:
+            trainer.fit(method, train_dataloaders=loader)
+        except RuntimeError as err:  # the sync debug mode's error, or out of memory
+            error = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
+            if cuda:
+                torch.cuda.set_sync_debug_mode(0)
+        timed = args.steps if clock.t1 is not None and sync_to is None else None
+        row = {"batch_size": b, "width": int(batch["input_ids"].shape[-1]), "build_s": time.perf_counter() - t_build,
+               "error": error}
+        if timed and clock.t0 is not None:
+            row["step_ms"] = 1000 * (clock.t1 - clock.t0) / timed
+        elif clock.t0 is not None and clock.t1 is not None and sync_to is not None:
+            row["step_ms"] = 1000 * (clock.t1 - clock.t0) / (args.steps + args.sync_check)
+            row["sync_check_steps"] = args.sync_check
+        device_batch = {k: v.to(method.device) for k, v in batch.items()}
+        autocast = torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.bf16)
+        optimizer = trainer.optimizers[0] if trainer.optimizers else torch.optim.AdamW(method.parameters())
+        flops = count_step_flops(lambda: method.forward_loss(device_batch)[0], autocast, optimizer)
+        peak = available_flops(torch.device(args.device), torch.bfloat16 if args.bf16 else torch.float32)
+        row["gflop_per_step"] = flops / 1e9
+        if row.get("step_ms"):
+            row["tflops_per_s"] = flops / (row["step_ms"] / 1000) / 1e12
+            row["mfu"] = row["tflops_per_s"] * 1e12 / peak if peak else None
+        if cuda:
+            row["peak_mem_GB"] = torch.cuda.max_memory_allocated() / 1e9
+            torch.cuda.reset_peak_memory_stats()
+        if args.ops:
+            row.update(count_host_ops(method, device_batch, autocast, optimizer))
+        out["by_batch"].append(row)
+        del trainer, method
+        torch._dynamo.reset()
+    return out
+
+
+def count_host_ops(method, batch, autocast, optimizer) -> dict:
+    """One step (forward through the method's training forward, compiled if it is, backward, the optimizer) under
+    ``torch.profiler``: ``host_aten_ops`` (top-level ``aten::`` calls) and ``inductor_kernels`` (kernels of the
+    compiled graphs, each called once a step: ``torch._inductor.metrics.generated_kernel_count`` over the
+    compile)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    forward = method.training_forward()
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        with autocast:
+            loss = forward(batch)[0]
+        loss.backward()
+        optimizer.step()
+
+    step()  # compiled: the graphs exist (and their kernel count) before the profiled step
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    events = [e for e in prof.events() if e.name.startswith("aten::")]
+    top = [e for e in events if not _has_aten_parent(e)]
+    kernels = None
+    if method.compiled_forward_loss is not None:
+        from torch._inductor import metrics
+
+        kernels = int(metrics.generated_kernel_count)
+    return {"host_aten_ops": len(top), "inductor_kernels": kernels,
+            "host_calls": len(top) + (kernels or 0)}
+
+
+def _has_aten_parent(event) -> bool:
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("aten::"):
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
+def run_eval(args) -> dict:
+    """The 7-task STS test evaluation (``STSEvaluator``) of SimCSE's ``encode`` on this model."""
+    import torch
+
+    from cselab.evaluation.sts import TEST_TASKS, STSEvaluator
+    from cselab.pipeline import build_run_method
+
+    warnings.simplefilter("ignore")
+    cfg = compose(args, "simcse", "eager", 64, None)
+    method = build_run_method(cfg).to(args.device).eval()
+    evaluator = STSEvaluator(args.data_dir)
+    evaluator.load(TEST_TASKS, "test")
+    if args.device == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    evaluator.evaluate_detailed(method.encode, TEST_TASKS)
+    if args.device == "cuda":
+        torch.cuda.synchronize()
+    return {"method": "sts_eval", "mode": "7 test tasks", "eval_s": time.perf_counter() - t}
+
+
+def run_peer(args) -> dict:
+    """sentence-transformers' MultipleNegativesRankingLoss step (bench_train_eval's peer case), per batch size."""
+    rows = []
+    for b in args.batch_sizes:
+        cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_train_eval.py"), "--_child", "peer_st_simcse_unsup",
+               "--_model", args.model, "--device", args.device, "--batch-size", str(b), "--steps", str(args.steps),
+               "--warmup", str(args.warmup), "--data-dir", str(args.data_dir), "--threads", str(args.threads)]
+        if args.bf16:
+            cmd.append("--bf16")
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        result = next((json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")), None)
+        rows.append({"batch_size": b, "step_ms": 1000 * result["step_s"], "mfu": result.get("mfu")} if result else
+                    {"batch_size": b, "error": proc.stderr.strip().splitlines()[-1][:300] if proc.stderr else "?"})
+    return {"method": "peer_st_mnrl", "mode": "eager", "by_batch": rows}
+
+
+def child(args, kind: str, **case) -> dict:
+    cmd = [sys.executable, __file__, "--_child", kind, "--_model", args.model, "--device", args.device,
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--data-dir", str(args.data_dir),
+           "--threads", str(args.threads), "--sync-check", str(args.sync_check),
+           "--batch-sizes", *[str(b) for b in case.get("batch_sizes", args.batch_sizes)]]
+    for key in ("method", "mode", "cached"):
+        if case.get(key) is not None:
+            cmd += [f"--_{key}", str(case[key])]
+    if args.bf16:
+        cmd.append("--bf16")
+    if args.ops:
+        cmd.append("--ops")
+    for item in args.override:
+        cmd += ["--override", item]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=args.case_timeout)
+    except subprocess.TimeoutExpired:
+        return {**case, "error": f"timed out after {args.case_timeout} s"}
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    return {**case, "error": (proc.stderr or "?").strip().splitlines()[-1][:400]}
+
+
+def print_table(results: list[dict]) -> None:
+    print(f"\n{'method':<12}{'mode':<17}{'cached':>7}{'batch':>7}{'width':>7}{'step ms':>10}{'MFU':>7}"
+          f"{'GFLOP':>9}{'peak GB':>9}{'host ops':>10}{'kernels':>9}  error")
+    for r in results:
+        for row in r.get("by_batch", [{}]) or [{}]:
+            mfu = f"{100 * row['mfu']:.1f}%" if row.get("mfu") else "-"
+            step = f"{row['step_ms']:.1f}" if row.get("step_ms") else "-"
+            print(f"{r.get('method', '?'):<12}{r.get('mode', '?'):<17}{str(r.get('cached') or '-'):>7}"
+                  f"{row.get('batch_size', '-'):>7}{row.get('width', '-'):>7}{step:>10}{mfu:>7}"
+                  f"{row.get('gflop_per_step', 0):>9.0f}{row.get('peak_mem_GB', 0):>9.1f}"
+                  f"{str(row.get('host_aten_ops', '-')):>10}{str(row.get('inductor_kernels', '-')):>9}"
+                  f"  {row.get('error') or r.get('error') or ''}")
+        if "eval_s" in r:
+            print(f"{'sts_eval':<12}{'7 test tasks':<17}{'':>7}{'':>7}{'':>7}{1000 * r['eval_s']:>10.0f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--device", default="cpu", help="cpu | cuda")
+    p.add_argument("--bf16", action="store_true", help="bf16-mixed precision (the GPU default)")
+    p.add_argument("--layers", type=int, default=12, help="encoder layers of the bert-base-shaped model")
+    p.add_argument("--methods", nargs="*", default=list(METHODS), help=f"of {list(METHODS)}")
+    p.add_argument("--modes", nargs="*", default=["eager", "compiled"], help=f"of {list(MODES)}")
+    p.add_argument("--batch-sizes", nargs="*", type=int, default=[64], help="sentences per step")
+    p.add_argument("--cached", nargs="*", type=int, default=[], help="also the cached step at these chunk sizes")
+    p.add_argument("--steps", type=int, default=10, help="timed steps")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps before (compilation happens there)")
+    p.add_argument("--sync-check", type=int, default=0, help="N more steps under the CUDA sync debug mode")
+    p.add_argument("--ops", action="store_true", help="count the host ops of one step (torch.profiler)")
+    p.add_argument("--eval", action="store_true", help="time the 7-task STS evaluation")
+    p.add_argument("--peer", action="store_true", help="sentence-transformers' MNRL step on the same model")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--override", action="append", default=[], help="a Hydra override for every case")
+    p.add_argument("--case-timeout", type=int, default=900, help="seconds per case process")
+    p.add_argument("--vocab", type=Path, default=None, help="a bert-base-uncased vocab.txt (default: MiniLM's)")
+    p.add_argument("--data-dir", type=Path, default=Path(os.environ.get("CSELAB_DATA_DIR", ROOT / "data")))
+    p.add_argument("--json", type=Path, default=None, help="also write the results here")
+    for hidden in ("--_child", "--_model", "--_method", "--_mode", "--_cached"):
+        p.add_argument(hidden, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.data_dir = args.data_dir.resolve()
+    if args._child:
+        args.model, args.method, args.mode = args._model, args._method, args._mode
+        args.cached = int(args._cached) if args._cached else None
+        res = {"case": run_case, "eval": run_eval, "peer": run_peer}[args._child](args)
+        print("RESULT " + json.dumps(res), flush=True)
+        return
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench_step_") as tmp:
+        args.model = str(build_random_bert_base(Path(tmp) / "bert", args.layers, args.vocab))
+        print(f"model: random BERT, bert-base shape, {args.layers} layers, bert-base-uncased vocabulary | device "
+              f"{args.device} | bf16 {args.bf16} | batches {args.batch_sizes} | {args.warmup} warm-up + {args.steps}"
+              f" timed steps", flush=True)
+        for method in args.methods:
+            for mode in args.modes:
+                results.append(child(args, "case", method=method, mode=mode))
+                print(json.dumps(results[-1]), flush=True)
+            for chunk in args.cached:
+                results.append(child(args, "case", method=method, mode=args.modes[0], cached=chunk))
+                print(json.dumps(results[-1]), flush=True)
+        if args.eval:
+            results.append(child(args, "eval", batch_sizes=[64]))
+        if args.peer:
+            results.append(child(args, "peer"))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    print_table(results)
+
+
+if __name__ == "__main__":
+    main()
