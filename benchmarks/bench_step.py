@@ -172,7 +172,10 @@ def run_case(args) -> dict:
         device_batch = {k: v.to(method.device) for k, v in batch.items()}
         autocast = torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.bf16)
         optimizer = trainer.optimizers[0] if trainer.optimizers else torch.optim.AdamW(method.parameters())
-        flops = count_step_flops(lambda: method.forward_loss(device_batch)[0], autocast, optimizer)
+        def loss_of(m=method, b=device_batch):
+            return m.forward_loss(b)[0]
+
+        flops = count_step_flops(loss_of, autocast, optimizer)
         peak = available_flops(torch.device(args.device), torch.bfloat16 if args.bf16 else torch.float32)
         row["gflop_per_step"] = flops / 1e9
         if row.get("step_ms"):
@@ -184,7 +187,6 @@ def run_case(args) -> dict:
         if args.ops:
             row.update(count_host_ops(method, device_batch, autocast, optimizer))
         out["by_batch"].append(row)
-        del trainer, method
         torch._dynamo.reset()
     return out
 
@@ -194,7 +196,6 @@ def count_host_ops(method, batch, autocast, optimizer) -> dict:
     ``torch.profiler``: ``host_aten_ops`` (top-level ``aten::`` calls) and ``inductor_kernels`` (kernels of the
     compiled graphs, each called once a step: ``torch._inductor.metrics.generated_kernel_count`` over the
     compile)."""
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     forward = method.training_forward()
