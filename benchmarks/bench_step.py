@@ -71,7 +71,8 @@ def compose(args, method: str, mode: str, batch_size: int, cached: int | None):
         overrides.append("trainer.accelerator=cpu")
     if cached:
         overrides.append(f"trainer.cached_step.chunk_size={cached}")
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+    conf = Path(cselab.config.__file__).resolve().parents[2] / "conf"  # the conf/ of the cselab imported
+    with initialize_config_dir(str(conf), version_base="1.3"):
         return hydra_compose("config", overrides=overrides)
 
 
@@ -118,8 +119,13 @@ def run_case(args) -> dict:
     import torch._dynamo
     from torch.utils.data import DataLoader
 
-    from cselab.data.datamodule import resolve_pad_to_multiple_of
     from cselab.pipeline import build_run_method, resolve_precision
+
+    try:
+        from cselab.data.datamodule import resolve_pad_to_multiple_of
+    except ImportError:  # an older cselab (the "before" of a before / after comparison: PYTHONPATH=<old>/src)
+        def resolve_pad_to_multiple_of(value, cuda):
+            return None
 
     warnings.simplefilter("ignore")
     if args.threads:
@@ -144,8 +150,12 @@ def run_case(args) -> dict:
             steps += args.sync_check
         clock = _Clock(args.warmup, cuda, sync_from, sync_to)
         from cselab.callbacks import FlopCounter, RNGState
-        from cselab.callbacks.throughput import LoggingStepThroughput
         from cselab.data.datamodule import batch_size as batch_size_fn
+
+        try:
+            from cselab.callbacks.throughput import LoggingStepThroughput
+        except ImportError:  # an older cselab: Lightning's monitor, as its run used
+            from lightning.pytorch.callbacks import ThroughputMonitor as LoggingStepThroughput
 
         trainer = L.Trainer(accelerator="cuda" if cuda else "cpu", devices=1, precision=precision, max_steps=steps,
                             logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -173,7 +183,9 @@ def run_case(args) -> dict:
         autocast = torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.bf16)
         optimizer = trainer.optimizers[0] if trainer.optimizers else torch.optim.AdamW(method.parameters())
         def loss_of(m=method, b=device_batch):
-            return m.forward_loss(b)[0]
+            if hasattr(m, "forward_loss"):
+                return m.forward_loss(b)[0]
+            return m.loss_fn(m.gather_embeddings(m.embed(b)))  # an older cselab
 
         flops = count_step_flops(loss_of, autocast, optimizer)
         peak = available_flops(torch.device(args.device), torch.bfloat16 if args.bf16 else torch.float32)
@@ -198,7 +210,8 @@ def count_host_ops(method, batch, autocast, optimizer) -> dict:
     compile)."""
     from torch.profiler import ProfilerActivity, profile
 
-    forward = method.training_forward()
+    forward = method.training_forward() if hasattr(method, "training_forward") else (
+        lambda b: (method.loss_fn(method.gather_embeddings(method.embed(b))),))  # an older cselab
 
     def step():
         optimizer.zero_grad(set_to_none=True)
@@ -213,7 +226,7 @@ def count_host_ops(method, batch, autocast, optimizer) -> dict:
     events = [e for e in prof.events() if e.name.startswith("aten::")]
     top = [e for e in events if not _has_aten_parent(e)]
     kernels = None
-    if method.compiled_forward_loss is not None:
+    if getattr(method, "compiled_forward_loss", None) is not None:
         from torch._inductor import metrics
 
         kernels = int(metrics.generated_kernel_count)
