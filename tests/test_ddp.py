@@ -22,7 +22,9 @@ import torch
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
+from cselab.callbacks.sigterm import SigtermOnLoggingSteps
 from cselab.evaluation.callback import STSCallback
+from tests.sync_probe import SyncProbe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,11 +88,13 @@ def _build(nodrop_bert_dir: Path, case: str, negatives: str = "global"):
 
 
 class _RankData(L.LightningDataModule):
-    """Rank r trains on ``rows[splits[r]:splits[r + 1]]`` (the same batch for each of ``steps`` steps)."""
+    """Rank r trains on ``rows[splits[r]:splits[r + 1]]`` (the same batch for each of ``steps`` steps);
+    ``equal``: it declares every rank's batch the same size (``equal_rank_batches``, as cselab's DataModules)."""
 
-    def __init__(self, rows, collate, splits, steps: int = 1):
+    def __init__(self, rows, collate, splits, steps: int = 1, equal: bool = False):
         super().__init__()
         self.rows, self.collate, self.splits, self.steps = rows, collate, splits, steps
+        self.equal_rank_batches = equal
 
     def train_dataloader(self):
         r = self.trainer.global_rank
@@ -158,10 +162,22 @@ def _ddp_sim_config():
     return cfg.trainer
 
 
+class _ProbeDump(SyncProbe):
+    """The sync probe (tests/sync_probe.py) of each rank, its windows saved to ``out/probe_rank{r}.json``."""
+
+    def __init__(self, out: Path):
+        super().__init__()
+        self.out = out
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        super().on_train_end(trainer, pl_module)
+        (self.out / f"probe_rank{trainer.global_rank}.json").write_text(json.dumps(self.windows))
+
+
 def _run_ddp(method, rows, out: Path, splits, steps: int = 1, sts: bool = False,
-             precision: str | None = None) -> list[dict]:
+             precision: str | None = None, equal: bool = False, probe: bool = False) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
-    callbacks: list[L.Callback] = [_Dump(out)]
+    callbacks: list[L.Callback] = [_Dump(out)] + ([_ProbeDump(out), SigtermOnLoggingSteps()] if probe else [])
     if sts:
         cb = STSCallback(data_dir=str(out), dev_task="stsb")
         cb.evaluator = _FakeEvaluator(out)
@@ -179,7 +195,7 @@ def _run_ddp(method, rows, out: Path, splits, steps: int = 1, sts: bool = False,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        trainer.fit(method, datamodule=_RankData(rows, method.train_collate, splits, steps))
+        trainer.fit(method, datamodule=_RankData(rows, method.train_collate, splits, steps, equal))
     return [torch.load(out / f"rank{r}.pt") for r in range(2)]
 
 
@@ -225,6 +241,27 @@ def test_global_negatives_match_one_process(case, splits, nodrop_bert_dir, tmp_p
         assert (tmp_path / "evaluated_rank0").exists() and not (tmp_path / "evaluated_rank1").exists()
         hist = [json.loads((tmp_path / f"history_rank{r}.json").read_text()) for r in range(2)]
         assert [h["stsb_dev"] for h in hist[0]] == [h["stsb_dev"] for h in hist[1]] == [50.0, 50.0]
+
+
+@pytest.mark.parametrize("chunk", [None, 3], ids=["uncached", "cached"])
+def test_equal_rank_batches_gather_without_a_host_sync(chunk, nodrop_bert_dir, tmp_path) -> None:
+    """A DataModule that declares equal batch sizes (cselab's do, ``equal_rank_batches``): the embeddings are
+    gathered without exchanging the sizes; the same loss and gradients as one process, and no host sync on a step
+    that does not log (the probe of tests/sync_probe.py, in each rank; with the run's SigtermOnLoggingSteps, which
+    moves Lightning's per-step SIGTERM broadcast to the logging steps)."""
+    from cselab.methods.cached_step import CachedStep
+
+    ref, rows = _build(nodrop_bert_dir, "infonce_hard_negatives")
+    ddp_method = copy.deepcopy(ref)
+    ddp_method.cached_step = CachedStep(chunk) if chunk else None
+    ref_loss, ref_grads = _reference(ref, rows)
+    ranks = _run_ddp(ddp_method, rows, tmp_path, (0, 4, 8), steps=2, equal=True, probe=True)
+    scale = max(float(g.abs().max()) for g in ref_grads.values())
+    for r, res in enumerate(ranks):
+        assert abs(float(res["loss"]) - float(ref_loss)) < 1e-5
+        assert _max_grad_diff(res["grads"], ref_grads) < 5e-5 * max(1.0, scale)
+        windows = json.loads((tmp_path / f"probe_rank{r}.json").read_text())
+        assert windows[0]["syncs"] == {} and windows[0]["ops"] > 0, windows[0]  # step 0: neither logs nor validates
 
 
 @pytest.mark.parametrize(

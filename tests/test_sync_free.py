@@ -72,3 +72,22 @@ def test_no_host_sync_between_logging_steps(name, chunk, tmp_path, tiny_mlm_dir,
     for w in quiet:
         assert w["syncs"] == {} and w["cuda_syncs"] == 0, (name, chunk, w)
     assert any(w["syncs"] for w in windows if w["logging"] or w["validated"]), windows  # the probe sees the reads
+
+
+def test_sigterm_broadcast_on_logging_steps_only() -> None:
+    """Lightning's per-batch SIGTERM broadcast (a ``.item()`` under DDP) runs on the logging steps' batches only,
+    the same batches on every rank."""
+    from types import SimpleNamespace
+
+    from cselab.callbacks.sigterm import SigtermOnLoggingSteps
+
+    calls = []
+    loop = SimpleNamespace(_broadcast_sigterm_tensor=lambda: calls.append(trainer.fit_loop.total_batch_idx))
+    trainer = SimpleNamespace(log_every_n_steps=3, fit_loop=SimpleNamespace(epoch_loop=loop, total_batch_idx=0))
+    callback = SigtermOnLoggingSteps()
+    callback.setup(trainer, None, "fit")
+    callback.setup(trainer, None, "fit")  # wrapped once
+    for idx in range(7):
+        trainer.fit_loop.total_batch_idx = idx
+        loop._broadcast_sigterm_tensor()
+    assert calls == [2, 5]
