@@ -144,11 +144,14 @@ def run_case(args) -> dict:
         batch = collate(rows)
         precision = resolve_precision("auto") if cuda and args.bf16 else ("bf16-mixed" if args.bf16 else "32-true")
         sync_from = sync_to = None
-        steps = args.warmup + args.steps
+        # the FLOP counter's first step of a batch shape runs eagerly (cselab.methods.base.training_forward): a
+        # compiled case compiles on its second step, so it gets one more warm-up step
+        warmup = args.warmup + (1 if args.mode != "eager" else 0)
+        steps = warmup + args.steps
         if args.sync_check:
             sync_from, sync_to = steps, steps + args.sync_check
             steps += args.sync_check
-        clock = _Clock(args.warmup, cuda, sync_from, sync_to)
+        clock = _Clock(warmup, cuda, sync_from, sync_to)
         from cselab.callbacks import FlopCounter, RNGState
         from cselab.data.datamodule import batch_size as batch_size_fn
 
