@@ -134,6 +134,8 @@ def test_options_refused_by_name() -> None:
         CompileOptions(mode="fast")
     graphs = CompileOptions(enabled="auto", mode="reduce-overhead")
     assert graphs.active(cuda=True) and not graphs.active(cuda=False)
+    assert not graphs.active(cuda=True, quantized=True)  # auto: a 4-bit backbone stays eager
+    assert CompileOptions(enabled=True).active(cuda=False, quantized=True)
     graphs.check(cuda=False, activation_checkpointing=True, cached_step=True)  # auto on CPU: off, nothing to refuse
     with pytest.raises(ConfigError, match="reduce-overhead replays CUDA graphs: it needs a CUDA GPU"):
         CompileOptions(enabled=True, mode="reduce-overhead").check(cuda=False, activation_checkpointing=False,

@@ -499,7 +499,8 @@ def build_run_method(cfg: DictConfig):
         if cfg.method.train and cfg.get("activation_checkpointing", False):
             method.encoder.enable_activation_checkpointing()
         options = compile_options(cfg)
-        if cfg.method.train and options.active(trains_on_cuda(cfg)):
+        quantized = bool(OmegaConf.select(cfg, "backbone.load_in_4bit", default=False))
+        if cfg.method.train and options.active(trains_on_cuda(cfg), quantized):
             compile_training(method, options)
             log.info("torch.compile of the training forward: %s", options.kwargs())
     return method

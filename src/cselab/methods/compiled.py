@@ -60,9 +60,10 @@ class CompileOptions:
             return cls(enabled=False)
         return cls(**{k: node[k] for k in ("enabled", "backend", "mode", "dynamic") if k in node})
 
-    def active(self, cuda: bool) -> bool:
-        """Whether to compile: ``enabled``, with ``auto`` meaning on a CUDA device (``cuda``)."""
-        return cuda if self.enabled == "auto" else bool(self.enabled)
+    def active(self, cuda: bool, quantized: bool = False) -> bool:
+        """Whether to compile: ``enabled``, with ``auto`` meaning on a CUDA device (``cuda``) and not a 4-bit
+        backbone (``quantized``: bitsandbytes' kernels are opaque to dynamo; ``true`` still tries)."""
+        return (cuda and not quantized) if self.enabled == "auto" else bool(self.enabled)
 
     def check(self, *, cuda: bool, activation_checkpointing: bool, cached_step: bool) -> None:
         """The combinations that cannot hold, refused by name: CUDA graphs (``reduce-overhead``) need a CUDA
