@@ -125,7 +125,20 @@ class _LossOnLoggingSteps:
             self.shown_loss = None if loss is None else float(loss)
 
 
-class StepRichProgressBar(_LossOnLoggingSteps, _BoundedByMaxSteps, RichProgressBar):
+class _BarLoss(_LossOnLoggingSteps):
+    """A Lightning progress bar's postfix ``loss``: the last logging step's (``train/loss`` is logged without
+    ``prog_bar``, which Lightning would read on the host after every batch)."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        self._read_loss(trainer)
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def get_metrics(self, trainer, pl_module) -> dict:
+        metrics = super().get_metrics(trainer, pl_module)
+        return metrics if self.shown_loss is None else {**metrics, "loss": f"{self.shown_loss:.4f}"}
+
+
+class StepRichProgressBar(_BarLoss, _BoundedByMaxSteps, RichProgressBar):
     """Lightning's Rich progress bar, training total bounded by ``trainer.max_steps``; its time and speed columns
     fall back to the average since a task began (:func:`average_speed`), so an evaluation shows its time left."""
 
@@ -135,25 +148,9 @@ class StepRichProgressBar(_LossOnLoggingSteps, _BoundedByMaxSteps, RichProgressB
                 ProcessingSpeedColumn: lambda c: SpeedColumn(style=c.style)} if TimeLeftColumn else {}
         return [swap[type(c)](c) if type(c) in swap else c for c in columns]
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        self._read_loss(trainer)
-        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
-    def get_metrics(self, trainer, pl_module) -> dict:
-        metrics = super().get_metrics(trainer, pl_module)
-        return metrics if self.shown_loss is None else {**metrics, "loss": f"{self.shown_loss:.4f}"}
-
-
-class StepTQDMProgressBar(_LossOnLoggingSteps, _BoundedByMaxSteps, TQDMProgressBar):
+class StepTQDMProgressBar(_BarLoss, _BoundedByMaxSteps, TQDMProgressBar):
     """Lightning's tqdm progress bar, training total bounded by ``trainer.max_steps``."""
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        self._read_loss(trainer)
-        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-
-    def get_metrics(self, trainer, pl_module) -> dict:
-        metrics = super().get_metrics(trainer, pl_module)
-        return metrics if self.shown_loss is None else {**metrics, "loss": f"{self.shown_loss:.4f}"}
 
 
 def progress_callback(bars: bool = True, every_s: float = 60.0) -> L.Callback:
