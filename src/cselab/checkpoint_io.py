@@ -1,8 +1,10 @@
-"""Checkpoints for resuming: written atomically (temporary file, then ``os.replace``), and a ``last.ckpt``
-that a resume never reads past an unfinished validation."""
+"""Checkpoints for resuming: written atomically (temporary file, then ``os.replace``), a ``last.ckpt`` that a
+resume never reads past an unfinished validation, and an unreadable checkpoint set aside (renamed) rather than
+blocking every later resume."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,34 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         with staged(target, "wb") as f:
             torch.save(checkpoint, f)
         return None
+
+
+def read_error(path: str | Path) -> BaseException | None:
+    """Why the checkpoint file ``path`` cannot be read (torch's exception: a file cut short by a crash during
+    its write on another filesystem, a full quota ... -- ``failed finding central directory``), or ``None`` when
+    it loads.  Memory-mapped: the weights are not read; a legacy (non-zip) file is read in full."""
+    try:
+        torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+        return None
+    except Exception:  # noqa: BLE001 -- a non-zip (legacy) file cannot be mmapped: try once in full
+        try:
+            torch.load(path, map_location="cpu", weights_only=False)
+            return None
+        except Exception as err:  # noqa: BLE001 -- any failure to read is "unreadable"
+            return err
+
+
+def set_aside(path: str | Path) -> Path:
+    """Rename the unreadable checkpoint ``path`` to ``<name>.unreadable-<UTC time>`` beside it (never deleted:
+    it may be inspected or recovered) and return the new path."""
+    path = Path(path)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = path.with_name(f"{path.name}.unreadable-{stamp}")
+    n = 1
+    while target.exists():
+        target, n = path.with_name(f"{path.name}.unreadable-{stamp}-{n}"), n + 1
+    path.rename(target)
+    return target
 
 
 class LastCheckpoint(ModelCheckpoint):

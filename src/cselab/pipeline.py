@@ -238,6 +238,36 @@ def resolve_ckpt_path(ckpt_path: str | None, output_dir: str | Path) -> str | No
     return ckpt_path
 
 
+def resumable_checkpoint(ckpt_path: str | None, output_dir: str | Path) -> str | None:
+    """:func:`resolve_ckpt_path`, with a checkpoint that cannot be read (cut short by a crash during its write, a
+    full quota) set aside instead of failing every re-run: ``auto`` and ``last`` rename it to
+    ``<name>.unreadable-<time>`` (:func:`cselab.checkpoint_io.set_aside`, never deleted), log a warning naming both
+    files, and resume from the next newest checkpoint (a SLURM ``hpc_ckpt_<n>.ckpt``) or train from step 0.
+
+    Raises:
+        ConfigError: ``ckpt_path`` names a file that cannot be read (names it and the alternatives).
+        FileNotFoundError: as :func:`resolve_ckpt_path`.
+    """
+    from cselab.checkpoint_io import read_error, set_aside
+
+    while True:
+        path = resolve_ckpt_path(ckpt_path, output_dir)
+        candidate = Path(output_dir) / "checkpoints" / "last.ckpt" if path == "last" else path
+        if candidate in (None, "best", "hpc", "registry") or not Path(candidate).is_file():
+            return path
+        err = read_error(candidate)
+        if err is None:
+            return path
+        if ckpt_path not in ("auto", "last"):
+            raise ConfigError(f"ckpt_path={ckpt_path}: the checkpoint cannot be read ({type(err).__name__}: "
+                              f"{str(err).splitlines()[0] if str(err) else ''}); pass another checkpoint, "
+                              "ckpt_path=auto, or ckpt_path=null to train from step 0")
+        aside = set_aside(candidate)
+        log.warning("checkpoint %s cannot be read (%s: %s; a write cut short?): set aside as %s (not deleted); "
+                    "resuming from the next checkpoint, if any, else training from step 0", candidate,
+                    type(err).__name__, str(err).splitlines()[0] if str(err) else "", aside)
+
+
 def checkpoint_step(ckpt_path: str | None) -> int | None:
     """The global step stored in the checkpoint file ``ckpt_path`` (memory-mapped: the weights are not read), or
     ``None`` when there is no file to resume from (``None``, or Lightning's ``last`` / ``best`` / ... keywords)."""
@@ -473,7 +503,7 @@ def prepare(cfg: DictConfig, output_dir: str | Path) -> RunContext:
         ckpt_path = cfg.get("ckpt_path")
         if ckpt_path == "auto" and (output_dir / "results.json").exists():  # overwrite=true: a fresh run
             ckpt_path = None
-        ckpt_path = resolve_ckpt_path(ckpt_path, output_dir)
+        ckpt_path = resumable_checkpoint(ckpt_path, output_dir)
     resume_step = checkpoint_step(ckpt_path)
     changed = check_resume(cfg, ckpt_path, resume_step)  # before the backbone loads
     return RunContext(cfg, output_dir, start, ckpt_path, resume_step, changed, resolved_config(cfg))
