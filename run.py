@@ -11,7 +11,9 @@ goes on with the next job; at its end the sweep prints a summary of its jobs and
 (``cselab.sweep``).  A single run re-raises (non-zero exit).
 """
 
+import contextlib
 import logging
+import shutil
 import sys
 from pathlib import Path
 
@@ -38,12 +40,14 @@ log = logging.getLogger("cselab")
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     # (importing cselab.pipeline imports Lightning, which adds its console handler)
+    from cselab.config_keys import check_added_keys
     from cselab.pipeline import ConfigError, RunFinished, record_failure, run
 
     one_line_per_event()  # Hydra has configured the job's logging: Lightning's records go through it, once
 
     hydra_cfg = HydraConfig.get()
     output_dir = hydra_cfg.runtime.output_dir
+    fresh = fresh_run_dir(output_dir)  # Hydra made it for this command: nothing but .hydra/ and an empty run.log
     if cfg.get("variant") is None:  # the W&B variant tag: this job's overrides that change the model
         with open_dict(cfg):
             cfg.variant = variant_name(list(hydra_cfg.overrides.task))
@@ -54,10 +58,22 @@ def main(cfg: DictConfig) -> float | None:
     try:
         if multirun and cfg.resume.get("dir"):
             raise ConfigError("resume=... continues one run; to continue a -m sweep, re-run the sweep's command")
+        check_added_keys(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices.keys())  # +optim.lrr
         results = run(cfg, output_dir)
     except RunFinished as done:  # re-running a finished run (or a sweep's finished job): nothing to do
         log.info("skipped %s: already finished (results.json; overwrite=true runs it again)", output_dir)
         return (done.results.get("test") or {}).get("avg")
+    except ConfigError as err:
+        if multirun:  # the sweep goes on; its summary lists the job with its failed.json
+            path = record_failure(output_dir, err)
+            log.error("job %s failed (%s: %s); details in %s; the sweep continues",
+                      hydra_cfg.job.num, type(err).__name__, err, path or "the log above")
+            return None
+        if fresh:  # nothing ran: leave no run directory behind
+            shutil.rmtree(output_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):  # outputs/ itself, when this was its only run
+                Path(output_dir).parent.rmdir()
+        sys.exit(f"cselab: {err}")  # one line, exit status 1 (no traceback: the message names the key)
     except Exception as err:
         path = record_failure(output_dir, err)
         if multirun:
@@ -66,6 +82,14 @@ def main(cfg: DictConfig) -> float | None:
             return None
         raise
     return results["test"].get("avg")
+
+
+def fresh_run_dir(output_dir: str) -> bool:
+    """The run directory holds nothing but what Hydra wrote for this command (``.hydra/``, an empty ``run.log``)."""
+    path = Path(output_dir)
+    names = {p.name for p in path.iterdir()} if path.is_dir() else set()
+    log_file = path / "run.log"
+    return names <= {".hydra", "run.log"} and (not log_file.exists() or log_file.stat().st_size == 0)
 
 
 if __name__ == "__main__":
