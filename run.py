@@ -40,6 +40,7 @@ log = logging.getLogger("cselab")
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     # (importing cselab.pipeline imports Lightning, which adds its console handler)
+    from cselab.callbacks.run_config import finished_run_changes
     from cselab.config_keys import check_added_keys
     from cselab.pipeline import ConfigError, RunFinished, record_failure, run
 
@@ -61,6 +62,11 @@ def main(cfg: DictConfig) -> float | None:
         check_added_keys(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices.keys())  # +optim.lrr
         results = run(cfg, output_dir)
     except RunFinished as done:  # re-running a finished run (or a sweep's finished job): nothing to do
+        changed = finished_run_changes(done.results, cfg, output_dir)
+        if changed and not multirun:  # resume=<finished run> optim.lr=...: say that nothing changes
+            sys.exit(f"cselab: {changed}")
+        if changed:
+            log.warning("job %s: %s", hydra_cfg.job.num, changed)
         log.info("skipped %s: already finished (results.json; overwrite=true runs it again)", output_dir)
         return (done.results.get("test") or {}).get("avg")
     except ConfigError as err:
