@@ -37,6 +37,18 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         return None
 
 
+def remove_last(dirpath: str | Path) -> int:
+    """Remove ``last.ckpt`` from the run's ``checkpoints`` folder once the run has written ``results.json``
+    (``checkpointing.keep_last=false``: it holds the optimizer state, the largest file of a run, and a finished run
+    is never resumed); returns the bytes freed."""
+    last = Path(dirpath) / "last.ckpt"
+    if not last.is_file():
+        return 0
+    size = last.stat().st_size
+    last.unlink()
+    return size
+
+
 def read_error(path: str | Path) -> BaseException | None:
     """Why the checkpoint file ``path`` cannot be read (torch's exception: a file cut short by a crash during
     its write on another filesystem, a full quota ... -- ``failed finding central directory``), or ``None`` when
@@ -83,11 +95,17 @@ class LastCheckpoint(ModelCheckpoint):
     Args:
         dirpath: the run's ``checkpoints`` folder.
         every_n_train_steps: also write every N optimizer steps (None or 0: at validations only).
+        every_minutes: without ``every_n_train_steps``, also write after a training step once this many minutes
+            passed since the last write (Lightning's ``train_time_interval``; None or 0: at validations only).
     """
 
-    def __init__(self, dirpath: str | Path, every_n_train_steps: int | None = None) -> None:
+    def __init__(self, dirpath: str | Path, every_n_train_steps: int | None = None,
+                 every_minutes: float | None = None) -> None:
+        from datetime import timedelta
+
+        interval = timedelta(minutes=float(every_minutes)) if every_minutes and not every_n_train_steps else None
         super().__init__(dirpath=dirpath, save_top_k=0, save_last=True, every_n_train_steps=every_n_train_steps or 0,
-                         save_on_train_epoch_end=False)
+                         train_time_interval=interval, save_on_train_epoch_end=False)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         loop = trainer.fit_loop.epoch_loop

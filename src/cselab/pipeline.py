@@ -654,6 +654,12 @@ def finish(ctx: RunContext, method, sts: STSCallback, loggers: list, outcome: Ou
 
         write_pair_scores(ctx.output_dir / PAIRS_FILE, sts.test_pairs, sts.test_subsets, cfg.eval.aggregation)
     path = write_results(ctx.output_dir / "results.json", results)
+    if cfg.method.train and not OmegaConf.select(cfg, "checkpointing.keep_last", default=True):
+        from cselab.checkpoint_io import remove_last
+
+        if freed := remove_last(ctx.output_dir / "checkpoints"):
+            log.info("removed checkpoints/last.ckpt (%.0f MB; the run finished: checkpointing.keep_last=false)",
+                     freed / 2**20)
     print_results(cfg, results, path)
     if transfer:
         from cselab.evaluation.transfer import TRANSFER_NAMES, format_transfer_table
@@ -792,7 +798,7 @@ def validate_at_end(trainer: L.Trainer, method, sts: STSCallback, checkpoint, ou
                  trainer.global_step, trainer.val_check_interval)
         score = sts.validate(trainer, method)
     path = Path(output_dir) / "checkpoints" / f"best-step{int(trainer.global_step)}.ckpt"
-    trainer.save_checkpoint(path, weights_only=False)
+    trainer.save_checkpoint(path, weights_only=bool(getattr(checkpoint, "save_weights_only", False)))
     return str(path), score
 
 
