@@ -625,6 +625,17 @@ def fit_and_test(ctx: RunContext, method, callbacks: dict[str, L.Callback], logg
     datamodule = build_datamodule(cfg, method)
     trainer.fit(method, datamodule=datamodule, ckpt_path=ctx.ckpt_path, weights_only=False)
     best, best_dev = validate_at_end(trainer, method, sts, callbacks.get("checkpoint"), ctx.output_dir)
+    from cselab.signals import sigterm_stops
+
+    with sigterm_stops("test"):  # the test phase is one callback call: Lightning alone would ignore SIGTERM
+        _test_best(ctx, trainer, method, datamodule, sts, loggers, best)
+    return Outcome(best, best_dev, int(trainer.global_step), trainer.is_global_zero)
+
+
+def _test_best(ctx: RunContext, trainer: L.Trainer, method, datamodule, sts: STSCallback, loggers: list,
+               best: str | None) -> None:
+    """Score the best checkpoint on the test tasks (:func:`fit_and_test`)."""
+    cfg = ctx.cfg
     reload = test_backbone(cfg)
     if reload != OmegaConf.to_container(cfg.module.backbone, resolve=True) and best:
         from cselab.loading import load
@@ -638,7 +649,6 @@ def fit_and_test(ctx: RunContext, method, callbacks: dict[str, L.Callback], logg
             del tested
     else:
         trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)
-    return Outcome(best, best_dev, int(trainer.global_step), trainer.is_global_zero)
 
 
 def finish(ctx: RunContext, method, sts: STSCallback, loggers: list, outcome: Outcome) -> dict[str, Any]:
