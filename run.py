@@ -43,6 +43,7 @@ def main(cfg: DictConfig) -> float | None:
     from cselab.callbacks.run_config import finished_run_changes
     from cselab.config_keys import check_added_keys
     from cselab.pipeline import ConfigError, RunFinished, record_failure, run
+    from cselab.run_lock import RunDirInUse, hold_run_dir, release_run_dir
 
     one_line_per_event()  # Hydra has configured the job's logging: Lightning's records go through it, once
 
@@ -60,6 +61,7 @@ def main(cfg: DictConfig) -> float | None:
         if multirun and cfg.resume.get("dir"):
             raise ConfigError("resume=... continues one run; to continue a -m sweep, re-run the sweep's command")
         check_added_keys(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices.keys())  # +optim.lrr
+        hold_run_dir(output_dir)  # a second process into the same directory is refused
         results = run(cfg, output_dir)
     except RunFinished as done:  # re-running a finished run (or a sweep's finished job): nothing to do
         changed = finished_run_changes(done.results, cfg, output_dir)
@@ -70,12 +72,13 @@ def main(cfg: DictConfig) -> float | None:
         log.info("skipped %s: already finished (results.json; overwrite=true runs it again)", output_dir)
         return (done.results.get("test") or {}).get("avg")
     except ConfigError as err:
+        in_use = isinstance(err, RunDirInUse)  # the directory is another process's: write and remove nothing
         if multirun:  # the sweep goes on; its summary lists the job with its failed.json
-            path = record_failure(output_dir, err)
+            path = None if in_use else record_failure(output_dir, err)
             log.error("job %s failed (%s: %s); details in %s; the sweep continues",
                       hydra_cfg.job.num, type(err).__name__, err, path or "the log above")
             return None
-        if fresh:  # nothing ran: leave no run directory behind
+        if fresh and not in_use:  # nothing ran: leave no run directory behind
             shutil.rmtree(output_dir, ignore_errors=True)
             with contextlib.suppress(OSError):  # outputs/ itself, when this was its only run
                 Path(output_dir).parent.rmdir()
@@ -87,6 +90,8 @@ def main(cfg: DictConfig) -> float | None:
                       hydra_cfg.job.num, type(err).__name__, err, path or "the log above")
             return None
         raise
+    finally:
+        release_run_dir(output_dir)
     return results["test"].get("avg")
 
 
