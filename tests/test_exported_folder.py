@@ -64,6 +64,8 @@ def test_every_command_encodes_an_exported_folder_as_sentence_transformers(simcs
         ours = torch.as_tensor(model.encode(PROBES, batch_size=2)).float()
         assert ours.shape == ref.shape, name
         assert float((ours - ref).abs().max()) <= 1e-6, name
+    bare = load_target(str(folder), pooler="avg")  # asked for explicitly: the folder as a bare backbone
+    assert bare.describe()["pooler"] == "avg" and float((bare.encode(PROBES) - ref).abs().max()) > 1e-3
 
 
 def test_the_header_names_the_exported_pooler(simcse_run):

@@ -46,8 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--local", default=None, metavar="DATA_DIR",
                    help=f"build the tasks from the local SentEval files under DATA_DIR ({', '.join(LOCAL_TASKS)})")
     p.add_argument("--compare", action="store_true", help="with --local: also print cselab's own evaluator")
-    p.add_argument("--pooler", default="avg",
-                   help="pooler of a raw backbone (default: avg); a checkpoint or exported folder uses its own")
+    p.add_argument("--pooler", default=None,
+                   help="pooler of a raw backbone (default: avg); a checkpoint or exported folder uses its own "
+                        "unless --pooler is given (then the folder is read as a bare backbone)")
     p.add_argument("--family", default=None, choices=["bert", "roberta"], help="template family of a raw backbone")
     p.add_argument("--batch-size", type=int, default=None, help="sentences per forward (default: the method's)")
     p.add_argument("--name", default=None, help="model name recorded in MTEB's results (org/name)")
@@ -56,10 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_source(source: str, pooler: str = "avg", family: str | None = None):
+def load_source(source: str, pooler: str | None = None, family: str | None = None):
     """The method to score: ``cselab.load`` for a ``.ckpt``; an exported folder (``modules.json`` /
     ``cselab_model.json``) exactly as ``SentenceTransformer(folder)`` (:func:`cselab.exported.load_exported`, its
-    own pooling: ``pooler`` ignored); else a ``method=baseline`` on the backbone with ``pooler``.
+    own pooling) unless a ``pooler`` is given; else a ``method=baseline`` on the backbone with ``pooler``
+    (default ``avg``).
 
     Raises:
         FileNotFoundError: a ``.ckpt`` path that does not exist.
@@ -71,8 +73,9 @@ def load_source(source: str, pooler: str = "avg", family: str | None = None):
         import cselab
 
         return cselab.load(source)
-    if is_exported_folder(source):
+    if pooler is None and is_exported_folder(source):
         return load_exported(source)
+    pooler = pooler or "avg"
     from cselab.methods import method_class
 
     name_or_path = source

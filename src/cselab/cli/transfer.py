@@ -32,22 +32,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", nargs="+", default=list(TRANSFER_TASKS), help="default: all seven")
     p.add_argument("--mode", choices=["test", "fasttest"], default="test",
                    help="SentEval's configuration (SimCSE / PromptBERT evaluation.py --mode); default test")
-    p.add_argument("--pooler", default="avg",
-                   help="for a backbone target only: the pooler (default avg); a run, checkpoint or exported "
-                        "folder uses its own")
+    p.add_argument("--pooler", default=None,
+                   help="for a backbone target: the pooler (default avg); a run, checkpoint or exported folder "
+                        "uses its own (an exported folder given --pooler is read as a bare backbone)")
     p.add_argument("--data-dir", default=None, help="data directory (default $CSELAB_DATA_DIR or ./data)")
     p.add_argument("--batch-size", type=int, default=None, help="sentences per forward pass")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     return p
 
 
-def load_target(target: str, pooler: str = "avg"):
+def load_target(target: str, pooler: str | None = None):
     """What to encode with: an object with ``encode(sentences, batch_size=...)`` and ``describe()``.
 
     A run directory loads its best checkpoint (:func:`cselab.run_dir.best_checkpoint`); an exported folder (``modules.json`` or
     ``cselab_model.json``) is encoded exactly as ``SentenceTransformer(folder)`` (:func:`cselab.exported.load_exported`:
-    its own pooling config, ``pooler`` is ignored); a ``.ckpt`` with ``cselab.load``; anything else is a backbone
-    evaluated as ``method=baseline`` with ``pooler``.
+    its own pooling config, unless ``pooler`` is given); a ``.ckpt`` with ``cselab.load``; anything else is a
+    backbone evaluated as ``method=baseline`` with ``pooler`` (default ``avg``).
 
     Raises:
         FileNotFoundError: a run directory without a checkpoint.
