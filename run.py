@@ -8,7 +8,9 @@ Runs live in ``outputs/<run_name>`` (sweeps in ``multirun/<run_name>/<job>``), a
 overrides: re-running the same command resumes an interrupted run from ``checkpoints/last.ckpt`` and skips a
 finished one (logged once).  In a -m sweep a failing job writes ``failed.json`` in its directory and the sweep
 goes on with the next job; at its end the sweep prints a summary of its jobs and exits 1 if one failed
-(``cselab.sweep``).  A single run re-raises (non-zero exit).
+(``cselab.sweep``).  A single run re-raises (non-zero exit); a config error (a key named in the message, a ``+key``
+that no code reads, a run directory in use by another process) is one line on stderr, exit 1, and a single run's
+refused command leaves no run directory behind.
 """
 
 import contextlib
