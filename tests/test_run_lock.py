@@ -16,8 +16,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _hold_in_another_process(run_dir: Path) -> subprocess.Popen:
-    code = (f"import sys, time; sys.path.insert(0, {str(ROOT / 'src')!r}); from cselab.run_lock import hold_run_dir; "
-            f"hold_run_dir({str(run_dir)!r}); print('held', flush=True); time.sleep(120)")
+    """Another process holding the run directory as hold_run_dir does (a flock on <run dir>/.lock, its pid inside),
+    without importing cselab (fast)."""
+    lock = run_dir / LOCK_FILE
+    code = (f"import fcntl, os, pathlib, time; p = pathlib.Path({str(lock)!r}); p.parent.mkdir(parents=True, "
+            "exist_ok=True); f = open(p, 'a+'); fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB); f.truncate(0); "
+            "f.write(f'{os.getpid()}\\n'); f.flush(); print('held', flush=True); time.sleep(120)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
     return proc
