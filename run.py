@@ -80,7 +80,7 @@ def main(cfg: DictConfig) -> float | None:
             log.error("job %s failed (%s: %s); details in %s; the sweep continues",
                       hydra_cfg.job.num, type(err).__name__, err, path or "the log above")
             return None
-        if fresh and not in_use:  # nothing ran: leave no run directory behind
+        if fresh and not in_use and nothing_written(output_dir):  # nothing ran: leave no run directory behind
             shutil.rmtree(output_dir, ignore_errors=True)
             with contextlib.suppress(OSError):  # outputs/ itself, when this was its only run
                 Path(output_dir).parent.rmdir()
@@ -103,6 +103,13 @@ def fresh_run_dir(output_dir: str) -> bool:
     names = {p.name for p in path.iterdir()} if path.is_dir() else set()
     log_file = path / "run.log"
     return names <= {".hydra", "run.log"} and (not log_file.exists() or log_file.stat().st_size == 0)
+
+
+def nothing_written(output_dir: str) -> bool:
+    """The run directory holds only Hydra's files, the log and this process's lock: no checkpoint, no logger
+    output (a refusal after training started keeps its directory)."""
+    path = Path(output_dir)
+    return not path.is_dir() or {p.name for p in path.iterdir()} <= {".hydra", "run.log", ".lock"}
 
 
 if __name__ == "__main__":
