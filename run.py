@@ -120,5 +120,10 @@ if __name__ == "__main__":
         sys.argv[1:] = resume_overrides(backbone_path_overrides(sys.argv[1:], options))  # resume=D: resume.dir=D
     except ValueError as err:
         sys.exit(f"cselab: {err}")
+    if sys.argv[1:] and not any(a.startswith("-") for a in sys.argv[1:]):  # one run: a typo'd key named at once
+        from cselab.config_keys import missing_key_error
+
+        if (missing := missing_key_error(sys.argv[1:], Path(__file__).resolve().parent / "conf")) is not None:
+            sys.exit(f"cselab: {missing}")
     main()
     sys.exit(exit_status())  # a -m sweep with a failed job: 1 (a failing single run has exited 1 already)

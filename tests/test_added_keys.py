@@ -11,7 +11,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import cselab.config  # noqa: F401  (resolvers)
-from cselab.config_keys import added_keys, check_added_keys, closest_key
+from cselab.config_keys import added_keys, check_added_keys, closest_key, missing_key_error
 from cselab.methods.checks import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +53,14 @@ def test_closest_key_falls_back_to_any_key():
         cfg = compose("config")
     assert closest_key(cfg, "optim.lrr") == "optim.lr"
     assert closest_key(cfg, "nothing.like.it.at.all") is None
+
+
+def test_without_plus_the_closest_key_is_named_too():
+    """Hydra's own refusal of optim.lrr=1e-4 suggests +optim.lrr=1e-4; run.py names optim.lr instead."""
+    message = missing_key_error(["optim.lrr=1e-4", "trainer.max_steps=1"], ROOT / "conf")
+    assert message.startswith("optim.lrr=1e-4: the config has no key optim.lrr; did you mean optim.lr?")
+    assert missing_key_error(["optim.lr=1e-4", "method=simcse"], ROOT / "conf") is None
+    assert missing_key_error(["method=nosuchmethod"], ROOT / "conf") is None  # Hydra's own message for that
 
 
 def test_run_py_refuses_in_one_line_and_leaves_no_run_directory(tmp_path):
