@@ -8,10 +8,14 @@ Runs live in ``outputs/<run_name>`` (sweeps in ``multirun/<run_name>/<job>``), a
 overrides: re-running the same command resumes an interrupted run from ``checkpoints/last.ckpt`` and skips a
 finished one (logged once).  In a -m sweep a failing job writes ``failed.json`` in its directory and the sweep
 goes on with the next job; at its end the sweep prints a summary of its jobs and exits 1 if one failed
-(``cselab.sweep``).  A single run re-raises (non-zero exit).
+(``cselab.sweep``).  A single run re-raises (non-zero exit); a config error (a key named in the message, a ``+key``
+that no code reads, a run directory in use by another process) is one line on stderr, exit 1, and a single run's
+refused command leaves no run directory behind.
 """
 
+import contextlib
 import logging
+import shutil
 import sys
 from pathlib import Path
 
@@ -38,12 +42,16 @@ log = logging.getLogger("cselab")
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     # (importing cselab.pipeline imports Lightning, which adds its console handler)
+    from cselab.callbacks.run_config import finished_run_changes
+    from cselab.config_keys import check_added_keys
     from cselab.pipeline import ConfigError, RunFinished, record_failure, run
+    from cselab.run_lock import RunDirInUse, hold_run_dir, release_run_dir
 
     one_line_per_event()  # Hydra has configured the job's logging: Lightning's records go through it, once
 
     hydra_cfg = HydraConfig.get()
     output_dir = hydra_cfg.runtime.output_dir
+    fresh = fresh_run_dir(output_dir)  # Hydra made it for this command: nothing but .hydra/ and an empty run.log
     if cfg.get("variant") is None:  # the W&B variant tag: this job's overrides that change the model
         with open_dict(cfg):
             cfg.variant = variant_name(list(hydra_cfg.overrides.task))
@@ -54,10 +62,29 @@ def main(cfg: DictConfig) -> float | None:
     try:
         if multirun and cfg.resume.get("dir"):
             raise ConfigError("resume=... continues one run; to continue a -m sweep, re-run the sweep's command")
+        check_added_keys(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices.keys())  # +optim.lrr
+        hold_run_dir(output_dir)  # a second process into the same directory is refused
         results = run(cfg, output_dir)
     except RunFinished as done:  # re-running a finished run (or a sweep's finished job): nothing to do
+        changed = finished_run_changes(done.results, cfg, output_dir)
+        if changed and not multirun:  # resume=<finished run> optim.lr=...: say that nothing changes
+            sys.exit(f"cselab: {changed}")
+        if changed:
+            log.warning("job %s: %s", hydra_cfg.job.num, changed)
         log.info("skipped %s: already finished (results.json; overwrite=true runs it again)", output_dir)
         return (done.results.get("test") or {}).get("avg")
+    except ConfigError as err:
+        in_use = isinstance(err, RunDirInUse)  # the directory is another process's: write and remove nothing
+        if multirun:  # the sweep goes on; its summary lists the job with its failed.json
+            path = None if in_use else record_failure(output_dir, err)
+            log.error("job %s failed (%s: %s); details in %s; the sweep continues",
+                      hydra_cfg.job.num, type(err).__name__, err, path or "the log above")
+            return None
+        if fresh and not in_use and nothing_written(output_dir):  # nothing ran: leave no run directory behind
+            shutil.rmtree(output_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):  # outputs/ itself, when this was its only run
+                Path(output_dir).parent.rmdir()
+        sys.exit(f"cselab: {err}")  # one line, exit status 1 (no traceback: the message names the key)
     except Exception as err:
         path = record_failure(output_dir, err)
         if multirun:
@@ -65,7 +92,24 @@ def main(cfg: DictConfig) -> float | None:
                       hydra_cfg.job.num, type(err).__name__, err, path or "the log above")
             return None
         raise
+    finally:
+        release_run_dir(output_dir)
     return results["test"].get("avg")
+
+
+def fresh_run_dir(output_dir: str) -> bool:
+    """The run directory holds nothing but what Hydra wrote for this command (``.hydra/``, an empty ``run.log``)."""
+    path = Path(output_dir)
+    names = {p.name for p in path.iterdir()} if path.is_dir() else set()
+    log_file = path / "run.log"
+    return names <= {".hydra", "run.log"} and (not log_file.exists() or log_file.stat().st_size == 0)
+
+
+def nothing_written(output_dir: str) -> bool:
+    """The run directory holds only Hydra's files, the log and this process's lock: no checkpoint, no logger
+    output (a refusal after training started keeps its directory)."""
+    path = Path(output_dir)
+    return not path.is_dir() or {p.name for p in path.iterdir()} <= {".hydra", "run.log", ".lock"}
 
 
 if __name__ == "__main__":
@@ -76,5 +120,10 @@ if __name__ == "__main__":
         sys.argv[1:] = resume_overrides(backbone_path_overrides(sys.argv[1:], options))  # resume=D: resume.dir=D
     except ValueError as err:
         sys.exit(f"cselab: {err}")
+    if sys.argv[1:] and not any(a.startswith("-") for a in sys.argv[1:]):  # one run: a typo'd key named at once
+        from cselab.config_keys import missing_key_error
+
+        if (missing := missing_key_error(sys.argv[1:], Path(__file__).resolve().parent / "conf")) is not None:
+            sys.exit(f"cselab: {missing}")
     main()
     sys.exit(exit_status())  # a -m sweep with a failed job: 1 (a failing single run has exited 1 already)

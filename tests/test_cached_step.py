@@ -323,7 +323,8 @@ def test_run_with_cached_step_trains_and_may_resume_with_another_chunk_size(tmp_
     from tests.conftest import compose_tiny_run
 
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]",
-                           "trainer.cached_step.chunk_size=3", "trainer.max_steps=2")
+                           "trainer.cached_step.chunk_size=3", "trainer.max_steps=2",
+                           "checkpointing.keep_last=true")
     results = run(cfg, tmp_path / "run")
     assert results["global_step"] == 2
     ckpt = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)

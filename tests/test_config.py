@@ -155,6 +155,11 @@ def test_run_help_lists_the_groups_and_the_most_used_keys():
                 "eval.test_tasks=", "seed="):
         assert key in proc.stdout, key
     assert "simcse" in proc.stdout and "promptbert_table4" in proc.stdout
+    from cselab.model.pooling import POOLERS
+    from cselab.representations.token import TOKEN_REPRESENTATIONS
+
+    listed = proc.stdout.split("method.pooler=...", 1)[1].split("method.denoise=", 1)[0]
+    assert all(f" {p} " in listed.replace("\n", " ") + " " for p in (*POOLERS, *TOKEN_REPRESENTATIONS))
 
 
 def test_precision_auto_is_bf16_on_gpu_and_32_on_cpu(monkeypatch):

@@ -25,11 +25,12 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: ``cselab`` itself matches only the package's ``__init__``)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("io", ("cselab.files", "cselab.checkpoint_io", "cselab.hub", "cselab.logs", "cselab.progress",
-            "cselab.config")),
+            "cselab.config", "cselab.run_dir", "cselab.signals")),
     ("parts", ("cselab.data", "cselab.model", "cselab.representations", "cselab.losses")),
     ("evaluation", ("cselab.evaluation", "cselab.mteb")),
-    ("methods", ("cselab.methods", "cselab.loading", "cselab")),  # "cselab": the package facade (cselab.load)
-    ("pipeline", ("cselab.pipeline", "cselab.loggers", "cselab.sweep", "cselab.callbacks")),
+    ("methods", ("cselab.methods", "cselab.loading", "cselab.exported", "cselab")),  # "cselab": the package facade (cselab.load)
+    ("pipeline", ("cselab.pipeline", "cselab.loggers", "cselab.sweep", "cselab.callbacks", "cselab.config_keys",
+                  "cselab.run_lock")),
     ("apps", ("cselab.report", "cselab.analysis", "cselab.model_card", "cselab.export", "cselab.tiny_decoders")),
     ("cli", ("cselab.cli", "cselab.evaluate_mteb")),  # evaluate_mteb: only the python -m shim of cselab.cli.mteb
 ]

@@ -136,7 +136,9 @@ def test_compare_cli_identical_and_shuffled(tmp_path, capsys):
     a = make_run(tmp_path, "a", "simcse", 0, 0.4, gold)
     shuffled = make_run(tmp_path, "s", "simcse", 0, 0.4, gold, shuffle=True)
     assert compare_main([str(a), str(a), "--n-resamples", "200", "--format", "csv"]) == 0
-    rows = list(csv.DictReader(capsys.readouterr().out.splitlines()))
+    out = capsys.readouterr()
+    assert "RUN_A and RUN_B are the same run" in out.err
+    rows = list(csv.DictReader(out.out.splitlines()))
     assert [r["task"] for r in rows] == [*TEST_TASKS, "avg"]
     assert all(float(r["diff"]) == 0 and float(r["p"]) == 1 for r in rows)
     assert compare_main([str(a), str(shuffled), "--n-resamples", "200"]) == 0
@@ -144,9 +146,30 @@ def test_compare_cli_identical_and_shuffled(tmp_path, capsys):
     assert compare_main([str(a), str(shuffled)]) == 0     # 1000 permutations: min Holm p = 7 x 2 / 1001
     md = capsys.readouterr().out
     assert "| Avg |" in md and md.count(" * |") == 8      # every task and the average significant
-    (tmp_path / "old").mkdir()
+    (tmp_path / "old").mkdir()  # a run written before test_pairs.npz existed
+    (tmp_path / "old" / "results.json").write_text((a / "results.json").read_text())
     assert compare_main([str(a), str(tmp_path / "old")]) == 1
     assert "no per-pair test scores" in capsys.readouterr().err
+
+
+def test_compare_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
+    a = make_run(tmp_path, "a", "simcse", 0, 0.4, _gold())
+    (tmp_path / "notes").mkdir()
+    with pytest.raises(SystemExit) as bad:
+        compare_main([str(a), str(tmp_path / "notes")])
+    assert bad.value.code == 2 and "not a run directory (no results.json)" in capsys.readouterr().err
+
+
+def test_the_seed_warning_counts_the_row_s_runs(tmp_path):
+    """Runs that tested a subset of the tasks (no avg): the warning says n=2, as the row does (446911a: n=0)."""
+    gold = _gold()
+    for seed in (0, 1):
+        run = make_run(tmp_path, f"a{seed}", "simcse", seed, 0.4, gold)
+        results = json.loads((run / "results.json").read_text())
+        results["test"] = {"stsb": results["test"]["stsb"]}
+        (run / "results.json").write_text(json.dumps(results))
+    md = render_markdown(collect([tmp_path], published=[]))
+    assert "n=2 seeds: the interval over 2 seeds is very wide" in md and "n=0" not in md
 
 
 def test_compare_auto_stops_beyond_six_pairs_of_rows_and_says_so(tmp_path, capsys):

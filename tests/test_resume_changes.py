@@ -66,7 +66,7 @@ def test_resume_with_a_changed_lr_is_refused_then_accepted_and_recorded(tmp_path
     assert "batch_size" not in message and "log_every" not in message and "module." not in message
     assert not (out / "results.json").exists()
 
-    results = run(resumed("optim.lr=1e-4", "resume.allow_changed=[optim.lr]"), out)
+    results = run(resumed("optim.lr=1e-4", "resume.allow_changed=[optim.lr]", "checkpointing.keep_last=true"), out)
     assert results["changed_on_resume"] == [{"key": "optim.lr", "checkpoint": 5e-5, "now": 1e-4, "step": 2}]
     on_disk = json.loads((out / "results.json").read_text())
     assert on_disk["changed_on_resume"] == results["changed_on_resume"]
@@ -102,4 +102,4 @@ def test_config_changes_ignore_output_only_keys_and_module_copies(tmp_path, tiny
 
 def test_resume_equals_dir_on_the_command_line_is_the_resume_node():
     assert resume_overrides(["resume=outputs/x", "optim.lr=1e-4", "resume.allow_changed=[optim.lr]"]) == [
-        "resume.dir=outputs/x", "optim.lr=1e-4", "resume.allow_changed=[optim.lr]"]
+        "resume.dir='outputs/x'", "optim.lr=1e-4", "resume.allow_changed=[optim.lr]"]

@@ -51,7 +51,8 @@ def test_a_callback_and_a_datamodule_from_the_config_alone(tmp_path, tiny_bert_d
     CountingDataModule.setups.clear()
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]",
                            f"+callbacks.probe._target_={__name__}.Probe", "+callbacks.probe.label=mine",
-                           f"data.datamodule._target_={__name__}.CountingDataModule", "callbacks.throughput=null")
+                           f"data.datamodule._target_={__name__}.CountingDataModule", "callbacks.throughput=null",
+                           "checkpointing.keep_last=true")
     results = run(cfg, tmp_path / "run")
     assert Probe.seen == ["mine:train_start", "mine:test_end"]
     assert CountingDataModule.setups and results["global_step"] == 4

@@ -1,8 +1,10 @@
-"""Checkpoints for resuming: written atomically (temporary file, then ``os.replace``), and a ``last.ckpt``
-that a resume never reads past an unfinished validation."""
+"""Checkpoints for resuming: written atomically (temporary file, then ``os.replace``), a ``last.ckpt`` that a
+resume never reads past an unfinished validation, and an unreadable checkpoint set aside (renamed) rather than
+blocking every later resume."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,46 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         return None
 
 
+def remove_last(dirpath: str | Path) -> int:
+    """Remove ``last.ckpt`` from the run's ``checkpoints`` folder once the run has written ``results.json``
+    (``checkpointing.keep_last=false``: it holds the optimizer state, the largest file of a run, and a finished run
+    is never resumed); returns the bytes freed."""
+    last = Path(dirpath) / "last.ckpt"
+    if not last.is_file():
+        return 0
+    size = last.stat().st_size
+    last.unlink()
+    return size
+
+
+def read_error(path: str | Path) -> BaseException | None:
+    """Why the checkpoint file ``path`` cannot be read (torch's exception: a file cut short by a crash during
+    its write on another filesystem, a full quota ... -- ``failed finding central directory``), or ``None`` when
+    it loads.  Memory-mapped: the weights are not read; a legacy (non-zip) file is read in full."""
+    try:
+        torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+        return None
+    except Exception:  # noqa: BLE001 -- a non-zip (legacy) file cannot be mmapped: try once in full
+        try:
+            torch.load(path, map_location="cpu", weights_only=False)
+            return None
+        except Exception as err:  # noqa: BLE001 -- any failure to read is "unreadable"
+            return err
+
+
+def set_aside(path: str | Path) -> Path:
+    """Rename the unreadable checkpoint ``path`` to ``<name>.unreadable-<UTC time>`` beside it (never deleted:
+    it may be inspected or recovered) and return the new path."""
+    path = Path(path)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = path.with_name(f"{path.name}.unreadable-{stamp}")
+    n = 1
+    while target.exists():
+        target, n = path.with_name(f"{path.name}.unreadable-{stamp}-{n}"), n + 1
+    path.rename(target)
+    return target
+
+
 class LastCheckpoint(ModelCheckpoint):
     """``checkpoints/last.ckpt`` for resuming: written at the end of every validation and every
     ``every_n_train_steps`` optimizer steps, whatever the best-checkpoint callback decided.
@@ -53,11 +95,17 @@ class LastCheckpoint(ModelCheckpoint):
     Args:
         dirpath: the run's ``checkpoints`` folder.
         every_n_train_steps: also write every N optimizer steps (None or 0: at validations only).
+        every_minutes: without ``every_n_train_steps``, also write after a training step once this many minutes
+            passed since the last write (Lightning's ``train_time_interval``; None or 0: at validations only).
     """
 
-    def __init__(self, dirpath: str | Path, every_n_train_steps: int | None = None) -> None:
+    def __init__(self, dirpath: str | Path, every_n_train_steps: int | None = None,
+                 every_minutes: float | None = None) -> None:
+        from datetime import timedelta
+
+        interval = timedelta(minutes=float(every_minutes)) if every_minutes and not every_n_train_steps else None
         super().__init__(dirpath=dirpath, save_top_k=0, save_last=True, every_n_train_steps=every_n_train_steps or 0,
-                         save_on_train_epoch_end=False)
+                         train_time_interval=interval, save_on_train_epoch_end=False)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         loop = trainer.fit_loop.epoch_loop

@@ -207,10 +207,26 @@ def backbone_path_overrides(argv: list[str], options: set[str]) -> list[str]:
 
 
 def resume_overrides(argv: list[str]) -> list[str]:
-    """Command-line overrides with ``resume=<run dir>`` written as ``resume.dir=<run dir>`` (``resume`` is a node:
-    ``dir`` and ``allow_changed``, ``conf/config.yaml``); everything else passes unchanged."""
-    return [f"resume.dir={item.split('=', 1)[1]}" if item.startswith(("resume=", "+resume=")) else item
-            for item in argv]
+    """Command-line overrides with ``resume=<run dir>`` written as ``resume.dir='<run dir>'`` (``resume`` is a node:
+    ``dir`` and ``allow_changed``, ``conf/config.yaml``); everything else passes unchanged.
+
+    The directory is quoted for Hydra's grammar: the project's own run directories hold ``=`` and ``,``
+    (``outputs/simcse_minilm_l6_unsup+trainer.max_steps=10``), which Hydra cannot parse unquoted ("mismatched
+    input '='") and a ``-m`` sweep would split at ``,``.  A value the user quoted already is kept."""
+    out = []
+    for item in argv:
+        if item.startswith(("resume=", "+resume=", "resume.dir=", "+resume.dir=")):
+            value = item.split("=", 1)[1]
+            quoted = value[:1] in ("'", '"') or not value
+            out.append(f"resume.dir={value if quoted else hydra_quote(value)}")
+        else:
+            out.append(item)
+    return out
+
+
+def hydra_quote(value: str) -> str:
+    """``value`` as one single-quoted Hydra string (``'`` and a backslash before it escaped)."""
+    return "'" + re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value) + "'"
 
 
 #: longest run directory name kept readable; a longer one keeps its start and a hash of the whole

@@ -15,6 +15,10 @@ def load(checkpoint: str | os.PathLike, map_location: str = "cpu", method: str |
          backbone: dict | None = None):
     """Rebuild the method saved in a cselab checkpoint, in eval mode, ready to ``encode`` as at test.
 
+    ``checkpoint`` may also be a run directory (its best checkpoint, as ``cselab transfer`` takes it) or an exported
+    folder (``cselab export``, any sentence-transformers folder): the latter is encoded exactly as
+    ``SentenceTransformer(folder)`` (:func:`cselab.exported.load_exported`; ``method`` and ``backbone`` do not apply).
+
     Templates, prompts and heads are applied as at test (the method's own ``encode``).  The backbone is loaded
     from its recorded ``name_or_path`` (prompt-tuned checkpoints hold only the trained tensors).  A checkpoint
     written before the embedding spec (flat ``pooler``, ``lr`` ... hyper-parameters) is read in today's layout
@@ -22,7 +26,7 @@ def load(checkpoint: str | os.PathLike, map_location: str = "cpu", method: str |
     drops them).
 
     Args:
-        checkpoint: a ``.ckpt`` written by a cselab run.
+        checkpoint: a ``.ckpt`` written by a cselab run, a run directory, or an exported folder.
         map_location: device for the tensors.
         method: the method's config name (``promptbert`` ...) for checkpoints that do not record their class
             (written before the class was recorded); ignored when the checkpoint records it.
@@ -31,16 +35,26 @@ def load(checkpoint: str | os.PathLike, map_location: str = "cpu", method: str |
             prefix checkpoint: its trained tensors onto the unquantised base; ``eval.test_backbone``).
 
     Raises:
-        FileNotFoundError: no such checkpoint.
+        FileNotFoundError: no such checkpoint; a folder that is neither a run directory nor an exported folder;
+            a run directory without a best checkpoint.
         ValueError: no recorded method class and no ``method`` given; a checkpoint of a frozen-backbone method
             (LoRA, prefixes, soft prompts) that lacks some of the method's trainable tensors (named).
     """
     import torch
 
+    from cselab.exported import is_exported_folder, load_exported
     from cselab.methods.checks import split_legacy
+    from cselab.run_dir import best_checkpoint, is_run_dir
 
     if not os.path.exists(checkpoint):
         raise FileNotFoundError(f"checkpoint {checkpoint} does not exist")
+    if is_exported_folder(checkpoint):
+        return load_exported(checkpoint, device=map_location)
+    if is_run_dir(checkpoint):
+        checkpoint = best_checkpoint(checkpoint)
+    if os.path.isdir(checkpoint):
+        raise FileNotFoundError(f"{checkpoint} is a folder but neither a run directory (results.json, checkpoints/) "
+                                "nor an exported folder (modules.json, cselab_model.json)")
     ckpt = torch.load(checkpoint, map_location=map_location, weights_only=False)
     path = ckpt.get("cselab_method_class")
     if path:

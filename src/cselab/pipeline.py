@@ -250,6 +250,36 @@ def resolve_ckpt_path(ckpt_path: str | None, output_dir: str | Path) -> str | No
     return ckpt_path
 
 
+def resumable_checkpoint(ckpt_path: str | None, output_dir: str | Path) -> str | None:
+    """:func:`resolve_ckpt_path`, with a checkpoint that cannot be read (cut short by a crash during its write, a
+    full quota) set aside instead of failing every re-run: ``auto`` and ``last`` rename it to
+    ``<name>.unreadable-<time>`` (:func:`cselab.checkpoint_io.set_aside`, never deleted), log a warning naming both
+    files, and resume from the next newest checkpoint (a SLURM ``hpc_ckpt_<n>.ckpt``) or train from step 0.
+
+    Raises:
+        ConfigError: ``ckpt_path`` names a file that cannot be read (names it and the alternatives).
+        FileNotFoundError: as :func:`resolve_ckpt_path`.
+    """
+    from cselab.checkpoint_io import read_error, set_aside
+
+    while True:
+        path = resolve_ckpt_path(ckpt_path, output_dir)
+        candidate = Path(output_dir) / "checkpoints" / "last.ckpt" if path == "last" else path
+        if candidate in (None, "best", "hpc", "registry") or not Path(candidate).is_file():
+            return path
+        err = read_error(candidate)
+        if err is None:
+            return path
+        if ckpt_path not in ("auto", "last"):
+            raise ConfigError(f"ckpt_path={ckpt_path}: the checkpoint cannot be read ({type(err).__name__}: "
+                              f"{str(err).splitlines()[0] if str(err) else ''}); pass another checkpoint, "
+                              "ckpt_path=auto, or ckpt_path=null to train from step 0")
+        aside = set_aside(candidate)
+        log.warning("checkpoint %s cannot be read (%s: %s; a write cut short?): set aside as %s (not deleted); "
+                    "resuming from the next checkpoint, if any, else training from step 0", candidate,
+                    type(err).__name__, str(err).splitlines()[0] if str(err) else "", aside)
+
+
 def checkpoint_step(ckpt_path: str | None) -> int | None:
     """The global step stored in the checkpoint file ``ckpt_path`` (memory-mapped: the weights are not read), or
     ``None`` when there is no file to resume from (``None``, or Lightning's ``last`` / ``best`` / ... keywords)."""
@@ -483,7 +513,7 @@ def prepare(cfg: DictConfig, output_dir: str | Path) -> RunContext:
         ckpt_path = cfg.get("ckpt_path")
         if ckpt_path == "auto" and (output_dir / "results.json").exists():  # overwrite=true: a fresh run
             ckpt_path = None
-        ckpt_path = resolve_ckpt_path(ckpt_path, output_dir)
+        ckpt_path = resumable_checkpoint(ckpt_path, output_dir)
     resume_step = checkpoint_step(ckpt_path)
     changed = check_resume(cfg, ckpt_path, resume_step)  # before the backbone loads
     return RunContext(cfg, output_dir, start, ckpt_path, resume_step, changed, resolved_config(cfg))
@@ -619,6 +649,17 @@ def fit_and_test(ctx: RunContext, method, callbacks: dict[str, L.Callback], logg
     datamodule = build_datamodule(cfg, method)
     trainer.fit(method, datamodule=datamodule, ckpt_path=ctx.ckpt_path, weights_only=False)
     best, best_dev = validate_at_end(trainer, method, sts, callbacks.get("checkpoint"), ctx.output_dir)
+    from cselab.signals import sigterm_stops
+
+    with sigterm_stops("test"):  # the test phase is one callback call: Lightning alone would ignore SIGTERM
+        _test_best(ctx, trainer, method, datamodule, sts, loggers, best)
+    return Outcome(best, best_dev, int(trainer.global_step), trainer.is_global_zero)
+
+
+def _test_best(ctx: RunContext, trainer: L.Trainer, method, datamodule, sts: STSCallback, loggers: list,
+               best: str | None) -> None:
+    """Score the best checkpoint on the test tasks (:func:`fit_and_test`)."""
+    cfg = ctx.cfg
     reload = test_backbone(cfg)
     if reload != OmegaConf.to_container(cfg.module.backbone, resolve=True) and best:
         from cselab.loading import load
@@ -632,7 +673,6 @@ def fit_and_test(ctx: RunContext, method, callbacks: dict[str, L.Callback], logg
             del tested
     else:
         trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)
-    return Outcome(best, best_dev, int(trainer.global_step), trainer.is_global_zero)
 
 
 def finish(ctx: RunContext, method, sts: STSCallback, loggers: list, outcome: Outcome) -> dict[str, Any]:
@@ -648,6 +688,12 @@ def finish(ctx: RunContext, method, sts: STSCallback, loggers: list, outcome: Ou
 
         write_pair_scores(ctx.output_dir / PAIRS_FILE, sts.test_pairs, sts.test_subsets, cfg.eval.aggregation)
     path = write_results(ctx.output_dir / "results.json", results)
+    if cfg.method.train and not OmegaConf.select(cfg, "checkpointing.keep_last", default=True):
+        from cselab.checkpoint_io import remove_last
+
+        if freed := remove_last(ctx.output_dir / "checkpoints"):
+            log.info("removed checkpoints/last.ckpt (%.0f MB; the run finished: checkpointing.keep_last=false)",
+                     freed / 2**20)
     print_results(cfg, results, path)
     if transfer:
         from cselab.evaluation.transfer import TRANSFER_NAMES, format_transfer_table
@@ -786,7 +832,7 @@ def validate_at_end(trainer: L.Trainer, method, sts: STSCallback, checkpoint, ou
                  trainer.global_step, trainer.val_check_interval)
         score = sts.validate(trainer, method)
     path = Path(output_dir) / "checkpoints" / f"best-step{int(trainer.global_step)}.ckpt"
-    trainer.save_checkpoint(path, weights_only=False)
+    trainer.save_checkpoint(path, weights_only=bool(getattr(checkpoint, "save_weights_only", False)))
     return str(path), score
 
 

@@ -130,6 +130,23 @@ def check_resume(cfg: DictConfig, ckpt_path: str | None, step: int | None) -> li
     return earlier + now
 
 
+def finished_run_changes(results: dict[str, Any], cfg: DictConfig, run_dir: str | Path) -> str | None:
+    """Why re-running a finished run with this command changes nothing, when the command asks for a value that
+    changes the result (``resume=<finished run> optim.lr=1e-4``): the keys with both values and how to run the
+    change; ``None`` when the command matches the finished run (or its ``results.json`` records no config).
+    """
+    saved = results.get("config")
+    if not isinstance(saved, dict):
+        return None
+    changes = config_changes(saved, cfg)
+    if not changes:
+        return None
+    listed = "; ".join(f"{key}: {before!r} in the finished run, {after!r} now" for key, before, after in changes)
+    return (f"{run_dir} already finished (results.json) with other values that change the result ({listed}); "
+            "nothing was run. To train with the change, start a new run (without resume=, or with run_name=<new "
+            "name>), or replace this one with overwrite=true")
+
+
 class RunConfig(L.Callback):
     """Save the run's resolved config and its accepted resume changes with every checkpoint; when ``fit``
     resumes with an accepted ``optim.lr`` / ``optim.weight_decay`` change, put the new value into the restored

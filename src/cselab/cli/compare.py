@@ -6,7 +6,8 @@ test's p-value and its Holm adjustment across the tasks.  Needs each run's ``tes
 test phase beside ``results.json``).
 
 Exit status: 0 on success, 1 when a run has no per-pair scores or the runs were not scored on the same pairs,
-2 on bad arguments or a missing directory.
+2 on bad arguments, a missing directory or a folder that is not a run (no ``results.json``).  Comparing a run with
+itself is said so on stderr.
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = [d for d in (args.run_a, args.run_b) if not Path(d).exists()]
     if missing:
         parser.error(f"no such file or directory: {', '.join(missing)}")
+    not_runs = [d for d in (args.run_a, args.run_b) if not (Path(d) / "results.json").is_file()]
+    if not_runs:
+        parser.error(f"not a run directory (no results.json): {', '.join(not_runs)}; pass two finished runs' "
+                     "directories (outputs/<run> or multirun/<sweep>/<job>)")
+    if Path(args.run_a).resolve() == Path(args.run_b).resolve():
+        print(f"cselab compare: RUN_A and RUN_B are the same run ({Path(args.run_a).resolve()}): every difference "
+              "is 0 by construction", file=sys.stderr)
     if args.n_resamples < 100:
         parser.error(f"--n-resamples {args.n_resamples}: expected >= 100")
     try:

@@ -7,12 +7,13 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from cselab import export as exporting
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m cselab export CHECKPOINT OUT_DIR [--overwrite] [--no-verify] [--results RESULTS_JSON]
+    """``python -m cselab export CHECKPOINT|RUN_DIR OUT_DIR [--overwrite] [--no-verify] [--results RESULTS_JSON]
     [--merge-lora] [--push-to-hub ID [--private]]``.
 
     ``--push-to-hub`` (off by default) checks the token and the network BEFORE loading the checkpoint, then
@@ -23,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from cselab.hub import HubError, check_push_access, push_folder
 
     parser = argparse.ArgumentParser(prog="python -m cselab export", description=exporting.__doc__.split("\n\n")[0])
-    parser.add_argument("checkpoint", help="a cselab checkpoint (.ckpt)")
+    parser.add_argument("checkpoint", help="a cselab checkpoint (.ckpt) or a run directory (its best checkpoint)")
     parser.add_argument("out_dir", help="the sentence-transformers folder to write")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
     parser.add_argument("--no-verify", action="store_true", help="skip the comparison on probe sentences")
@@ -37,6 +38,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "(hf auth login / HF_TOKEN) and the network")
     parser.add_argument("--private", action="store_true", help="with --push-to-hub: create the repository private")
     args = parser.parse_args(argv)
+    from cselab.run_dir import best_checkpoint, is_run_dir
+
+    if is_run_dir(args.checkpoint):  # a run directory: its best checkpoint, as `cselab transfer` takes it
+        try:
+            args.checkpoint = str(best_checkpoint(args.checkpoint))
+        except FileNotFoundError as err:
+            print(f"cselab.export: {err}", file=sys.stderr)
+            return 2
+        print(f"cselab.export: exporting the run's best checkpoint {args.checkpoint}", file=sys.stderr)
+    elif Path(args.checkpoint).is_dir():
+        print(f"cselab.export: {args.checkpoint} is a folder but not a run directory (no results.json or "
+              "checkpoints/): pass a .ckpt file or a run directory", file=sys.stderr)
+        return 2
     token = None
     if args.push_to_hub:
         try:

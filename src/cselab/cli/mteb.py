@@ -4,6 +4,8 @@ Scores a cselab model on MTEB tasks with :class:`cselab.mteb.CselabMTEBEncoder` 
 template, prompt, pooling and template bias as at test).  ``SOURCE`` is
 
 * a cselab checkpoint (``.ckpt``): the trained method (``cselab.load``);
+* an exported folder (``cselab export``, or any sentence-transformers folder): encoded exactly as
+  ``SentenceTransformer(folder)`` (its ``modules.json`` and pooling config; ``--pooler`` is ignored);
 * a backbone config name of this repository (``minilm_l6``, ``bert_base``, ...: ``conf/backbone/<name>.yaml``),
   a Hugging Face id, a folder or ``package:<module>``: the raw backbone with ``--pooler`` (``avg`` by default;
   ``method=baseline``, no training).
@@ -44,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--local", default=None, metavar="DATA_DIR",
                    help=f"build the tasks from the local SentEval files under DATA_DIR ({', '.join(LOCAL_TASKS)})")
     p.add_argument("--compare", action="store_true", help="with --local: also print cselab's own evaluator")
-    p.add_argument("--pooler", default="avg", help="pooler of a raw backbone (default: avg)")
+    p.add_argument("--pooler", default=None,
+                   help="pooler of a raw backbone (default: avg); a checkpoint or exported folder uses its own "
+                        "unless --pooler is given (then the folder is read as a bare backbone)")
     p.add_argument("--family", default=None, choices=["bert", "roberta"], help="template family of a raw backbone")
     p.add_argument("--batch-size", type=int, default=None, help="sentences per forward (default: the method's)")
     p.add_argument("--name", default=None, help="model name recorded in MTEB's results (org/name)")
@@ -53,17 +57,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_source(source: str, pooler: str = "avg", family: str | None = None):
-    """The method to score: ``cselab.load`` for a ``.ckpt``, else a ``method=baseline`` on the backbone.
+def load_source(source: str, pooler: str | None = None, family: str | None = None):
+    """The method to score: ``cselab.load`` for a ``.ckpt``; an exported folder (``modules.json`` /
+    ``cselab_model.json``) exactly as ``SentenceTransformer(folder)`` (:func:`cselab.exported.load_exported`, its
+    own pooling) unless a ``pooler`` is given; else a ``method=baseline`` on the backbone with ``pooler``
+    (default ``avg``).
 
     Raises:
         FileNotFoundError: a ``.ckpt`` path that does not exist.
         ValueError: an unknown pooler (from the method).
     """
+    from cselab.exported import is_exported_folder, load_exported
+
     if source.endswith(".ckpt"):
         import cselab
 
         return cselab.load(source)
+    if pooler is None and is_exported_folder(source):
+        return load_exported(source)
+    pooler = pooler or "avg"
     from cselab.methods import method_class
 
     name_or_path = source
@@ -136,6 +148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, ValueError, OSError) as err:
         print(f"cselab.evaluate_mteb: {err}", file=sys.stderr)
         return 2
+    if callable(getattr(method, "describe", None)):
+        from cselab.exported import encoder_line
+
+        print(f"cselab.evaluate_mteb: {args.source}: {encoder_line(method.describe())}", file=sys.stderr)
     try:
         scores = evaluate(method, tasks, name=args.name, batch_size=args.batch_size, output=args.output)
     except Exception as err:

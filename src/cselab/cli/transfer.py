@@ -7,14 +7,15 @@ a backbone (:mod:`cselab.evaluation.transfer`).
     cselab transfer minilm_l6 --pooler avg --tasks mr trec mrpc     # a backbone (config name, hub id or folder)
 
 Prints the papers' table and each task's wall time; ``--out FILE`` writes the results as JSON (accuracies x 100,
-the protocol with SentEval's commit, the timings).  Exit status 0, 1 on a missing / truncated data file, 2 on bad
-arguments.
+the protocol with SentEval's commit, the timings).  The header names the encoder used (pooler, head, template): an
+exported folder is encoded exactly as ``SentenceTransformer(folder)`` (its own pooling; ``--pooler`` is for a
+backbone target only).  Exit status 0, 1 on a missing / truncated data file, 2 on bad arguments (an unknown task,
+a target that cannot be loaded).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -31,40 +32,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", nargs="+", default=list(TRANSFER_TASKS), help="default: all seven")
     p.add_argument("--mode", choices=["test", "fasttest"], default="test",
                    help="SentEval's configuration (SimCSE / PromptBERT evaluation.py --mode); default test")
-    p.add_argument("--pooler", default="avg", help="for a backbone target: the pooler (default avg)")
+    p.add_argument("--pooler", default=None,
+                   help="for a backbone target: the pooler (default avg); a run, checkpoint or exported folder "
+                        "uses its own (an exported folder given --pooler is read as a bare backbone)")
     p.add_argument("--data-dir", default=None, help="data directory (default $CSELAB_DATA_DIR or ./data)")
     p.add_argument("--batch-size", type=int, default=None, help="sentences per forward pass")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     return p
 
 
-def load_target(target: str, pooler: str = "avg"):
-    """What to encode with: an object with ``encode(sentences, batch_size=...)``.
+def load_target(target: str, pooler: str | None = None):
+    """What to encode with: an object with ``encode(sentences, batch_size=...)`` and ``describe()``.
 
-    A run directory loads its best checkpoint (``results.json``'s ``best_checkpoint``, else the newest
-    ``checkpoints/best-*.ckpt``); a folder with ``cselab_model.json`` loads as an exported model; a ``.ckpt``
-    with ``cselab.load``; anything else is a backbone evaluated as ``method=baseline`` with ``pooler``.
+    A run directory loads its best checkpoint (:func:`cselab.run_dir.best_checkpoint`); an exported folder (``modules.json`` or
+    ``cselab_model.json``) is encoded exactly as ``SentenceTransformer(folder)`` (:func:`cselab.exported.load_exported`:
+    its own pooling config, unless ``pooler`` is given); a ``.ckpt`` with ``cselab.load``; anything else is a
+    backbone evaluated as ``method=baseline`` with ``pooler`` (default ``avg``).
 
     Raises:
-        FileNotFoundError: a run directory without a checkpoint (a run that trained nothing has none: evaluate
-            its backbone instead).
+        FileNotFoundError: a run directory without a checkpoint.
     """
-    path = Path(target)
-    if path.is_dir() and (path / "results.json").is_file():
-        best = json.loads((path / "results.json").read_text(encoding="utf-8")).get("best_checkpoint")
-        ckpts = [Path(best)] if best and Path(best).is_file() else sorted(
-            (path / "checkpoints").glob("best-*.ckpt"), key=lambda p: p.stat().st_mtime)
-        if not ckpts:
-            raise FileNotFoundError(f"{path}: no best checkpoint (results.json best_checkpoint or "
-                                    "checkpoints/best-*.ckpt); a run with method.train=false has none: pass its "
-                                    "backbone and --pooler instead")
-        target = str(ckpts[-1])
-    if path.is_dir() and (path / "cselab_model.json").is_file():
-        from cselab.model.embedding import EmbeddingModel
-
-        return EmbeddingModel.load(path)
     from cselab.cli.mteb import load_source
+    from cselab.run_dir import best_checkpoint, is_run_dir
 
+    if is_run_dir(target):
+        target = str(best_checkpoint(target))
     return load_source(target, pooler=pooler)
 
 
@@ -72,19 +64,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the transfer tasks; returns the exit status."""
     args = build_parser().parse_args(argv)
     from cselab.evaluation.transfer import TransferEvaluator, format_transfer_table, tqdm_progress
+    from cselab.exported import encoder_line
 
     try:
         evaluator = TransferEvaluator(args.data_dir, args.tasks, args.mode)
-    except (FileNotFoundError, ValueError) as err:
+    except FileNotFoundError as err:  # a missing / truncated data file
         print(f"cselab transfer: {err}", file=sys.stderr)
         return 1
+    except ValueError as err:  # an unknown task: a bad argument
+        print(f"cselab transfer: {err}", file=sys.stderr)
+        return 2
     start = time.perf_counter()
-    model = load_target(args.target, args.pooler)
+    try:
+        model = load_target(args.target, args.pooler)
+    except (FileNotFoundError, ValueError, OSError) as err:
+        print(f"cselab transfer: {err}", file=sys.stderr)
+        return 2
     load_s = time.perf_counter() - start
+    encoder = encoder_line(model.describe())
+    print(f"cselab transfer: {args.target}: {encoder}", file=sys.stderr)
     results = evaluator.evaluate(lambda s: model.encode(s, batch_size=args.batch_size), progress=tqdm_progress())
     total = time.perf_counter() - start
     tasks = evaluator.tasks
-    print(f"\n{args.target} | transfer ({args.mode}) | accuracy x 100\n{format_transfer_table(results, tasks)}")
+    print(f"\n{args.target} | transfer ({args.mode}) | accuracy x 100\n{encoder}\n"
+          f"{format_transfer_table(results, tasks)}")
     times = ", ".join(f"{k} {v['seconds']:.1f} s" for k, v in evaluator.timings.items())
     print(f"wall time: {total:.1f} s (model load {load_s:.1f} s; {times})")
     if args.out:

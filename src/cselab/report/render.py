@@ -17,6 +17,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+from cselab.evaluation.stats import seed_statistics
 from cselab.report.collect import Group, Report, Run
 from cselab.report.published import COLUMN_NAMES, SCORE_KEYS
 
@@ -198,7 +199,10 @@ def interval_sections(report: Report, cols: Sequence[str], comparisons: Sequence
                 if st.std is not None:
                     text += f" ± {st.std:.2f} {_interval_text(st.interval)}"
                 cells.append(text)
-            warning = g.seed_stats("avg").warning or g.seed_stats(test_cols[0]).warning
+            # the warning of a column the row has scores in (a run that tested a subset of the tasks has no avg:
+            # its n=0 there is not the row's n)
+            scored = [st for st in (g.seed_stats(c) for c in ("avg", *test_cols)) if st.n]
+            warning = scored[0].warning if scored else seed_statistics([]).warning
             if warning:
                 warnings.append(f"- {_md_escape(_group_title(g))}: {warning}")
             out.append(f"| {_md_escape(_group_title(g))} | {g.n} | {_seeds(g)} | " + " | ".join(cells) + " |")

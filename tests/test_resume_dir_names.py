@@ -1,0 +1,54 @@
+"""``resume=<run dir>`` takes the run directories the project writes (``=``, ``+`` and ``,`` in their names), and a
+finished run asked to change a result-changing key says so and how to re-run (446911a: Hydra's "mismatched input
+'='" naming no override; quoted, the run was skipped with exit 0 and the change never mentioned)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+import cselab.config  # noqa: F401  (resolvers)
+from cselab.callbacks.run_config import finished_run_changes, resolved_config
+from cselab.config import hydra_quote, resume_overrides
+
+ROOT = Path(__file__).resolve().parents[1]
+#: a run directory as run_name writes it (issue 33's example), with a sweep's comma too
+RUN_DIR = "outputs/simcse_minilm_l6_unsup+eval.test_tasks=-stsb-,sts12+trainer.max_steps=10"
+
+
+def _compose(*overrides: str):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=True)
+
+
+def test_the_project_s_own_directory_names_parse_as_resume_dir():
+    overrides = resume_overrides([f"resume={RUN_DIR}", "optim.lr=1e-4"])
+    assert overrides == [f"resume.dir='{RUN_DIR}'", "optim.lr=1e-4"]
+    cfg = _compose(*overrides)
+    assert cfg.resume.dir == RUN_DIR and cfg.hydra.run.dir == RUN_DIR
+    assert resume_overrides(["resume='already quoted=1'"]) == ["resume.dir='already quoted=1'"]
+    assert hydra_quote("it's") == "'it\\'s'"
+
+
+def test_a_finished_run_asked_for_a_change_says_so(tmp_path):
+    """run.py resume=<finished run> optim.lr=1e-4 exits 1 naming optim.lr, both values and how to re-run."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["method=simcse", "trainer.max_steps=10", "run_name=x"])
+    saved = resolved_config(cfg)
+    run_dir = tmp_path / RUN_DIR
+    run_dir.mkdir(parents=True)
+    (run_dir / "results.json").write_text(json.dumps({"config": saved, "test": {"avg": 50.0}}))
+    assert finished_run_changes({"config": saved}, cfg, run_dir) is None  # the same command: a plain skip
+
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), f"resume={RUN_DIR}", "method=simcse",
+                           "trainer.max_steps=10", "optim.lr=1e-4"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "mismatched input" not in proc.stderr
+    assert "already finished" in proc.stderr and "optim.lr: 3e-05 in the finished run, 0.0001 now" in proc.stderr
+    assert "overwrite=true" in proc.stderr and "run_name=" in proc.stderr
+    assert sorted(p.name for p in run_dir.iterdir() if p.name not in (".hydra", ".lock")) == ["results.json", "run.log"]
