@@ -360,19 +360,21 @@ def main(argv: list[str] | None = None) -> None:
         print(f"model: random BERT, bert-base shape, {args.layers} layers, bert-base-uncased vocabulary | device "
               f"{args.device} | bf16 {args.bf16} | batches {args.batch_sizes} | {args.warmup} warm-up + {args.steps}"
               f" timed steps", flush=True)
+        def done(result: dict) -> None:  # printed and written at once: a timeout loses only the case in flight
+            results.append(result)
+            print(json.dumps(result), flush=True)
+            if args.json:
+                args.json.write_text(json.dumps(results, indent=1))
+
         for method in args.methods:
             for mode in args.modes:
-                results.append(child(args, "case", method=method, mode=mode))
-                print(json.dumps(results[-1]), flush=True)
+                done(child(args, "case", method=method, mode=mode))
             for chunk in args.cached:
-                results.append(child(args, "case", method=method, mode=args.modes[0], cached=chunk))
-                print(json.dumps(results[-1]), flush=True)
+                done(child(args, "case", method=method, mode=args.modes[0], cached=chunk))
         if args.eval:
-            results.append(child(args, "eval", batch_sizes=[64]))
+            done(child(args, "eval", batch_sizes=[64]))
         if args.peer:
-            results.append(child(args, "peer"))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+            done(child(args, "peer"))
     print_table(results)
 
 

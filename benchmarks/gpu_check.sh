@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU check of the compiled, sync-free training step, in one call (about 7 minutes on one H100; each part has
-# its own timeout so that one slow part cannot eat the others' time).  Results: JSON files and log.txt under $OUT
+# The GPU check of the compiled, sync-free training step, in one call (at most 8.5 minutes on one H100: each part
+# has its own timeout, 240 + 60 + 75 + 45 + 45 + 45 s, so that one slow part cannot eat the others' time, and every
+# finished case is in its JSON file at once).  Results: JSON files and log.txt under $OUT
 # (the device tool's folder; ./gpu_check_out elsewhere).  Figures go to docs/benchmarks.md with the card named.
 #
 # Data: the wiki1m sample and the SentEval STS / SICK files; ../shared/data does not travel, so copy them into an
@@ -18,7 +19,7 @@
 #   4. 20 steps of SimCSE and PromptBERT (compiled) under torch.cuda.set_sync_debug_mode("error");
 #   5. the 7-task STS evaluation, and sentence-transformers' MultipleNegativesRankingLoss step (if installed);
 #   6. the sync-free tests on the GPU (tests/test_sync_free.py, the CUDA generator's cached-step tests).
-# Override with DEVICE=cpu LAYERS=2 STEPS=1 for a dry run of the script on a CPU.
+# Override with DEVICE=cpu LAYERS=1 STEPS=1 WARMUP=0 PYTHON=.venv/bin/python for a dry run of the script on a CPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_check_out}
@@ -30,29 +31,30 @@ WARMUP=${WARMUP:-3}
 DATA=${CSELAB_DATA_DIR:-$( [ -d .gpu_data ] && echo .gpu_data || echo data )}
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src:${PYTHONPATH:-}" CSELAB_DATA_DIR="$DATA" HF_HUB_OFFLINE=1
 BF16=$( [ "$DEVICE" = cuda ] && echo --bf16 )
-BENCH="python benchmarks/bench_step.py --device $DEVICE $BF16 --layers $LAYERS --steps $STEPS --warmup $WARMUP --data-dir $DATA"
+PYTHON=${PYTHON:-python}
+BENCH="$PYTHON benchmarks/bench_step.py --device $DEVICE $BF16 --layers $LAYERS --steps $STEPS --warmup $WARMUP --data-dir $DATA"
 log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$OUT/log.txt"; }
 
 log "machine"; { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || true
-  python -c "import torch, transformers, lightning; print('torch', torch.__version__, 'transformers', transformers.__version__, 'lightning', lightning.__version__)"; } 2>&1 | tee -a "$OUT/log.txt"
+  $PYTHON -c "import torch, transformers, lightning; print('torch', torch.__version__, 'transformers', transformers.__version__, 'lightning', lightning.__version__)"; } 2>&1 | tee -a "$OUT/log.txt"
 log "1. eager vs compiled"
-timeout 300 $BENCH --methods simcse promptbert cot_bert --modes eager compiled --batch-sizes 64 256 \
+timeout 240 $BENCH --methods simcse promptbert cot_bert --modes eager compiled --batch-sizes 64 256 \
     --json "$OUT/steps.json" 2>&1 | tee -a "$OUT/log.txt"
 log "2. reduce-overhead"
-timeout 100 $BENCH --methods simcse --modes reduce-overhead --batch-sizes 64 256 \
+timeout 60 $BENCH --methods simcse --modes reduce-overhead --batch-sizes 64 256 \
     --json "$OUT/cudagraphs.json" 2>&1 | tee -a "$OUT/log.txt"
 log "3. cached step"
-timeout 100 $BENCH --methods promptbert --modes compiled --batch-sizes 512 --cached 64 128 \
+timeout 75 $BENCH --methods promptbert --modes compiled --batch-sizes 512 --cached 64 128 \
     --json "$OUT/cached.json" 2>&1 | tee -a "$OUT/log.txt"
 log "4. sync debug mode"
-timeout 60 $BENCH --methods simcse promptbert --modes compiled --batch-sizes 64 --sync-check 20 --steps 2 \
+timeout 45 $BENCH --methods simcse promptbert --modes compiled --batch-sizes 64 --sync-check 20 --steps 2 \
     --json "$OUT/sync.json" 2>&1 | tee -a "$OUT/log.txt"
 log "5. evaluation and the sentence-transformers peer"
-timeout 60 $BENCH --methods simcse --modes eager --batch-sizes 64 256 --eval --peer \
+timeout 45 $BENCH --methods simcse --modes eager --batch-sizes 64 256 --eval --peer \
     --json "$OUT/peer.json" 2>&1 | tee -a "$OUT/log.txt"
 if [ "$DEVICE" = cuda ]; then
   log "6. tests on the GPU"
-  timeout 60 python -m pytest -q -p no:cacheprovider tests/test_sync_free.py tests/test_cached_step.py -k "cuda or simcse" \
+  timeout 45 $PYTHON -m pytest -q -p no:cacheprovider tests/test_sync_free.py tests/test_cached_step.py -k "cuda or simcse" \
       2>&1 | tail -5 | tee -a "$OUT/log.txt"
 fi
 log "done"
