@@ -297,14 +297,30 @@ def child(args, kind: str, **case) -> dict:
         cmd.append("--ops")
     for item in args.override:
         cmd += ["--override", item]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    _RUNNING[:] = [proc]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=args.case_timeout)
+        stdout, stderr = proc.communicate(timeout=args.case_timeout)
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
         return {**case, "error": f"timed out after {args.case_timeout} s"}
-    for line in proc.stdout.splitlines():
+    finally:
+        _RUNNING.clear()
+    for line in stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
-    return {**case, "error": (proc.stderr or "?").strip().splitlines()[-1][:400]}
+    return {**case, "error": (stderr or "?").strip().splitlines()[-1][:400]}
+
+
+#: the case process in flight, killed with this one (a `timeout` around the script stops the whole case)
+_RUNNING: list[subprocess.Popen] = []
+
+
+def _stop(signum, frame) -> None:
+    for proc in _RUNNING:
+        proc.kill()
+    raise SystemExit(128 + signum)
 
 
 def print_table(results: list[dict]) -> None:
@@ -354,6 +370,9 @@ def main(argv: list[str] | None = None) -> None:
         res = {"case": run_case, "eval": run_eval, "peer": run_peer}[args._child](args)
         print("RESULT " + json.dumps(res), flush=True)
         return
+    import signal
+
+    signal.signal(signal.SIGTERM, _stop)
     results = []
     with tempfile.TemporaryDirectory(prefix="bench_step_") as tmp:
         args.model = str(build_random_bert_base(Path(tmp) / "bert", args.layers, args.vocab))
