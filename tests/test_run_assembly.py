@@ -70,7 +70,7 @@ def test_callbacks_are_built_in_order_and_refuse_an_unfilled_argument(tmp_path):
                "checkpoint": {"dirpath": tmp_path}, "last_checkpoint": {"dirpath": tmp_path}}
     built = build_callbacks(cfg, runtime)
     assert list(built) == ["sts", "progress", "flops", "rng_state", "run_config", "checkpoint",
-                           "sigterm"]  # no last / throughput
+                           "sigterm_broadcast"]  # no last / throughput
     assert built["checkpoint"].monitor == "val/stsb_spearman" and built["checkpoint"].dirpath == str(tmp_path)
     assert list(build_callbacks(cfg, runtime, names=("sts",))) == ["sts"]
     with pytest.raises(ConfigError, match=r"callbacks.checkpoint.dirpath is \?\?\?"):
