@@ -41,7 +41,7 @@ from cselab.loggers import (
     logged_config,
     run_display_name,
 )
-from cselab.methods.base import ContrastiveMethod
+from cselab.methods.base import FUSED_CHOICES, ContrastiveMethod
 from cselab.methods.cached_step import check_options
 from cselab.methods.checks import ConfigError, check_module, refuse_legacy
 from cselab.methods.compiled import CompileOptions, compile_training
@@ -143,7 +143,7 @@ def check_optim(optim) -> None:
         if isinstance(value, bool) or not isinstance(value, int | float) or value != value or not ok(value):
             raise ConfigError(f"optim.{key}={value!r}: expected {expected}")
     fused = optim.get("fused", "auto")
-    if fused not in ("auto", True, False):
+    if fused not in FUSED_CHOICES:  # the method's own values (cselab.methods.base.fused_adamw)
         raise ConfigError(f"optim.fused={fused!r}: expected auto, true or false")
     if optim.lr > PLAUSIBLE_MAX_LR:
         log.warning("optim.lr=%g is far above the papers' learning rates (1e-5 for full fine-tuning .. 3e-2 for "

@@ -16,6 +16,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from cselab.losses import build_loss
 from cselab.methods.cached_step import CachedStep, check_trainer
@@ -97,6 +98,8 @@ class ContrastiveMethod(L.LightningModule):
         self.cached_step = CachedStep(chunk) if chunk is not None else None
         #: ``torch.compile`` of :meth:`forward_loss` (:func:`cselab.methods.compiled.compile_training`), or None
         self.compiled_forward_loss = None
+        #: every DDP rank's batch has the same size (the DataModule's ``equal_rank_batches``, read at fit start)
+        self.equal_rank_batches = False
         self._freeze_unused_layers()
         self.strict_loading = spec.tuning.name == "full"
 
@@ -214,7 +217,7 @@ class ContrastiveMethod(L.LightningModule):
     def gather_embeddings(self, z: torch.Tensor) -> torch.Tensor:
         """The embeddings the loss sees (:func:`cselab.methods.gather.gather_embeddings`; the ranks' batch sizes
         are exchanged only when the DataModule does not guarantee them equal: ``equal_rank_batches``)."""
-        return gather_embeddings(self, z, self.negatives, equal_sizes=getattr(self, "equal_rank_batches", False))
+        return gather_embeddings(self, z, self.negatives, equal_sizes=self.equal_rank_batches)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
         """loss(gather(embed(views))) [+ the MLM auxiliary loss]; None (no optimizer step) for a skipped
@@ -244,8 +247,6 @@ class ContrastiveMethod(L.LightningModule):
         the eager one too while a ``TorchDispatchMode`` observes the step (the FLOP counter's first step of each
         batch shape, :class:`cselab.callbacks.FlopCounter`): dynamo would not trace under it, and would not trace
         that code again."""
-        from torch.utils._python_dispatch import is_in_torch_dispatch_mode
-
         if self.compiled_forward_loss is None or is_in_torch_dispatch_mode(include_infra_modes=False):
             return self.forward_loss
         return self.compiled_forward_loss
