@@ -1,5 +1,6 @@
 """``cselab data`` / ``cselab-data`` / ``python -m cselab data``: link ``../shared/data`` when it
-exists, else fetch SimCSE's public data files (:mod:`cselab.data.download`)."""
+exists, else fetch SimCSE's public data files (:mod:`cselab.data.download`); ``cselab data soft-negatives``
+writes SNCSE's soft negatives (:mod:`cselab.cli.soft_negatives`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ from cselab.data.download import FILES, REPO, fetch, link_shared
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Link or fetch the data directory; returns the exit status (0 ok, 1 the download failed)."""
+    """Link or fetch the data directory; returns the exit status (0 ok, 1 the download failed).
+    ``cselab data soft-negatives ...``: SNCSE's soft negatives (:mod:`cselab.cli.soft_negatives`)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "soft-negatives":
+        from cselab.cli.soft_negatives import main as soft_negatives
+
+        return soft_negatives(argv[1:])
     parser = argparse.ArgumentParser(description=download.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", default="data", type=Path)
     parser.add_argument("--shared", default=Path("../shared/data"), type=Path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from cselab.losses.bml import InfoNCEWithBML
 from cselab.losses.cot_infonce import CoTInfoNCE
 from cselab.losses.energy_hinge import InfoNCEWithEnergyHinge
 from cselab.losses.groups import GroupedLoss
@@ -14,6 +15,7 @@ LOSSES: dict[str, type[nn.Module]] = {
     "infonce": InfoNCE,
     "cot_infonce": CoTInfoNCE,
     "infonce_eh": InfoNCEWithEnergyHinge,
+    "sncse_bml": InfoNCEWithBML,
 }
 
 

@@ -12,6 +12,7 @@ from cselab.methods.prompt_tuning import DCPCSE, SCPCSE, OptiPrompt, PromCSE
 from cselab.methods.promptbert import PromptBERT
 from cselab.methods.prompteol import PromptEOL
 from cselab.methods.simcse import SimCSE
+from cselab.methods.sncse import SNCSE
 
 METHODS: dict[str, type[ContrastiveMethod] | Callable[..., Any]] = {
     "simcse": SimCSE,
@@ -23,6 +24,7 @@ METHODS: dict[str, type[ContrastiveMethod] | Callable[..., Any]] = {
     "scpcse": SCPCSE,
     "optiprompt": OptiPrompt,
     "prompteol": PromptEOL,
+    "sncse": SNCSE,
 }
 
 

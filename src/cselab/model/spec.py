@@ -132,7 +132,7 @@ class DevEncoder:
     its period rule and whether it subtracts the template bias (PromptBERT ``train.py``'s ``batcher``,
     docs/fidelity.md).  ``EmbeddingSpec`` keeps ``denoise`` only when the model has a template bias."""
 
-    add_period: bool = False
+    add_period: bool | str = False
     denoise: bool = False
 
 
@@ -168,6 +168,8 @@ class EmbeddingSpec:
             and the test view.
         mask_index: which [MASK] of the template is the representation (-1: the last; CoT-BERT) (``prompt``).
         add_period_at_eval: the test encoder appends "." to a sentence that does not end in ``. ? " '``
+            (``true`` = ``promptbert``), or `` .`` to one not ending in a punctuation mark (``sncse``,
+            :func:`cselab.model.template.period_rule`)
             (PromptBERT ``evaluation.py``) (``prompt``).
         pool_layer: the hidden state ``last_token`` reads: -1, or -2 for PretCoT / KE (``prompt.layer``).
         eval_rules: the decoders' official evaluation sentence rules (``prompt.eval_rules``).
@@ -178,6 +180,8 @@ class EmbeddingSpec:
             ``aligned`` (the backbone's own numbering) (``denoise_positions``).
         dev_encoder: the official in-training dev encoder, or None (= the test encoder) (``eval.dev_encoder``).
         max_seq_len: sentence tokens kept in training, before the template wraps it (``max_seq_len``; 32).
+        max_seq_len_includes_template: ``max_seq_len`` counts the whole wrapped input, template and special
+            tokens included (SNCSE ``train_SNCSE.py:461-462``) (``prompt``).
         eval_max_seq_len: truncation at test in tokens, None: none (``eval.max_seq_len``).
         eval_batch_size: sentences per forward pass in ``encode``; None: 256 on a GPU, 128 on CPU.
         eval_precision: ``encode``'s arithmetic: ``auto`` (bf16 autocast on a GPU, fp32 on CPU) | ``32`` | ``bf16``.
@@ -200,7 +204,7 @@ class EmbeddingSpec:
     train_views: tuple[tuple[str, str | None], ...] = (("text", None), ("text", None))
     eval_view: tuple[str, str | None] = ("text", None)
     mask_index: int = -1
-    add_period_at_eval: bool = False
+    add_period_at_eval: bool | str = False
     pool_layer: int = -1
     eval_rules: bool = False
     denoise: str = "none"
@@ -208,6 +212,7 @@ class EmbeddingSpec:
     denoise_positions: str = "official"
     dev_encoder: DevEncoder | None = None
     max_seq_len: int = 32
+    max_seq_len_includes_template: bool = False
     eval_max_seq_len: int | None = None
     eval_batch_size: int | None = None
     eval_precision: str = "auto"
@@ -248,6 +253,14 @@ class EmbeddingSpec:
                               "set method.denoise=none)")
         if self.denoise_at_eval and self.denoise == "none":
             raise ConfigError("method.denoise_at_eval=true needs method.denoise=position or pad")
+        from cselab.model.template import period_rule
+
+        for key, rule in (("prompt.add_period_at_eval", self.add_period_at_eval),
+                          ("eval.dev_encoder.add_period", self.dev_encoder.add_period if self.dev_encoder else False)):
+            try:
+                period_rule(rule)
+            except ValueError as err:
+                raise ConfigError(f"{key}: {err}") from None
         if self.max_seq_len is not None and int(self.max_seq_len) < 1:
             raise ConfigError(f"max_seq_len={self.max_seq_len}: expected an int >= 1")
         if not 0.0 <= float(self.mlm_probability) < 1.0:
@@ -356,13 +369,15 @@ class EmbeddingSpec:
         node = {k: v for k, v in dict(node).items() if v is not None}
         prompt = dict(node.pop("prompt", None) or {})
         for derived in ("train_views", "eval_view", "family", "mlm_probability", "decode_cleanup",
-                        "has_pooler_layer", "mask_index", "add_period_at_eval", "pool_layer", "eval_rules"):
+                        "has_pooler_layer", "mask_index", "add_period_at_eval", "pool_layer", "eval_rules",
+                        "max_seq_len_includes_template"):
             if derived in node:
                 raise ConfigError(f"module.model.{derived} is not a setting: it comes from the method, the prompt "
                                   "or the backbone")
         node = _known(node, cls, "module.model")
         from_prompt = {"mask_index": prompt.get("mask_index"), "add_period_at_eval": prompt.get("add_period_at_eval"),
-                       "pool_layer": prompt.get("layer"), "eval_rules": prompt.get("eval_rules")}
+                       "pool_layer": prompt.get("layer"), "eval_rules": prompt.get("eval_rules"),
+                       "max_seq_len_includes_template": prompt.get("max_seq_len_includes_template")}
         return cls(family=family, train_views=[(v.field, v.template) for v in train_views],
                    eval_view=(eval_view.field, eval_view.template), mlm_probability=float(mlm_probability),
                    decode_cleanup=decode_cleanup, **{k: v for k, v in from_prompt.items() if v is not None}, **node)

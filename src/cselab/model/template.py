@@ -203,6 +203,39 @@ def tokenize_template(template: Template | None, tokenizer, whole_string: bool =
                              sentence_prefix=sentence_prefix)
 
 
+def append_period_spaced(sentence: str) -> str:
+    """SNCSE's period rule: append `` .`` (space, period) to a sentence whose stripped form does not end in a
+    ``string.punctuation`` mark.
+
+    Source: Sense-GVT/SNCSE ``train_SNCSE.py:468-469`` (training) and ``bert_prediction.py:68`` /
+    ``roberta_prediction.py:68`` (test): ``s + " ." if s.strip()[-1] not in string.punctuation``.  A blank
+    sentence is returned unchanged (the official code raises IndexError on it).
+    """
+    stripped = sentence.strip()
+    if stripped and stripped[-1] not in _PUNCTUATION:
+        return sentence + " ."
+    return sentence
+
+
+_PUNCTUATION = frozenset('!"#$%&\'()*+,-./:;<=>?@[\\]^_`{|}~')  # string.punctuation
+
+
+def period_rule(rule: bool | str):
+    """The sentence rule of ``add_period`` / ``prompt.add_period_at_eval``: ``true`` / ``promptbert`` ->
+    :func:`append_period`, ``sncse`` -> :func:`append_period_spaced`, ``false`` -> None.
+
+    Raises:
+        ValueError: another value (lists the accepted ones).
+    """
+    if rule is False or rule is None:
+        return None
+    if rule is True or rule == "promptbert":
+        return append_period
+    if rule == "sncse":
+        return append_period_spaced
+    raise ValueError(f"add_period_at_eval={rule!r}: expected true (= promptbert), false, promptbert or sncse")
+
+
 def append_period(sentence: str) -> str:
     """PromptBERT's evaluation rule: append ``.`` to a sentence that does not end in ``. ? " '``.
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .template import Template, TokenizedTemplate, append_period, tokenize_template
+from .template import Template, TokenizedTemplate, period_rule, tokenize_template
 from .template_bias import DENOISE_MODES, bias_inputs
 
 
@@ -44,7 +44,12 @@ class ViewCollate:
             ``max_seq_length`` does.  ``None``: no truncation beyond ``max_positions`` (evaluation, as SimCSE).
         denoise: ``"none"`` | ``"position"`` | ``"pad"`` -- build template-only rows per distinct length.
         mask_index: which [MASK] of a template is the representation (``-1``: the last one).
-        add_period: append "." to sentences not ending in ``. ? " '`` (PromptBERT's evaluation rule).
+        add_period: append "." to sentences not ending in ``. ? " '`` (``True`` / ``"promptbert"``: PromptBERT's
+            evaluation rule) or `` .`` to those not ending in a punctuation mark (``"sncse"``); :func:`period_rule`.
+        budget_includes_template: ``max_seq_len`` counts the whole wrapped input (special and template tokens
+            too), as SNCSE's ``max_seq_length`` (``train_SNCSE.py:461-462``: the sentence keeps
+            ``max_seq_length - len(prefix) - len(suffix) - 2`` tokens); ``False``: the sentence's own tokens
+            (PromptBERT).
         official_test_tokenization: tokenize as the official TEST encoder (PromptBERT ``evaluation.py:194-202``,
             CoT-BERT ``evaluation.py:221-228``), which tokenizes the template with the sentence inside as ONE
             string, ``.strip()``-ed: the sentence is tokenized with a leading space when the template has
@@ -101,6 +106,7 @@ class ViewCollate:
         mlm_probability: float = 0.0,
         mlm_seed: int = 0,
         official_test_tokenization: bool = False,
+        budget_includes_template: bool = False,
     ) -> None:
         if denoise not in DENOISE_MODES:
             raise ValueError(f"denoise={denoise!r}: expected one of {DENOISE_MODES}")
@@ -112,6 +118,8 @@ class ViewCollate:
         self.max_seq_len = max_seq_len
         self.denoise = denoise
         self.add_period = add_period
+        self._period = period_rule(add_period)
+        self.budget_includes_template = bool(budget_includes_template)
         self.official_test_tokenization = bool(official_test_tokenization)
         self.position_offset = position_offset
         self.max_positions = max_positions
@@ -166,7 +174,12 @@ class ViewCollate:
         room = self.max_positions - len(tt.prefix_ids) - len(tt.suffix_ids)
         if self.max_seq_len is None:
             return room
-        own = self.max_seq_len - 2 if self.views[view].template is None else self.max_seq_len
+        if self.views[view].template is None:
+            own = self.max_seq_len - 2
+        elif self.budget_includes_template:
+            own = self.max_seq_len - len(tt.prefix_ids) - len(tt.suffix_ids)
+        else:
+            own = self.max_seq_len
         return max(0, min(own, room))
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
@@ -175,8 +188,8 @@ class ViewCollate:
         ``[X]``)."""
         if not texts:  # Hugging Face fast tokenizers raise IndexError on an empty batch
             return []
-        if self.add_period:
-            texts = [append_period(t) for t in texts]
+        if self._period is not None:
+            texts = [self._period(t) for t in texts]
         if self.sentence_prefix:
             texts = [self.sentence_prefix + t for t in texts]
         return list(self.tokenizer(list(texts), add_special_tokens=False)["input_ids"])
