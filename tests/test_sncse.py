@@ -206,57 +206,71 @@ def test_paper_configs() -> None:
     assert _compose("method=sncse", "backbone=bert_large").hp.lr == 5e-6
 
 
-def official_features(tokenizer, sentence: str, negation: dict[str, str], max_seq_length: int = 32) -> list[list[int]]:
-    """``train_SNCSE.py:489-536`` (Different_Prompt_Negation, BERT branch) TRANSCRIBED: the three id lists."""
+def official_features(tokenizer, sentence: str, negation: dict[str, str], roberta: bool,
+                      max_seq_length: int = 32) -> list[list[int]]:
+    """``train_SNCSE.py:489-536`` (Different_Prompt_Negation) TRANSCRIBED: the three id lists."""
     punctuation = list(string.punctuation)
     tok = lambda s: tokenizer.convert_tokens_to_ids(tokenizer.tokenize(s))  # noqa: E731
-    s1, ss1, s2 = tok('This sentence : " '), tok('This sentence of " '), tok(' " means [MASK] .')
+    s1, ss1 = tok('This sentence : " '), tok('This sentence of " ')
+    s2 = tokenizer.encode(' " means <mask> .')[1:-1] if roberta else tok(' " means [MASK] .')
     budget, budget1 = max_seq_length - len(s1) - len(s2) - 2, max_seq_length - len(ss1) - len(s2) - 2
     if sentence.strip()[-1] not in punctuation:
         sentence = sentence + " ."
     negation_sentence = negation.get(sentence, "Not " + sentence)
     if negation_sentence.strip()[-1] not in punctuation:
         negation_sentence = negation_sentence + " ."
-    negation = negation_sentence
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     return [[cls, *s1, *tok(sentence)[:budget], *s2, sep], [cls, *ss1, *tok(sentence)[:budget1], *s2, sep],
-            [cls, *ss1, *tok(negation)[:budget1], *s2, sep]]
+            [cls, *ss1, *tok(negation_sentence)[:budget1], *s2, sep]]
 
 
 SENTENCES = ["a man is playing a guitar", "the cat sat on the mat.", "two dogs are running in the park and the "
              "birds fly over the river while a woman is slicing an onion in the kitchen", "it is raining today!"]
 
 
+def _sncse(directory: Path, family: str):
+    torch.manual_seed(0)
+    return build_method(_compose("method=sncse", f"backbone.name_or_path={directory}", f"backbone.family={family}"))
+
+
 @pytest.fixture(scope="module")
 def sncse_bert(tiny_bert_dir):
-    torch.manual_seed(0)
-    cfg = _compose("method=sncse", f"backbone.name_or_path={tiny_bert_dir}", "backbone.family=bert")
-    return build_method(cfg)
+    return _sncse(tiny_bert_dir, "bert")
 
 
-def test_training_inputs_equal_the_official_features(sncse_bert) -> None:
-    method, tok = sncse_bert, sncse_bert.tokenizer
+@pytest.fixture(scope="module")
+def sncse_roberta(tiny_roberta_dir):
+    return _sncse(tiny_roberta_dir, "roberta")
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_training_inputs_equal_the_official_features(family, request) -> None:
+    method = request.getfixturevalue(f"sncse_{family}")
+    tok = method.tokenizer
     negations = {s: negate_parsed(RuleParser()(s)) for s in SENTENCES}
     from cselab.data.soft_negative import SoftNegativeCollate
 
     batch = SoftNegativeCollate(method.train_collate, negations)([{"text": s} for s in SENTENCES])
     assert batch["input_ids"].shape[:2] == (4, 3)
     for b, s in enumerate(SENTENCES):
-        expected = official_features(tok, s, negations)
+        expected = official_features(tok, s, negations, roberta=family == "roberta")
         for v in range(3):
             n = int(batch["attention_mask"][b, v].sum())
             assert batch["input_ids"][b, v, :n].tolist() == expected[v], (s, v)
             assert batch["input_ids"][b, v, batch["rep_index"][b, v]] == tok.mask_token_id
     assert int(batch["attention_mask"][2].sum(-1).max()) == 32   # the long sentence: cut to 32 in all
+    if family == "roberta":  # the official prefix ends in a lone "Ġ" (tokenize('This sentence : " '))
+        assert tok.convert_ids_to_tokens(batch["input_ids"][0, 0, :6].tolist())[-1] == "\u0120"
 
 
-def test_test_encoder_is_the_official_prediction_script(sncse_bert) -> None:
-    """``bert_prediction.py:15-33,67-71``: the whole string through the tokenizer, the [MASK] state of BertModel,
-    no MLP."""
-    method = sncse_bert.eval()
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_test_encoder_is_the_official_prediction_script(family, request) -> None:
+    """``bert_prediction.py:15-33,67-71`` / ``roberta_prediction.py``: the whole string through the tokenizer, the
+    [MASK] state of the bare model, no MLP."""
+    method = request.getfixturevalue(f"sncse_{family}").eval()
     tok = method.tokenizer
     texts = [s + " ." if s.strip()[-1] not in string.punctuation else s for s in SENTENCES]
-    texts = ['This sentence : " ' + s + ' " means [MASK] .' for s in texts]
+    texts = ['This sentence : " ' + s + ' " means ' + tok.mask_token + " ." for s in texts]
     inputs = tok(texts, padding=True, truncation=True, return_tensors="pt")
     with torch.no_grad():
         hidden = method.encoder.model(**inputs).last_hidden_state

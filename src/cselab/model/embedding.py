@@ -171,7 +171,7 @@ class EmbeddingModel(nn.Module):
             soft_templates=spec.soft_templates,
             official_test_tokenization=official,
             mlm_probability=spec.mlm_probability if training else 0.0,
-            budget_includes_template=spec.max_seq_len_includes_template and training,
+            train_tokenization=spec.train_tokenization if training else "promptbert",
         )
 
     def _build_prompt_collate(self, kind: str) -> PromptCollate:

@@ -180,8 +180,9 @@ class EmbeddingSpec:
             ``aligned`` (the backbone's own numbering) (``denoise_positions``).
         dev_encoder: the official in-training dev encoder, or None (= the test encoder) (``eval.dev_encoder``).
         max_seq_len: sentence tokens kept in training, before the template wraps it (``max_seq_len``; 32).
-        max_seq_len_includes_template: ``max_seq_len`` counts the whole wrapped input, template and special
-            tokens included (SNCSE ``train_SNCSE.py:461-462``) (``prompt``).
+        train_tokenization: how the training collate cuts and tokenizes: ``promptbert`` (``max_seq_len`` sentence
+            tokens, the prefix stripped) | ``sncse`` (``max_seq_len`` counts the whole wrapped input, and the prefix
+            is tokenized with the whitespace before ``[X]``: SNCSE ``train_SNCSE.py:447-462``) (``prompt``).
         eval_max_seq_len: truncation at test in tokens, None: none (``eval.max_seq_len``).
         eval_batch_size: sentences per forward pass in ``encode``; None: 256 on a GPU, 128 on CPU.
         eval_precision: ``encode``'s arithmetic: ``auto`` (bf16 autocast on a GPU, fp32 on CPU) | ``32`` | ``bf16``.
@@ -212,7 +213,7 @@ class EmbeddingSpec:
     denoise_positions: str = "official"
     dev_encoder: DevEncoder | None = None
     max_seq_len: int = 32
-    max_seq_len_includes_template: bool = False
+    train_tokenization: str = "promptbert"
     eval_max_seq_len: int | None = None
     eval_batch_size: int | None = None
     eval_precision: str = "auto"
@@ -254,6 +255,9 @@ class EmbeddingSpec:
         if self.denoise_at_eval and self.denoise == "none":
             raise ConfigError("method.denoise_at_eval=true needs method.denoise=position or pad")
         from cselab.model.template import period_rule
+        from cselab.model.template_input import TRAIN_TOKENIZATIONS
+
+        _choice("prompt.train_tokenization", self.train_tokenization, TRAIN_TOKENIZATIONS)
 
         for key, rule in (("prompt.add_period_at_eval", self.add_period_at_eval),
                           ("eval.dev_encoder.add_period", self.dev_encoder.add_period if self.dev_encoder else False)):
@@ -370,14 +374,14 @@ class EmbeddingSpec:
         prompt = dict(node.pop("prompt", None) or {})
         for derived in ("train_views", "eval_view", "family", "mlm_probability", "decode_cleanup",
                         "has_pooler_layer", "mask_index", "add_period_at_eval", "pool_layer", "eval_rules",
-                        "max_seq_len_includes_template"):
+                        "train_tokenization"):
             if derived in node:
                 raise ConfigError(f"module.model.{derived} is not a setting: it comes from the method, the prompt "
                                   "or the backbone")
         node = _known(node, cls, "module.model")
         from_prompt = {"mask_index": prompt.get("mask_index"), "add_period_at_eval": prompt.get("add_period_at_eval"),
                        "pool_layer": prompt.get("layer"), "eval_rules": prompt.get("eval_rules"),
-                       "max_seq_len_includes_template": prompt.get("max_seq_len_includes_template")}
+                       "train_tokenization": prompt.get("train_tokenization")}
         return cls(family=family, train_views=[(v.field, v.template) for v in train_views],
                    eval_view=(eval_view.field, eval_view.template), mlm_probability=float(mlm_probability),
                    decode_cleanup=decode_cleanup, **{k: v for k, v in from_prompt.items() if v is not None}, **node)

@@ -160,7 +160,8 @@ def _encode_piece(tokenizer, text: str) -> list[int]:
     return list(tokenizer(real, add_special_tokens=False)["input_ids"])
 
 
-def tokenize_template(template: Template | None, tokenizer, whole_string: bool = False) -> TokenizedTemplate:
+def tokenize_template(template: Template | None, tokenizer, whole_string: bool = False,
+                      keep_space_before_sentence: bool = False) -> TokenizedTemplate:
     """Tokenize a template for ``tokenizer``; ``None`` gives the plain ``[CLS] sentence [SEP]`` wrapping.
 
     Args:
@@ -173,6 +174,9 @@ def tokenize_template(template: Template | None, tokenizer, whole_string: bool =
             ``prefix_ids + ids(sentence_prefix + sentence) + suffix_ids`` are the official test ids (as long as
             the BPE pre-tokenizer does not join template and sentence characters, which whitespace or
             WordPiece's punctuation split rule out for every paper template).
+        keep_space_before_sentence: (training, not ``whole_string``) tokenize the prefix with the whitespace that
+            precedes ``[X]`` (SNCSE ``train_SNCSE.py:447-450`` tokenizes ``'This sentence : " '``: RoBERTa's BPE
+            gives a lone ``Ġ`` token at its end; WordPiece ids do not change).
 
     Raises:
         TemplateError: the tokenizer has no mask token, or the number of mask ids after tokenization differs
@@ -185,7 +189,10 @@ def tokenize_template(template: Template | None, tokenizer, whole_string: bool =
         return TokenizedTemplate((cls_id,), (sep_id,), rep_offset=0, rep_in_prefix=True)
     if tokenizer.mask_token_id is None:
         raise TemplateError(f"template {template.source!r} needs a mask token; the tokenizer has none")
-    prefix = [cls_id, *_encode_piece(tokenizer, template.prefix)]
+    prefix_text = template.prefix
+    if keep_space_before_sentence and not whole_string and template.space_before_sentence:
+        prefix_text += " "
+    prefix = [cls_id, *_encode_piece(tokenizer, prefix_text)]
     suffix_text = template.suffix.rstrip() if whole_string else template.suffix
     suffix = [*_encode_piece(tokenizer, suffix_text), sep_id]
     mask_id = tokenizer.mask_token_id

@@ -19,6 +19,10 @@ from .template import Template, TokenizedTemplate, period_rule, tokenize_templat
 from .template_bias import DENOISE_MODES, bias_inputs
 
 
+#: ``train_tokenization`` values (:class:`ViewCollate`)
+TRAIN_TOKENIZATIONS = ("promptbert", "sncse")
+
+
 @dataclass(frozen=True)
 class ViewSpec:
     """One view of an example: the text field it reads and the template that wraps it.
@@ -46,10 +50,13 @@ class ViewCollate:
         mask_index: which [MASK] of a template is the representation (``-1``: the last one).
         add_period: append "." to sentences not ending in ``. ? " '`` (``True`` / ``"promptbert"``: PromptBERT's
             evaluation rule) or `` .`` to those not ending in a punctuation mark (``"sncse"``); :func:`period_rule`.
-        budget_includes_template: ``max_seq_len`` counts the whole wrapped input (special and template tokens
-            too), as SNCSE's ``max_seq_length`` (``train_SNCSE.py:461-462``: the sentence keeps
-            ``max_seq_length - len(prefix) - len(suffix) - 2`` tokens); ``False``: the sentence's own tokens
-            (PromptBERT).
+        train_tokenization: ``"promptbert"`` (default): ``max_seq_len`` counts the sentence's own tokens and the
+            prefix is tokenized stripped (PromptBERT ``train.py:618-629``); ``"sncse"``: ``max_seq_len`` counts the
+            whole wrapped input (SNCSE ``train_SNCSE.py:461-462``: the sentence keeps ``max_seq_length -
+            len(prefix) - len(suffix) - 2`` tokens) and the prefix is tokenized WITH the whitespace before ``[X]``
+            (``:447-450``, ``tokenizer.tokenize('This sentence : " ')``: RoBERTa's BPE gives a lone ``Ġ`` token;
+            WordPiece ids do not change).  Only for the training tokenization (not with
+            ``official_test_tokenization``).
         official_test_tokenization: tokenize as the official TEST encoder (PromptBERT ``evaluation.py:194-202``,
             CoT-BERT ``evaluation.py:221-228``), which tokenizes the template with the sentence inside as ONE
             string, ``.strip()``-ed: the sentence is tokenized with a leading space when the template has
@@ -106,7 +113,7 @@ class ViewCollate:
         mlm_probability: float = 0.0,
         mlm_seed: int = 0,
         official_test_tokenization: bool = False,
-        budget_includes_template: bool = False,
+        train_tokenization: str = "promptbert",
     ) -> None:
         if denoise not in DENOISE_MODES:
             raise ValueError(f"denoise={denoise!r}: expected one of {DENOISE_MODES}")
@@ -119,8 +126,12 @@ class ViewCollate:
         self.denoise = denoise
         self.add_period = add_period
         self._period = period_rule(add_period)
-        self.budget_includes_template = bool(budget_includes_template)
+        if train_tokenization not in TRAIN_TOKENIZATIONS:
+            raise ValueError(f"train_tokenization={train_tokenization!r}: expected one of {TRAIN_TOKENIZATIONS}")
+        self.train_tokenization = train_tokenization
+        self.budget_includes_template = train_tokenization == "sncse"
         self.official_test_tokenization = bool(official_test_tokenization)
+        keep_space = self.budget_includes_template and not self.official_test_tokenization
         self.position_offset = position_offset
         self.max_positions = max_positions
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -132,7 +143,8 @@ class ViewCollate:
                     f"denoise={denoise!r} needs a template on every view; view {view} has none "
                     "(set denoise=none or choose a prompt)"
                 )
-            self.templates.append(tokenize_template(tpl, tokenizer, whole_string=self.official_test_tokenization))
+            self.templates.append(tokenize_template(tpl, tokenizer, whole_string=self.official_test_tokenization,
+                                                    keep_space_before_sentence=keep_space))
         prefixes = {tt.sentence_prefix for tt in self.templates}
         if len(prefixes) > 1:
             raise ValueError(
