@@ -361,7 +361,7 @@ def published():
 def test_published_loads_with_sources_and_plausible_scores(published):
     assert len(published) > 100
     for row in published:
-        assert row.source_paper in {"promptbert", "cot-bert", "dcpcse", "promcse", "prompteol", "pretcot"}
+        assert row.source_paper in {"promptbert", "cot-bert", "dcpcse", "promcse", "prompteol", "pretcot", "sncse"}
         assert row.source_table
         assert row.backbone in BACKBONES and row.setting in SETTINGS
         numbers = [v for v in row.scores.values() if v is not None] + list(row.dev.values())

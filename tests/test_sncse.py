@@ -198,7 +198,7 @@ def test_paper_configs() -> None:
     assert bert.loss.bml_weight == 1e-3 and (bert.loss.alpha, bert.loss.beta, bert.loss.temperature) == (0.1, 0.3, 0.05)
     assert bert.negatives == "per_device" and bert.max_seq_len == 32 and bert.data.path == "wiki1m_for_simcse.txt"
     assert bert.data.datamodule._target_ == "cselab.data.soft_negative.SoftNegativeDataModule"
-    assert bert.data.soft_negatives == "wiki1m_for_simcse.txt.soft_negatives.jsonl"
+    assert bert.data.soft_negatives is None
     roberta = _compose("experiment=sncse/unsup_roberta_base")
     assert roberta.loss.bml_weight == 5e-4 and roberta.hp.batch_size == 256
     minilm = _compose("method=sncse")
@@ -338,7 +338,7 @@ def test_cached_step_equals_uncached_step(tiny_bert_dir) -> None:
         torch.testing.assert_close(grads[name], g, rtol=1e-9, atol=1e-12, msg=name)
 
 
-def test_datamodule_rows_and_refusals(tmp_path, sncse_bert) -> None:
+def test_datamodule_rows_and_refusals(tmp_path, monkeypatch) -> None:
     from cselab.data.soft_negative import SoftNegativeDataModule
 
     corpus = tmp_path / "c.txt"
@@ -358,10 +358,10 @@ def test_datamodule_rows_and_refusals(tmp_path, sncse_bert) -> None:
     dm = SoftNegativeDataModule(collate, soft_negatives=str(other), path=str(corpus), batch_size=4)
     with pytest.raises(ValueError, match="negates none"):
         dm.setup("fit")
-    good = tmp_path / "c.txt.soft_negatives.jsonl"
-    write_soft_negatives(corpus, good, RuleParser())
-    dm = SoftNegativeDataModule(collate, soft_negatives="c.txt.soft_negatives.jsonl", path="c.txt",
-                                data_dir=str(tmp_path), batch_size=4)
+    monkeypatch.chdir(tmp_path)
+    write_soft_negatives(corpus, tmp_path / "soft_negatives" / "c.txt.jsonl", RuleParser())
+    dm = SoftNegativeDataModule(collate, soft_negatives=None, path="c.txt", data_dir=str(tmp_path), batch_size=4)
+    assert dm.soft_negatives == "soft_negatives/c.txt.jsonl"
     dm.setup("fit")
     for _ in dm.train_dataloader():
         pass
@@ -386,11 +386,12 @@ def test_short_run_trains_tests_and_resumes_as_an_uninterrupted_run(tmp_path, ti
 
     def config(*extra):
         return compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "method=sncse", "eval.test_tasks=[stsb]",
+                                f"data.soft_negatives={tmp_path / 'sn.jsonl'}",
                                 "eval.bootstrap.n_resamples=100", "trainer.deterministic=true",
                                 "checkpointing.keep_last=true", *extra)
 
-    cfg = config()
-    write_soft_negatives(tmp_path / "corpus.txt", tmp_path / "corpus.txt.soft_negatives.jsonl", RuleParser())
+    cfg = config()  # writes corpus.txt
+    write_soft_negatives(tmp_path / "corpus.txt", tmp_path / "sn.jsonl", RuleParser())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         straight = run(cfg, tmp_path / "straight")
@@ -421,3 +422,41 @@ def test_short_run_trains_tests_and_resumes_as_an_uninterrupted_run(tmp_path, ti
     assert [p["stsb_dev"] for p in resumed["val_curve"]] == pytest.approx([p["stsb_dev"] for p in straight["val_curve"]],
                                                                          abs=1e-6)
     assert resumed["test"]["stsb"] == pytest.approx(straight["test"]["stsb"], abs=1e-6)
+
+
+def test_published_rows() -> None:
+    """SNCSE's published averages (arXiv:2201.05979 abstract), found by the report's lookup."""
+    from cselab.report.published import load_published, lookup
+
+    rows = load_published()
+    assert lookup(rows, "sncse", "bert_base", "unsup").scores["avg"] == 78.97
+    assert lookup(rows, "sncse", "roberta_base", "unsup").scores["avg"] == 79.23
+    assert lookup(rows, "sncse", "bert_base", "unsup").source == "SNCSE abstract (avg of the 7 STS tasks)"
+
+
+@pytest.mark.integration
+def test_minilm_short_run_then_compare_with_simcse(tmp_path, sts_data_dir) -> None:
+    """The embedded MiniLM: SNCSE and SimCSE, same seed, 6 steps each, STS-B test; ``cselab compare`` pairs them."""
+    import subprocess
+    import sys
+
+    from cselab.cli.compare import main as compare_main
+
+    root = Path(__file__).resolve().parents[1]
+    corpus = sts_data_dir / "wiki1m_sample" / "wiki1m_for_simcse.head11914.txt"
+    negatives = tmp_path / "soft_negatives.jsonl"
+    write_soft_negatives(corpus, negatives, RuleParser())
+    env = {**__import__("os").environ, "CSELAB_DATA_DIR": str(sts_data_dir), "HF_HUB_OFFLINE": "1"}
+    runs = {}
+    for method in ("sncse", "simcse"):
+        runs[method] = tmp_path / method
+        extra = [f"data.soft_negatives={negatives}"] if method == "sncse" else []
+        proc = subprocess.run(
+            [sys.executable, str(root / "run.py"), f"method={method}", "backbone=minilm_l6", "seed=7",
+             "trainer.max_steps=6", "trainer.val_check_interval=3", "trainer.enable_progress_bar=false",
+             "eval.test_tasks=[stsb,sickr]", f"hydra.run.dir={runs[method]}", *extra],
+            cwd=root, env=env, capture_output=True, text=True, timeout=1200)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        results = json.loads((runs[method] / "results.json").read_text())
+        assert results["global_step"] == 6 and 0 < results["test"]["stsb"] < 100
+    assert compare_main([str(runs["sncse"]), str(runs["simcse"]), "--n-resamples", "200"]) == 0

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from cselab.data.negation import build_parser, write_soft_negatives
+from cselab.data.soft_negative import default_soft_negatives
 
 DEFAULT_CORPUS = Path("data/wiki1m_sample/wiki1m_for_simcse.head11914.txt")
 
@@ -23,12 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS,
                         help="one sentence a line (default: the embedded wiki1m sample)")
     parser.add_argument("--out", type=Path, default=None,
-                        help="output file (default: <corpus>.soft_negatives.jsonl, where method=sncse looks: "
-                             "data.soft_negatives)")
+                        help="output file (default: soft_negatives/<corpus file name>.jsonl in the working "
+                             "directory, where method=sncse looks when data.soft_negatives is null)")
     parser.add_argument("--parser", choices=("rules", "spacy"), default="rules",
                         help="rules: offline substitute (default); spacy: the official en_core_web_sm rules")
     args = parser.parse_args(argv)
-    out = args.out or args.corpus.with_name(args.corpus.name + ".soft_negatives.jsonl")
+    out = args.out or default_soft_negatives(args.corpus)
     if not args.corpus.is_file():
         print(f"no corpus at {args.corpus} (--corpus); `cselab data` links or fetches it", file=sys.stderr)
         return 1

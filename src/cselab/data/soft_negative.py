@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from cselab.data.negation import read_soft_negatives, soft_negative_rows
-from cselab.data.paths import data_root
 from cselab.data.unsup import UnsupDataModule
 
 log = logging.getLogger(__name__)
+
+
+def default_soft_negatives(corpus: str | Path) -> Path:
+    """Where the soft negatives of ``corpus`` go by default: ``soft_negatives/<corpus file name>.jsonl`` in the
+    working directory (``cselab data soft-negatives`` and ``data.soft_negatives: null``)."""
+    return Path("soft_negatives") / f"{Path(corpus).name}.jsonl"
 
 
 class SoftNegativeCollate:
@@ -51,9 +57,9 @@ class SoftNegativeDataModule(UnsupDataModule):
     """The unsup corpus with SNCSE's soft negatives; rows ``{"text": s', "soft_neg": n'}``.
 
     Args:
-        soft_negatives: the soft-negative file (official format), relative to ``data_dir`` unless absolute
-            (``data.soft_negatives``; default ``<data.path>.soft_negatives.jsonl``, what ``cselab data
-            soft-negatives`` writes).
+        soft_negatives: the soft-negative file (official format), a path relative to the working directory
+            (``data.soft_negatives``); None: :func:`default_soft_negatives` of the corpus, where ``cselab data
+            soft-negatives`` writes by default (the data directory may be a read-only link).
         **kwargs: :class:`UnsupDataModule` arguments (collate, path, data_dir, batch_size, streaming ...).
 
     Raises:
@@ -63,22 +69,19 @@ class SoftNegativeDataModule(UnsupDataModule):
             corpus's first 1000 sentences (the wrong file for this corpus).
     """
 
-    def __init__(self, collate: Callable, soft_negatives: str, **kwargs) -> None:
+    def __init__(self, collate: Callable, soft_negatives: str | None = None, **kwargs) -> None:
         super().__init__(collate, **kwargs)
-        root = data_root(kwargs.get("data_dir"))
-        self.soft_negatives = soft_negatives if str(soft_negatives).startswith("/") else str(root / soft_negatives)
+        self.soft_negatives = str(soft_negatives or default_soft_negatives(self.path))
         self.negations: dict[str, str] | None = None
 
     def setup(self, stage: str | None = None) -> None:
         super().setup(stage)
         if stage not in (None, "fit") or self.negations is not None:
             return
-        from pathlib import Path
-
         if not Path(self.soft_negatives).is_file():
             raise FileNotFoundError(
                 f"SNCSE's soft negatives {self.soft_negatives} (data.soft_negatives) are missing: write them with "
-                f"`cselab data soft-negatives --corpus {self.path} --out {self.soft_negatives}` (offline rule-based "
+                f"`cselab data soft-negatives --corpus {self.path}` (--out {self.soft_negatives}; offline rule-based "
                 f"negation; --parser spacy for the official spaCy rules), or point data.soft_negatives at the "
                 f"official Files/soft_negative_samples.txt")
         self.negations = read_soft_negatives(self.soft_negatives)

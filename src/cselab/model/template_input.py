@@ -18,7 +18,6 @@ import torch
 from .template import Template, TokenizedTemplate, period_rule, tokenize_template
 from .template_bias import DENOISE_MODES, bias_inputs
 
-
 #: ``train_tokenization`` values (:class:`ViewCollate`)
 TRAIN_TOKENIZATIONS = ("promptbert", "sncse")
 

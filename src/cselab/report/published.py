@@ -17,7 +17,7 @@ Entry schema (every key other than those marked optional is required; unknown ke
     std:      {<score key>: float >= 0}              optional, the paper's "+-" (over seeds)
     dev:      {stsb: float in [0, 100]}              optional, STS-B dev (rows reported on dev only)
     extra:    {str: float}                           optional, other numbers of the row (CxC, anisotropy, ...)
-    source:   {paper: promptbert | cot-bert | dcpcse | promcse | prompteol | pretcot, table: str}
+    source:   {paper: promptbert | cot-bert | dcpcse | promcse | prompteol | pretcot | sncse, table: str}
     note, erratum, derived: str                      optional; erratum = a known inconsistency of the paper,
                                                      derived = how a number stated only in words was computed
 """
@@ -51,12 +51,13 @@ SETTINGS: tuple[str, ...] = ("unsup", "sup")
 #: papers are not there: PromptEOL's rows come from its official README, the PretCoT / KE rows second-hand)
 PAPERS: dict[str, str] = {
     "promptbert": "PromptBERT", "cot-bert": "CoT-BERT", "dcpcse": "DCPCSE", "promcse": "PromCSE",
-    "prompteol": "PromptEOL", "pretcot": "PretCoT/KE",
+    "prompteol": "PromptEOL", "pretcot": "PretCoT/KE", "sncse": "SNCSE",
 }
 #: a method's own paper: preferred by :func:`lookup` when several papers print the same row
 OWN_PAPER: dict[str, str] = {
     "promptbert": "promptbert", "baseline": "promptbert", "cot_bert": "cot-bert",
     "dcpcse": "dcpcse", "scpcse": "dcpcse", "promcse": "promcse", "prompteol": "prompteol",
+    "sncse": "sncse",
 }
 DEFAULT_PATH = Path(__file__).with_name("published.yaml")
 
