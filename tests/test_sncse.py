@@ -460,3 +460,39 @@ def test_minilm_short_run_then_compare_with_simcse(tmp_path, sts_data_dir) -> No
         results = json.loads((runs[method] / "results.json").read_text())
         assert results["global_step"] == 6 and 0 < results["test"]["stsb"] < 100
     assert compare_main([str(runs["sncse"]), str(runs["simcse"]), "--n-resamples", "200"]) == 0
+
+
+def test_export_is_the_official_test_encoder(tiny_bert_dir, tmp_path) -> None:
+    """``cselab export`` of a trained SNCSE checkpoint: the sentence-transformers folder encodes as
+    ``bert_prediction.py`` (template 1, the ` .` rule, the bare [MASK] state, no MLP)."""
+    import lightning as L
+    from sentence_transformers import SentenceTransformer
+
+    import cselab
+    from cselab.data.soft_negative import SoftNegativeCollate
+    from cselab.export import export
+
+    method = _sncse(tiny_bert_dir, "bert")
+    negations = {s: negate_parsed(RuleParser()(s)) for s in SENTENCES}
+    loader = torch.utils.data.DataLoader([{"text": s} for s in SENTENCES], batch_size=2,
+                                         collate_fn=SoftNegativeCollate(method.train_collate, negations))
+    trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(method, loader)
+    ckpt = tmp_path / "m.ckpt"
+    trainer.save_checkpoint(ckpt)
+    probes = [*SENTENCES, "a question?", "no final mark"]
+    info = export(str(ckpt), tmp_path / "st", verify=probes)
+    assert not info["use_head"] and "period rule" in info["st_module_reason"]
+    model = SentenceTransformer(str(tmp_path / "st"), device="cpu", trust_remote_code=info["trust_remote_code"])
+    theirs = model.encode(probes, convert_to_tensor=True).float().cpu()
+    loaded = cselab.load(str(ckpt))
+    tok = loaded.tokenizer
+    texts = ['This sentence : " ' + (s + " ." if s.strip()[-1] not in string.punctuation else s) + ' " means [MASK] .'
+             for s in probes]
+    inputs = tok(texts, padding=True, truncation=True, return_tensors="pt")
+    with torch.no_grad():
+        official = loaded.encoder.model.eval()(**inputs).last_hidden_state[inputs["input_ids"] == tok.mask_token_id]
+    torch.testing.assert_close(theirs, official.float(), rtol=1e-5, atol=1e-5)
