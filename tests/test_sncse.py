@@ -496,3 +496,17 @@ def test_export_is_the_official_test_encoder(tiny_bert_dir, tmp_path) -> None:
     with torch.no_grad():
         official = loaded.encoder.model.eval()(**inputs).last_hidden_state[inputs["input_ids"] == tok.mask_token_id]
     torch.testing.assert_close(theirs, official.float(), rtol=1e-5, atol=1e-5)
+
+
+def test_period_rule_and_train_tokenization_are_checked_by_name() -> None:
+    from cselab.model.spec import ConfigError, EmbeddingSpec
+    from cselab.model.template import append_period, append_period_spaced, period_rule
+
+    assert period_rule("sncse") is append_period_spaced and period_rule(True) is append_period
+    assert period_rule(False) is None
+    assert [append_period_spaced(s) for s in ("a b", "a b!", "a (b)", "a b ", "")] == \
+        ["a b .", "a b!", "a (b)", "a b  .", ""]
+    with pytest.raises(ConfigError, match="prompt.add_period_at_eval"):
+        EmbeddingSpec(add_period_at_eval="sncs")
+    with pytest.raises(ConfigError, match="prompt.train_tokenization"):
+        EmbeddingSpec(train_tokenization="simcse")

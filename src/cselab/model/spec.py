@@ -16,8 +16,9 @@ from typing import Any
 from .heads import HEAD_INITS, HEADS
 from .pooling import POOLERS
 from .prefix import PREFIX_POSITIONS, PREFIX_VARIANTS
+from .template import period_rule
 from .template_bias import DENOISE_MODES
-from .template_input import ViewSpec
+from .template_input import TRAIN_TOKENIZATIONS, ViewSpec
 
 
 class ConfigError(ValueError):
@@ -254,9 +255,6 @@ class EmbeddingSpec:
                               "set method.denoise=none)")
         if self.denoise_at_eval and self.denoise == "none":
             raise ConfigError("method.denoise_at_eval=true needs method.denoise=position or pad")
-        from cselab.model.template import period_rule
-        from cselab.model.template_input import TRAIN_TOKENIZATIONS
-
         _choice("prompt.train_tokenization", self.train_tokenization, TRAIN_TOKENIZATIONS)
 
         for key, rule in (("prompt.add_period_at_eval", self.add_period_at_eval),
