@@ -360,14 +360,21 @@ def test_datamodule_rows_and_refusals(tmp_path, monkeypatch) -> None:
         dm.setup("fit")
     monkeypatch.chdir(tmp_path)
     write_soft_negatives(corpus, tmp_path / "soft_negatives" / "c.txt.jsonl", RuleParser())
-    dm = SoftNegativeDataModule(collate, soft_negatives=None, path="c.txt", data_dir=str(tmp_path), batch_size=4)
-    assert dm.soft_negatives == "soft_negatives/c.txt.jsonl"
-    dm.setup("fit")
-    for _ in dm.train_dataloader():
-        pass
-    assert sorted(r["text"] for r in seen) == sorted(f"sentence number {i} is here ." for i in range(10))
-    # the corpus lines lack a final mark: the official lookup by "... ." misses, the negative is "Not ... ."
-    assert all(r["soft_neg"] == "Not " + r["text"] for r in seen)
+    for streaming in (False, True):
+        seen.clear()
+        dm = SoftNegativeDataModule(collate, soft_negatives=None, path="c.txt", data_dir=str(tmp_path), batch_size=4,
+                                    streaming=streaming)
+        assert dm.soft_negatives == "soft_negatives/c.txt.jsonl"
+        dm.setup("fit")
+        for _ in dm.train_dataloader():
+            pass
+        assert sorted(r["text"] for r in seen) == sorted(f"sentence number {i} is here ." for i in range(10))
+        # the corpus lines lack a final mark: the official lookup by "... ." misses, the negative is "Not ... ."
+        assert all(r["soft_neg"] == "Not " + r["text"] for r in seen)
+    pair = tmp_path / "p.jsonl"  # a file keyed by the ruled sentence is found
+    pair.write_text(json.dumps(["sentence number 1 is here .", "sentence number 1 is not here ."]) + "\n")
+    assert soft_negative_pair("sentence number 1 is here", read_soft_negatives(pair))[1] == \
+        "sentence number 1 is not here ."
 
 
 class _Killed(RuntimeError):

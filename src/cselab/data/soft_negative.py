@@ -99,7 +99,7 @@ class SoftNegativeDataModule(UnsupDataModule):
             head = [line.strip("\n") for line in islice(f, 1000) if line.strip()]
         found = sum(official_period(s) in self.negations for s in head)
         raw = sum(s.strip() in self.negations for s in head)
-        if head and raw == 0:
+        if head and raw == 0 and found == 0:
             raise ValueError(f"{self.soft_negatives} (data.soft_negatives) negates none of the first {len(head)} "
                              f"sentences of {self.path}: a file for another corpus?")
         log.info("soft negatives: %d / %d of the corpus's first sentences are in %s, %d found by the official "
