@@ -169,9 +169,9 @@ class EmbeddingSpec:
             and the test view.
         mask_index: which [MASK] of the template is the representation (-1: the last; CoT-BERT) (``prompt``).
         add_period_at_eval: the test encoder appends "." to a sentence that does not end in ``. ? " '``
-            (``true`` = ``promptbert``), or `` .`` to one not ending in a punctuation mark (``sncse``,
-            :func:`cselab.model.template.period_rule`)
-            (PromptBERT ``evaluation.py``) (``prompt``).
+            (``true`` = ``promptbert``, PromptBERT ``evaluation.py``), or `` .`` to one not ending in a
+            punctuation mark (``sncse``, SNCSE ``bert_prediction.py:68``); :func:`cselab.model.template.period_rule`
+            (``prompt``).
         pool_layer: the hidden state ``last_token`` reads: -1, or -2 for PretCoT / KE (``prompt.layer``).
         eval_rules: the decoders' official evaluation sentence rules (``prompt.eval_rules``).
         denoise: the template bias subtracted in training: ``none`` | ``position`` (PromptBERT Eq. 4) | ``pad``
@@ -256,7 +256,6 @@ class EmbeddingSpec:
         if self.denoise_at_eval and self.denoise == "none":
             raise ConfigError("method.denoise_at_eval=true needs method.denoise=position or pad")
         _choice("prompt.train_tokenization", self.train_tokenization, TRAIN_TOKENIZATIONS)
-
         for key, rule in (("prompt.add_period_at_eval", self.add_period_at_eval),
                           ("eval.dev_encoder.add_period", self.dev_encoder.add_period if self.dev_encoder else False)):
             try:
