@@ -15,7 +15,6 @@ from cselab.methods.diffcse import DiffCSE
 from cselab.methods.rtd import ReplacedTokenDetection, replaced_token_labels, rtd_loss
 from cselab.model.loading import BackboneUnavailableError
 from cselab.model.spec import ConfigError
-
 from tests.conftest import BERT_VOCAB, SENTENCES
 
 MODEL = {"pooler": "cls", "head": "mlp_bn", "mlp_only_train": True}
@@ -179,9 +178,9 @@ def test_discriminator_conditions_position_zero_on_the_embedding(tiny_bert_dir, 
     disc = method.rtd.discriminator.eval()
     backbone = method.encoder.base_model
     assert disc.model is not backbone and disc.model.pooler is None
-    for (name, p), q in zip(disc.model.named_parameters(), [dict(backbone.named_parameters())[n]
-                                                            for n, _ in disc.model.named_parameters()]):
-        assert torch.equal(p, q) and p.data_ptr() != q.data_ptr(), name
+    original = dict(backbone.named_parameters())
+    for name, p in disc.model.named_parameters():
+        assert torch.equal(p, original[name]) and p.data_ptr() != original[name].data_ptr(), name
     torch.manual_seed(2)
     ids = torch.randint(5, 40, (3, 7))
     ids[:, 0] = method.tokenizer.cls_token_id
@@ -241,7 +240,7 @@ def test_step_loss_and_gradients_equal_the_official_cl_forward(no_dropout_dirs):
     assert replaced.sum() > 0  # the generator replaced some tokens
     names = [n for n, p in method.named_parameters() if p.requires_grad]
     assert not any(n.startswith("rtd.generator") for n in names)
-    for name, a, b in zip(names, g_ours, g_ref):
+    for name, a, b in zip(names, g_ours, g_ref, strict=True):
         assert (a is None) == (b is None), name
         if a is not None:
             assert torch.allclose(a, b, atol=1e-6, rtol=1e-4), name
