@@ -330,3 +330,20 @@ def test_paper_configs_compose(tmp_path):
     assert bert.module.model.mlp_only_train is True and bert.loss.temperature == 0.05
     assert roberta.module.rtd.generator == "distilroberta-base"
     assert minilm.module.rtd.generator == "package:cognition" and minilm.module._target_.endswith("DiffCSE")
+
+
+def test_projector_and_electra_head_start_as_the_official_init(tiny_bert_dir, tiny_mlm_dir):
+    """ProjectionMLP under ``cl_init`` -> ``init_weights`` (models.py:119-121): its Linear layers N(0, 0.02), no bias,
+    BatchNorm PyTorch's (weight 1, bias 0; the last one not affine); ``electra_head`` PyTorch's default Linear
+    init (train.py:387: created after ``from_pretrained``), U(+-1/sqrt(D)): std 1/sqrt(3 D)."""
+    method = _diffcse(tiny_bert_dir, tiny_mlm_dir)
+    linears = [m for m in method.head.modules() if isinstance(m, nn.Linear)]
+    norms = [m for m in method.head.modules() if isinstance(m, nn.BatchNorm1d)]
+    assert [tuple(m.weight.shape) for m in linears] == [(64, 32), (32, 64)] and all(m.bias is None for m in linears)
+    for lin in linears:
+        assert lin.weight.std().item() == pytest.approx(0.02, rel=0.1)
+    assert norms[0].affine and torch.equal(norms[0].weight, torch.ones(64)) and not norms[1].affine
+    head = method.rtd.discriminator.electra_head
+    bound = 1 / 32 ** 0.5
+    assert head.weight.abs().max() <= bound and head.bias.abs().max() <= bound
+    assert head.weight.std().item() > 0.05  # not N(0, 0.02)
