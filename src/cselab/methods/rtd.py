@@ -12,7 +12,8 @@ Source: voidism/DiffCSE @ ``f724b2c`` (``docs/fidelity.md``, DiffCSE section):
   (a prediction equal to the original token is "original"), the discriminator's input ``g_pred * mask``;
 * the discriminator (``models.py:338, 398``; ``train.py:371-374, 385-388``): a second copy of the backbone
   without pooling layer, initialised from the pretrained backbone, trained, not shared with the encoder; the
-  sentence embedding replaces the embedding-layer output at position 0 (``modeling_bert.py:960-961``,
+  sentence embedding replaces the embedding-layer output at position 0 (a forward hook on ``embeddings``;
+  ``modeling_bert.py:960-961``,
   ``modeling_roberta.py:799-800``: after LayerNorm and dropout); ``electra_head = nn.Linear(D, 2)`` with
   PyTorch's default initialisation (``train.py:373, 387``);
 * the loss (``models.py:259-273``): ``nn.CrossEntropyLoss()`` over ALL ``B * V * T`` positions of the padded
@@ -186,20 +187,25 @@ class ConditionalDiscriminator(nn.Module):
         self.mask_4d = takes_4d_mask(self.model.config, False)
         hidden = int(self.model.config.hidden_size)
         self.electra_head = nn.Linear(hidden, 2)  # PyTorch's default init (train.py:373, 387)
+        self._cls_input: torch.Tensor | None = None  # set for the duration of one forward
+        self.model.embeddings.register_forward_hook(self._put_cls)
+
+    def _put_cls(self, module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+        """The embedding-layer output with position 0 replaced by the sentence embedding (``modeling_bert.py:960-961``);
+        unchanged outside :meth:`forward`."""
+        if self._cls_input is None:
+            return output
+        return torch.cat([self._cls_input.unsqueeze(1).to(output.dtype), output[:, 1:]], dim=1)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cls_input: torch.Tensor) -> torch.Tensor:
         """Scores (N, T, 2) of ``input_ids`` (N, T) with ``cls_input`` (N, D) in place of the embedding output at
         position 0 (``modeling_bert.py:960-961``)."""
-
-        def put_cls(module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
-            return torch.cat([cls_input.unsqueeze(1).to(output.dtype), output[:, 1:]], dim=1)
-
         mask = sdpa_mask_4d(attention_mask, input_ids.shape[1], False) if self.mask_4d else attention_mask
-        handle = self.model.embeddings.register_forward_hook(put_cls)
+        self._cls_input = cls_input
         try:
             out = self.model(input_ids=input_ids, attention_mask=mask, return_dict=True)
         finally:
-            handle.remove()
+            self._cls_input = None
         return self.electra_head(out.last_hidden_state)
 
 
