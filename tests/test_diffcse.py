@@ -347,3 +347,37 @@ def test_projector_and_electra_head_start_as_the_official_init(tiny_bert_dir, ti
     bound = 1 / 32 ** 0.5
     assert head.weight.abs().max() <= bound and head.bias.abs().max() <= bound
     assert head.weight.std().item() > 0.05  # not N(0, 0.02)
+
+
+# ------------------------------------------------------------------------------------------ end to end
+@pytest.mark.integration
+def test_trains_tests_and_compares_with_simcse_on_the_same_seed(tmp_path, tiny_bert_dir, tiny_mlm_dir):
+    """run.py trains DiffCSE (4 steps, STS-B dev every 2, the tiny MLM as generator), reloads the best checkpoint
+    (discriminator and generator included) and tests it; SimCSE on the same seed; ``cselab compare`` pairs them and
+    ``cselab report --paper-backbone bert_base`` puts CoT-BERT Table 2's DiffCSE row beside ours."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.test_run import ROOT, _run
+
+    common = [f"backbone.name_or_path={tiny_bert_dir}", "trainer.max_steps=4", "trainer.val_check_interval=2",
+              "data.batch_size=8", "eval.test_tasks=[stsb]", "seed=3"]
+    _run("method=diffcse", f"method.rtd.generator={tiny_mlm_dir}", *common, f"hydra.run.dir={tmp_path}/diffcse",
+         threads=1)
+    _run("method=simcse", *common, f"hydra.run.dir={tmp_path}/simcse", threads=1)
+    res = json.loads((tmp_path / "diffcse" / "results.json").read_text())
+    assert res["global_step"] == 4 and res["config"]["method"]["name"] == "diffcse"
+    assert res["config"]["method"]["rtd"]["generator"] == str(tiny_mlm_dir)
+    assert res["dev"]["stsb"] == pytest.approx(res["best_dev"], abs=1e-3)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    for args in (["compare", f"{tmp_path}/diffcse", f"{tmp_path}/simcse"],
+                 ["report", str(tmp_path), "--paper-backbone", "bert_base"]):
+        proc = subprocess.run([sys.executable, "-m", "cselab", *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        if args[0] == "compare":
+            assert "| STS-B |" in proc.stdout
+        else:
+            assert "80.59" in proc.stdout and "CoT-BERT Table 2" in proc.stdout
