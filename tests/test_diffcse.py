@@ -381,3 +381,18 @@ def test_trains_tests_and_compares_with_simcse_on_the_same_seed(tmp_path, tiny_b
             assert "| STS-B |" in proc.stdout
         else:
             assert "80.59" in proc.stdout and "CoT-BERT Table 2" in proc.stdout
+
+
+def test_no_host_sync_between_logging_steps(tmp_path, tiny_mlm_dir, sts_data_dir, monkeypatch):
+    """As ``tests/test_sync_free.py`` for every method: a real run (the tiny masked LM as backbone and, through
+    ``method.rtd.generator=backbone``, as generator) reads nothing on the host on a step that neither logs nor
+    validates: the RTD width and the masked mean stay on the device, the generator and the discriminator get the
+    prepared 4D mask."""
+    from tests.test_sync_free import _windows
+
+    windows = _windows(tmp_path, tiny_mlm_dir, "bert", sts_data_dir,
+                       ["method=diffcse", "method.rtd.generator=backbone"], monkeypatch)
+    quiet = [w for w in windows if not w["logging"] and not w["validated"]]
+    assert len(windows) == 6 and len(quiet) >= 3, windows
+    for w in quiet:
+        assert w["syncs"] == {} and w["cuda_syncs"] == 0, w

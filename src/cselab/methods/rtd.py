@@ -238,7 +238,10 @@ class ReplacedTokenDetection(nn.Module):
     @torch.no_grad()
     def generate(self, mlm_input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The generator's argmax token (N, T) at every position of the masked input (``models.py:183-184``)."""
-        logits = self.generator(input_ids=mlm_input_ids, attention_mask=attention_mask, return_dict=True).logits
+        mask = attention_mask
+        if takes_4d_mask(self.generator.config, False):  # no host sync in Hugging Face's mask builder
+            mask = sdpa_mask_4d(attention_mask, mlm_input_ids.shape[1], False)
+        logits = self.generator(input_ids=mlm_input_ids, attention_mask=mask, return_dict=True).logits
         return logits.argmax(-1)
 
     def forward(self, input_ids: torch.Tensor, mlm_input_ids: torch.Tensor, attention_mask: torch.Tensor,
