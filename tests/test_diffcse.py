@@ -396,3 +396,15 @@ def test_no_host_sync_between_logging_steps(tmp_path, tiny_mlm_dir, sts_data_dir
     assert len(windows) == 6 and len(quiet) >= 3, windows
     for w in quiet:
         assert w["syncs"] == {} and w["cuda_syncs"] == 0, w
+
+
+@pytest.mark.parametrize("check", ["test_every_trainable_parameter_gets_a_gradient",
+                                   "test_bf16_autocast_step_matches_float32",
+                                   "test_activation_checkpointing_gives_the_same_loss_and_gradients"])
+def test_the_generic_step_checks_hold_for_diffcse(check, tiny_mlm_dir):
+    """``tests/test_gradients.py``'s checks of every method, run on DiffCSE as ``run.py`` builds it (the tiny masked
+    LM as backbone and generator): every trainable tensor gets a gradient (plain ``ddp``), the bf16-autocast step
+    is close to float32 with finite gradients, activation checkpointing leaves loss and gradients unchanged."""
+    import tests.test_gradients as generic
+
+    getattr(generic, check)("diffcse", "unsup", ["method.rtd.generator=backbone"], tiny_mlm_dir)
