@@ -408,3 +408,58 @@ def test_the_generic_step_checks_hold_for_diffcse(check, tiny_mlm_dir):
     import tests.test_gradients as generic
 
     getattr(generic, check)("diffcse", "unsup", ["method.rtd.generator=backbone"], tiny_mlm_dir)
+
+
+@pytest.mark.integration
+def test_sigkill_then_resume_restores_the_discriminator(tmp_path, tiny_mlm_dir, sts_data_dir):
+    """A DiffCSE run killed with SIGKILL after step 3 and resumed (``ckpt_path=auto``) ends as an uninterrupted run:
+    the same dev curve and, in the best checkpoint, the same encoder, projector, discriminator and electra-head
+    tensors (their optimizer state resumed too); lr 1e-3 so that a lost discriminator state would show."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.test_resume import ROOT, _corpus, _env, _step_of
+
+    corpus = _corpus(tmp_path / "corpus.txt")
+
+    def command(run_dir, *extra):
+        return [sys.executable, str(ROOT / "run.py"), "method=diffcse", f"backbone.name_or_path={tiny_mlm_dir}",
+                "method.rtd.generator=backbone", f"data.path={corpus}", "data.batch_size=8", "optim.lr=1e-3",
+                "trainer.max_epochs=20", "trainer.max_steps=8", "trainer.val_check_interval=4",
+                "checkpointing.save_every_n_steps=1", "trainer.deterministic=true", "trainer.enable_progress_bar=false",
+                "eval.test_tasks=[stsb]", f"hydra.run.dir={run_dir}", *extra]
+
+    env = _env(sts_data_dir)
+    straight = subprocess.run(command(tmp_path / "straight"), cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=900)
+    assert straight.returncode == 0, straight.stderr[-4000:]
+    run_dir = tmp_path / "killed"
+    proc = subprocess.Popen(command(run_dir), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    last, deadline = run_dir / "checkpoints" / "last.ckpt", time.time() + 600
+    while proc.poll() is None and time.time() < deadline:
+        step = _step_of(last) if last.exists() else None
+        if step is not None and step >= 3:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "the run ended before the kill"
+    killed_step = _step_of(last)
+    assert killed_step is not None and killed_step < 8
+    resumed = subprocess.run(command(run_dir, "ckpt_path=auto"), cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    a = json.loads((tmp_path / "straight" / "results.json").read_text())
+    b = json.loads((run_dir / "results.json").read_text())
+    assert [p["stsb_dev"] for p in b["val_curve"]] == pytest.approx([p["stsb_dev"] for p in a["val_curve"]], abs=1e-6)
+    sa = torch.load(a["best_checkpoint"], map_location="cpu", weights_only=False)["state_dict"]
+    sb = torch.load(b["best_checkpoint"], map_location="cpu", weights_only=False)["state_dict"]
+    assert any(k.startswith("rtd.discriminator.") for k in sa) and set(sa) == set(sb)
+    moved = [k for k in sa if k.startswith("rtd.discriminator.") and not torch.equal(sa[k], sb[k])]
+    assert not moved, (killed_step, moved[:5])
+    for k in sa:
+        assert torch.allclose(sa[k].float(), sb[k].float(), atol=1e-6), (killed_step, k)
