@@ -27,7 +27,7 @@ from torch import nn
 
 from .backbone import Encoder
 from .decoder_input import PromptCollate
-from .heads import MLMTransformHead, build_head
+from .heads import MLMTransformHead, ProjectionMLP, build_head
 from .pooling import needs_hidden_states, pool
 from .spec import EmbeddingSpec, TuningSpec
 from .template_input import ViewCollate
@@ -376,4 +376,6 @@ class EmbeddingModel(nn.Module):
 def _head_name(head: nn.Module | None) -> str:
     if head is None:
         return "none"
+    if isinstance(head, ProjectionMLP):
+        return "mlp_bn"
     return "mlm_transform" if isinstance(head, MLMTransformHead) else "mlp"

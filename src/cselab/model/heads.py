@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-HEADS = ("none", "mlp", "mlm_transform")
+HEADS = ("none", "mlp", "mlm_transform", "mlp_bn")
 HEAD_INITS = ("bert", "pretrained_mlm", "pytorch")
 
 
@@ -55,6 +55,25 @@ class MLMTransformHead(nn.Module):
         return self.LayerNorm(self.activation(self.dense(x)))
 
 
+class ProjectionMLP(nn.Module):
+    """DiffCSE's BatchNorm projector (``--batchnorm``): Linear(D, 2D, no bias) -> BatchNorm1d(2D) -> ReLU ->
+    Linear(2D, D, no bias) -> BatchNorm1d(D, affine=False); (..., D) -> (..., D).
+
+    The leading dimensions are flattened into ONE BatchNorm batch (the official head sees the (B * V, D) rows of
+    both views together: DiffCSE ``diffcse/models.py:35-50, 176-179``).  The BatchNorm layers keep PyTorch's
+    initialisation (``_init_weights`` of transformers 4.2.1 touches Linear / Embedding / LayerNorm only).
+    """
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(hidden_size, hidden_size * 2, bias=False), nn.BatchNorm1d(hidden_size * 2), nn.ReLU(inplace=True),
+            nn.Linear(hidden_size * 2, hidden_size, bias=False), nn.BatchNorm1d(hidden_size, affine=False))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x.reshape(-1, x.shape[-1])).view(x.shape)
+
+
 def bert_init_(module: nn.Module, std: float = 0.02) -> nn.Module:
     """BERT's ``_init_weights`` on every Linear / LayerNorm of ``module``, in place: Linear weights N(0, std),
     biases 0; LayerNorm weight 1, bias 0.  Returns ``module``.
@@ -75,7 +94,8 @@ def bert_init_(module: nn.Module, std: float = 0.02) -> nn.Module:
 
 def build_head(name: str, hidden_size: int, init: str = "bert", std: float = 0.02,
                pretrained: dict[str, torch.Tensor] | None = None) -> nn.Module | None:
-    """``"mlp"`` -> :class:`MLPHead`; ``"mlm_transform"`` -> :class:`MLMTransformHead`; ``"none"`` -> None.
+    """``"mlp"`` -> :class:`MLPHead`; ``"mlm_transform"`` -> :class:`MLMTransformHead`; ``"mlp_bn"`` ->
+    :class:`ProjectionMLP` (DiffCSE); ``"none"`` -> None.
 
     Args:
         name: ``method.head``.
@@ -98,6 +118,8 @@ def build_head(name: str, hidden_size: int, init: str = "bert", std: float = 0.0
         head: nn.Module = MLPHead(hidden_size)
     elif name == "mlm_transform":
         head = MLMTransformHead(hidden_size)
+    elif name == "mlp_bn":
+        head = ProjectionMLP(hidden_size)
     else:
         raise ValueError(f"method.head={name!r}: expected one of {HEADS}")
     if init == "bert":

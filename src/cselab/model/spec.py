@@ -159,6 +159,7 @@ class EmbeddingSpec:
         pooler: the pooler on the backbone output (:data:`cselab.model.pooling.POOLERS`; SimCSE's names;
             ``method.pooler``).  ``cls`` with a head is SimCSE's [CLS] + MLP.
         head: ``mlp`` (Linear + Tanh, SimCSE ``models.py:19-32``) | ``mlm_transform`` (PromptBERT sup BERT) |
+            ``mlp_bn`` (DiffCSE's BatchNorm projector, ``diffcse/models.py:35-50``) |
             ``none`` (``method.head``).
         head_init: ``bert`` (normal(0, initializer_range)) | ``pretrained_mlm`` (the checkpoint's
             ``cls.predictions.transform``) | ``pytorch`` (``method.head_init``).

@@ -1,0 +1,465 @@
+"""DiffCSE (voidism/DiffCSE @ f724b2c) on tiny random backbones: the masked copies, the replaced-token labels, the
+discriminator's input, the RTD loss and a whole step's loss and gradients against transcriptions of the official
+code (``diffcse/models.py``, ``train.py``), the checkpoint / export, and the refusals."""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from cselab.methods.diffcse import DiffCSE
+from cselab.methods.rtd import ReplacedTokenDetection, replaced_token_labels, rtd_loss
+from cselab.model.loading import BackboneUnavailableError
+from cselab.model.spec import ConfigError
+from tests.conftest import BERT_VOCAB, SENTENCES
+
+MODEL = {"pooler": "cls", "head": "mlp_bn", "mlp_only_train": True}
+
+
+# ------------------------------------------------------------------------------------------ fixtures
+def _bert_config(dropout: float):
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=len(BERT_VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=dropout,
+                      attention_probs_dropout_prob=dropout)
+
+
+@pytest.fixture(scope="module")
+def no_dropout_dirs(tiny_bert_dir, tmp_path_factory) -> dict[str, Path]:
+    """A tiny BERT encoder and a tiny BERT masked LM (the generator), both without dropout, with the tiny BERT
+    tokenizer: every forward is deterministic, so a transcription of the official step can be compared exactly."""
+    from transformers import AutoTokenizer, BertForMaskedLM, BertModel
+
+    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    root = tmp_path_factory.mktemp("diffcse_nodrop")
+    torch.manual_seed(11)
+    BertModel(_bert_config(0.0)).save_pretrained(root / "encoder")
+    torch.manual_seed(12)
+    BertForMaskedLM(_bert_config(0.0)).save_pretrained(root / "generator")
+    for sub in ("encoder", "generator"):
+        tok.save_pretrained(root / sub)
+    return {"encoder": root / "encoder", "generator": root / "generator"}
+
+
+@pytest.fixture(scope="module")
+def tiny_roberta_mlm_dir(tiny_roberta_dir, tmp_path_factory) -> Path:
+    """A tiny random RobertaForMaskedLM with the tiny RoBERTa tokenizer."""
+    from transformers import AutoTokenizer, RobertaConfig, RobertaForMaskedLM
+
+    tok = AutoTokenizer.from_pretrained(tiny_roberta_dir)
+    path = tmp_path_factory.mktemp("tiny_roberta_mlm")
+    torch.manual_seed(3)
+    RobertaForMaskedLM(RobertaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=130, pad_token_id=1,
+                                     bos_token_id=0, eos_token_id=2)).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def _diffcse(backbone_dir, generator, family="bert", **rtd) -> DiffCSE:
+    torch.manual_seed(0)
+    return DiffCSE(backbone={"name_or_path": str(backbone_dir), "family": family}, model=dict(MODEL),
+                   rtd={"generator": str(generator), **rtd})
+
+
+# ------------------------------------------------------------------------------------------ the masked copies
+def _official_mask_tokens(inputs, tokenizer, probability, gen):
+    """train.py:512-544 (``mask_tokens``), transcribed; ``torch.bernoulli`` / ``randint`` draw from ``gen``."""
+    inputs = inputs.clone()
+    labels = inputs.clone()
+    probability_matrix = torch.full(labels.shape, probability)
+    special_tokens_mask = [tokenizer.get_special_tokens_mask(val, already_has_special_tokens=True)
+                           for val in labels.tolist()]
+    special_tokens_mask = torch.tensor(special_tokens_mask, dtype=torch.bool)
+    probability_matrix.masked_fill_(special_tokens_mask, value=0.0)
+    masked_indices = torch.bernoulli(probability_matrix, generator=gen).bool()
+    labels[~masked_indices] = -100
+    indices_replaced = torch.bernoulli(torch.full(labels.shape, 0.8), generator=gen).bool() & masked_indices
+    inputs[indices_replaced] = tokenizer.convert_tokens_to_ids(tokenizer.mask_token)
+    indices_random = torch.bernoulli(torch.full(labels.shape, 0.5), generator=gen).bool() & masked_indices & ~indices_replaced
+    random_words = torch.randint(len(tokenizer), labels.shape, dtype=torch.long, generator=gen)
+    inputs[indices_random] = random_words[indices_random]
+    return inputs, labels
+
+
+def test_masked_copies_are_the_official_mask_tokens_for_a_fixed_seed(tiny_bert_dir, tiny_mlm_dir):
+    """The collate's ``mlm_input_ids`` / ``mlm_labels`` (masking_ratio 0.30) equal the official ``mask_tokens`` on
+    the padded batch drawn from the same generator state (the collate's seed: CRC-32 of the batch and ``seed``)."""
+    method = _diffcse(tiny_bert_dir, tiny_mlm_dir)
+    collate = method.train_collate
+    collate.mlm_seed = 7
+    assert collate.mlm_probability == pytest.approx(0.30)
+    batch = collate(SENTENCES)
+    ids = batch["input_ids"]
+    seed = zlib.crc32(ids.contiguous().numpy().tobytes(), zlib.crc32(b"7"))
+    # official: the (B * V, T) padded rows (train.py:492-501), masked before the view to (B, V, T)
+    ref_ids, ref_labels = _official_mask_tokens(ids.view(-1, ids.shape[-1]), method.tokenizer, 0.30,
+                                                torch.Generator().manual_seed(seed))
+    assert torch.equal(batch["mlm_input_ids"], ref_ids.view(ids.shape))
+    assert torch.equal(batch["mlm_labels"], ref_labels.view(ids.shape))
+    masked = batch["mlm_labels"] != -100
+    assert masked.any() and not masked[..., 0].any()  # [CLS] (and [SEP], padding) never masked
+    # the two views of a sentence are masked independently (one draw over (B, V, T))
+    assert not torch.equal(masked[:, 0], masked[:, 1])
+
+
+# ------------------------------------------------------------------------------------------ the labels
+def test_replaced_token_labels_by_hand():
+    """models.py:185-187 on a hand-built example: position 0 -> [CLS]; a generated token equal to the original is
+    'original' (0) even where it was masked; an unmasked position the generator changed is 'replaced' (1);
+    padding is 0 in both the labels and the discriminator's input."""
+    cls = 101
+    input_ids = torch.tensor([[101, 7, 8, 9, 102, 0], [101, 5, 102, 0, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0]])
+    g_pred = torch.tensor([[55, 7, 3, 9, 4, 6], [101, 5, 8, 9, 9, 9]])
+    e_inputs, labels = replaced_token_labels(g_pred, input_ids, mask, cls)
+    assert e_inputs.tolist() == [[101, 7, 3, 9, 4, 0], [101, 5, 8, 0, 0, 0]]
+    assert labels.tolist() == [[0, 0, 1, 0, 1, 0], [0, 0, 1, 0, 0, 0]]
+    assert torch.equal(g_pred[0], torch.tensor([55, 7, 3, 9, 4, 6]))  # the input is not modified
+
+
+def test_replaced_token_labels_equal_the_official_lines_on_random_ids():
+    """The official statements (models.py:185-186), transcribed, on random ids: the same tensors."""
+    torch.manual_seed(0)
+    input_ids = torch.randint(0, 6, (16, 12))
+    mask = (torch.arange(12) < torch.randint(2, 13, (16, 1))).long()
+    g_pred = torch.randint(0, 6, (16, 12))
+    ours = replaced_token_labels(g_pred, input_ids, mask, 0)
+    g = g_pred.clone()
+    g[:, 0] = 0
+    replaced = (g != input_ids) * mask
+    e_inputs = g * mask
+    assert torch.equal(ours[0], e_inputs) and torch.equal(ours[1], replaced)
+
+
+# ------------------------------------------------------------------------------------------ the loss
+def test_rtd_loss_value_and_gradient_against_the_official_cross_entropy():
+    """models.py:272: ``CrossEntropyLoss()(scores.view(-1, 2), labels.view(-1))``, a mean over every position,
+    padding included.  Hand value: all-zero scores give ln 2.  Columns beyond the batch's real width (padding the
+    official collate does not add, e.g. pad_to_multiple_of) change neither the value nor the gradient."""
+    labels = torch.tensor([[0, 1, 0, 0], [0, 0, 1, 0]])
+    assert rtd_loss(torch.zeros(2, 4, 2), labels).item() == pytest.approx(0.6931471805599453)
+    torch.manual_seed(1)
+    scores = torch.randn(2, 4, 2, dtype=torch.float64, requires_grad=True)
+    ours = rtd_loss(scores, labels)
+    ref = nn.CrossEntropyLoss()(scores.view(-1, 2), labels.view(-1))
+    g_ours, = torch.autograd.grad(ours, scores)
+    g_ref, = torch.autograd.grad(ref, scores)
+    assert ours.item() == pytest.approx(ref.item(), abs=1e-12)
+    assert torch.allclose(g_ours, g_ref, atol=1e-12)
+    # 3 extra padding columns with arbitrary scores, left out by the width
+    padded = torch.cat([scores, torch.randn(2, 3, 2, dtype=torch.float64)], 1).detach().requires_grad_(True)
+    wide = rtd_loss(padded, torch.cat([labels, torch.zeros(2, 3, dtype=torch.long)], 1), torch.tensor(4))
+    g_wide, = torch.autograd.grad(wide, padded)
+    assert wide.item() == pytest.approx(ref.item(), abs=1e-12)
+    assert torch.allclose(g_wide[:, :4], g_ref, atol=1e-12) and not g_wide[:, 4:].any()
+
+
+# ------------------------------------------------------------------------------------------ the discriminator
+def _official_discriminator(model, head, e_inputs, mask, cls_input):
+    """The official conditional forward (modeling_bert.py:952-961 + the encoder; 4.2.1's additive mask
+    (1 - mask) * -10000), run on the HF modules directly, then ``electra_head``."""
+    emb = model.embeddings(input_ids=e_inputs)
+    emb = torch.cat([cls_input.unsqueeze(1), emb[:, 1:, :]], dim=1)
+    ext = (1.0 - mask[:, None, None, :].to(emb.dtype)) * -10000.0
+    return head(model.encoder(emb, attention_mask=ext).last_hidden_state)
+
+
+def test_discriminator_conditions_position_zero_on_the_embedding(tiny_bert_dir, tiny_mlm_dir):
+    """The discriminator is a pretrained copy of the backbone (no pooling layer, not shared), its position-0
+    embedding output replaced by the sentence embedding: its scores equal the transcribed official forward, do not
+    depend on the token id at position 0, and carry a gradient to ``cls_input``."""
+    method = _diffcse(tiny_bert_dir, tiny_mlm_dir)
+    disc = method.rtd.discriminator.eval()
+    backbone = method.encoder.base_model
+    assert disc.model is not backbone and disc.model.pooler is None
+    original = dict(backbone.named_parameters())
+    for name, p in disc.model.named_parameters():
+        assert torch.equal(p, original[name]) and p.data_ptr() != original[name].data_ptr(), name
+    torch.manual_seed(2)
+    ids = torch.randint(5, 40, (3, 7))
+    ids[:, 0] = method.tokenizer.cls_token_id
+    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
+    ids = ids * mask
+    cls_input = torch.randn(3, 32, requires_grad=True)
+    ours = disc(ids, mask, cls_input)
+    ref = _official_discriminator(disc.model, disc.electra_head, ids, mask, cls_input)
+    assert torch.allclose(ours, ref, atol=1e-5)
+    other = ids.clone()
+    other[:, 0] = 9
+    assert torch.allclose(disc(other, mask, cls_input), ours, atol=1e-6)
+    grad, = torch.autograd.grad(ours.sum(), cls_input)
+    assert grad.abs().sum() > 0
+
+
+# ------------------------------------------------------------------------------------------ a whole step
+def _official_step(method: DiffCSE, batch, temp=0.05, lam=0.005):
+    """cl_forward (models.py:143-273), transcribed on the method's own modules (HF models called directly)."""
+    input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+    bs, num_sent, t = input_ids.shape
+    input_ids, attention_mask = input_ids.view(-1, t), attention_mask.view(-1, t)
+    outputs = method.encoder.base_model(input_ids, attention_mask=attention_mask, return_dict=True)
+    pooler_output = outputs.last_hidden_state[:, 0].view(bs, num_sent, -1)
+    pooler_output = method.head(pooler_output.view(bs * num_sent, -1)).view(bs, num_sent, -1)
+    mlm_input_ids = batch["mlm_input_ids"].view(-1, t)
+    with torch.no_grad():
+        g_pred = method.rtd.generator(mlm_input_ids, attention_mask)[0].argmax(-1)
+    g_pred[:, 0] = method.tokenizer.cls_token_id
+    replaced = (g_pred != input_ids) * attention_mask
+    e_inputs = g_pred * attention_mask
+    z1, z2 = pooler_output[:, 0], pooler_output[:, 1]
+    cos_sim = nn.CosineSimilarity(dim=-1)(z1.unsqueeze(1), z2.unsqueeze(0)) / temp
+    loss = nn.CrossEntropyLoss()(cos_sim, torch.arange(cos_sim.size(0)))
+    disc = method.rtd.discriminator
+    scores = _official_discriminator(disc.model, disc.electra_head, e_inputs, attention_mask,
+                                     pooler_output.view(-1, pooler_output.size(-1)))
+    rtd = nn.CrossEntropyLoss()(scores.view(-1, 2), replaced.view(-1))
+    return loss + lam * rtd, rtd, replaced
+
+
+def test_step_loss_and_gradients_equal_the_official_cl_forward(no_dropout_dirs):
+    """One training forward (no dropout, so both are deterministic; the BatchNorm projector in train mode over the
+    B * V rows): the loss ``CL + 0.005 * RTD``, the RTD term and every trainable parameter's gradient (encoder,
+    projector, discriminator, electra head) equal the transcribed official step; the generator gets none."""
+    method = _diffcse(no_dropout_dirs["encoder"], no_dropout_dirs["generator"])
+    method.train()
+    batch = method.train_collate(SENTENCES[:6])
+    ours, _, n = method.forward_loss(batch)
+    assert n == 6
+    params = [p for p in method.parameters() if p.requires_grad]
+    g_ours = torch.autograd.grad(ours, params, allow_unused=True)
+    ref, ref_rtd, replaced = _official_step(method, batch)
+    g_ref = torch.autograd.grad(ref, params, allow_unused=True)
+    assert ours.item() == pytest.approx(ref.item(), rel=1e-5)
+    assert method._rtd_loss.item() == pytest.approx(ref_rtd.item(), rel=1e-5)
+    assert replaced.sum() > 0  # the generator replaced some tokens
+    names = [n for n, p in method.named_parameters() if p.requires_grad]
+    assert not any(n.startswith("rtd.generator") for n in names)
+    for name, a, b in zip(names, g_ours, g_ref, strict=True):
+        assert (a is None) == (b is None), name
+        if a is not None:
+            assert torch.allclose(a, b, atol=1e-6, rtol=1e-4), name
+    assert all(g is not None for g in g_ours)  # every trainable tensor is used (DDP without unused parameters)
+
+
+def test_roberta_step_uses_the_s_token_and_trains(tiny_roberta_dir, tiny_roberta_mlm_dir):
+    """RoBERTa: position 0 is ``<s>`` (official cls_token=0, models.py:444); a training step runs and every
+    trainable tensor gets a gradient."""
+    method = _diffcse(tiny_roberta_dir, tiny_roberta_mlm_dir, family="roberta")
+    assert method.rtd.cls_token_id == method.tokenizer.cls_token_id == 0
+    batch = method.train_collate(SENTENCES[:4])
+    loss, _, _ = method.forward_loss(batch)
+    loss.backward()
+    assert all(p.grad is not None for p in method.parameters() if p.requires_grad)
+    assert torch.isfinite(method._rtd_loss)
+
+
+# ------------------------------------------------------------------------------------------ checkpoint / export
+def test_checkpoint_holds_the_rtd_modules_and_export_is_the_encoder(tiny_bert_dir, tiny_mlm_dir, tmp_path):
+    """The state dict holds the discriminator, its head and the frozen generator (a resume continues with them);
+    a rebuilt method loads it strictly; the exported embedding model has none of them and encodes as the method."""
+    from cselab.model.embedding import EmbeddingModel
+
+    method = _diffcse(tiny_bert_dir, tiny_mlm_dir, masking_ratio=0.2, lambda_weight=0.1)
+    state = method.state_dict()
+    assert any(k.startswith("rtd.discriminator.model.") for k in state)
+    assert "rtd.discriminator.electra_head.weight" in state and any(k.startswith("rtd.generator.") for k in state)
+    assert dict(method.hparams)["rtd"]["lambda_weight"] == 0.1
+    with torch.no_grad():
+        for p in method.rtd.discriminator.parameters():
+            p.add_(0.5)
+    rebuilt = DiffCSE(**dict(method.hparams))
+    rebuilt.load_state_dict(state)
+    assert torch.equal(rebuilt.rtd.discriminator.electra_head.weight, method.rtd.discriminator.electra_head.weight)
+    assert rebuilt.train_collate.mlm_probability == pytest.approx(0.2)
+    method.model.save(tmp_path / "export")
+    exported = EmbeddingModel.load(tmp_path / "export")
+    assert not any("rtd" in k or "discriminator" in k for k in exported.state_dict())
+    assert exported.describe()["pooler"] == "cls_before_pooler" and exported.describe()["use_head"] is False
+    assert torch.allclose(exported.encode(SENTENCES), method.encode(SENTENCES), atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------ refusals
+def test_refusals_name_their_keys(tiny_bert_dir, tiny_mlm_dir, tiny_roberta_mlm_dir, tmp_path):
+    with pytest.raises(ConfigError, match="trainer.cached_step"):
+        DiffCSE(backbone={"name_or_path": str(tiny_bert_dir), "family": "bert"}, model=dict(MODEL),
+                rtd={"generator": str(tiny_mlm_dir)}, cached_step={"chunk_size": 4})
+    with pytest.raises(ConfigError, match="setting=sup"):
+        DiffCSE.check_config(backbone={"name_or_path": str(tiny_bert_dir), "family": "bert"}, model=dict(MODEL),
+                             setting="sup")
+    with pytest.raises(ConfigError, match="method.rtd.masking_ratio"):
+        DiffCSE.check_config(backbone={"name_or_path": str(tiny_bert_dir), "family": "bert"}, model=dict(MODEL),
+                             rtd={"masking_ratio": 1.5})
+    with pytest.raises(BackboneUnavailableError, match="package:cognition"):
+        _diffcse(tiny_bert_dir, tmp_path / "no_such_generator")
+    with pytest.raises(BackboneUnavailableError, match="method.rtd.generator='backbone'"):
+        _diffcse(tiny_bert_dir, "backbone")  # the tiny BertModel has no MLM head
+    with pytest.raises(ConfigError, match="vocabulary"):
+        _diffcse(tiny_bert_dir, tiny_roberta_mlm_dir)
+
+
+def test_rtd_module_generator_dropout_off_keeps_it_in_eval_mode(tiny_bert_dir, tiny_mlm_dir):
+    method = _diffcse(tiny_bert_dir, tiny_mlm_dir, generator_dropout=False)
+    method.train()
+    assert isinstance(method.rtd, ReplacedTokenDetection)
+    assert method.rtd.discriminator.training and not method.rtd.generator.training
+    official = _diffcse(tiny_bert_dir, tiny_mlm_dir)
+    official.train()
+    assert official.rtd.generator.training  # official: the generator follows the model's train mode
+
+
+# ------------------------------------------------------------------------------------------ configs
+def test_paper_configs_compose(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    import cselab.config  # noqa: F401  (resolvers)
+
+    conf = str(Path(__file__).resolve().parents[1] / "conf")
+    with initialize_config_dir(config_dir=conf, version_base="1.3"):
+        bert = compose("config", overrides=["experiment=diffcse/unsup_bert_base"])
+        roberta = compose("config", overrides=["experiment=diffcse/unsup_roberta_base"])
+        minilm = compose("config", overrides=["method=diffcse"])
+    assert bert.module.rtd.generator == "distilbert-base-uncased" and bert.optim.lr == 7e-6
+    assert bert.data.batch_size == 64 and bert.trainer.max_epochs == 2 and bert.module.rtd.masking_ratio == 0.30
+    assert bert.module.rtd.lambda_weight == 0.005 and bert.module.model.head == "mlp_bn"
+    assert bert.module.model.mlp_only_train is True and bert.loss.temperature == 0.05
+    assert roberta.module.rtd.generator == "distilroberta-base"
+    assert minilm.module.rtd.generator == "package:cognition" and minilm.module._target_.endswith("DiffCSE")
+
+
+def test_projector_and_electra_head_start_as_the_official_init(tiny_bert_dir, tiny_mlm_dir):
+    """ProjectionMLP under ``cl_init`` -> ``init_weights`` (models.py:119-121): its Linear layers N(0, 0.02), no bias,
+    BatchNorm PyTorch's (weight 1, bias 0; the last one not affine); ``electra_head`` PyTorch's default Linear
+    init (train.py:387: created after ``from_pretrained``), U(+-1/sqrt(D)): std 1/sqrt(3 D)."""
+    method = _diffcse(tiny_bert_dir, tiny_mlm_dir)
+    linears = [m for m in method.head.modules() if isinstance(m, nn.Linear)]
+    norms = [m for m in method.head.modules() if isinstance(m, nn.BatchNorm1d)]
+    assert [tuple(m.weight.shape) for m in linears] == [(64, 32), (32, 64)] and all(m.bias is None for m in linears)
+    for lin in linears:
+        assert lin.weight.std().item() == pytest.approx(0.02, rel=0.1)
+    assert norms[0].affine and torch.equal(norms[0].weight, torch.ones(64)) and not norms[1].affine
+    head = method.rtd.discriminator.electra_head
+    bound = 1 / 32 ** 0.5
+    assert head.weight.abs().max() <= bound and head.bias.abs().max() <= bound
+    assert head.weight.std().item() > 0.05  # not N(0, 0.02)
+
+
+# ------------------------------------------------------------------------------------------ end to end
+@pytest.mark.integration
+def test_trains_tests_and_compares_with_simcse_on_the_same_seed(tmp_path, tiny_bert_dir, tiny_mlm_dir):
+    """run.py trains DiffCSE (4 steps, STS-B dev every 2, the tiny MLM as generator), reloads the best checkpoint
+    (discriminator and generator included) and tests it; SimCSE on the same seed; ``cselab compare`` pairs them and
+    ``cselab report --paper-backbone bert_base`` puts CoT-BERT Table 2's DiffCSE row beside ours."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.test_run import ROOT, _run
+
+    common = [f"backbone.name_or_path={tiny_bert_dir}", "trainer.max_steps=4", "trainer.val_check_interval=2",
+              "data.batch_size=8", "eval.test_tasks=[stsb]", "seed=3"]
+    _run("method=diffcse", f"method.rtd.generator={tiny_mlm_dir}", *common, f"hydra.run.dir={tmp_path}/diffcse",
+         threads=1)
+    _run("method=simcse", *common, f"hydra.run.dir={tmp_path}/simcse", threads=1)
+    res = json.loads((tmp_path / "diffcse" / "results.json").read_text())
+    assert res["global_step"] == 4 and res["config"]["method"]["name"] == "diffcse"
+    assert res["config"]["method"]["rtd"]["generator"] == str(tiny_mlm_dir)
+    assert res["dev"]["stsb"] == pytest.approx(res["best_dev"], abs=1e-3)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    for args in (["compare", f"{tmp_path}/diffcse", f"{tmp_path}/simcse"],
+                 ["report", str(tmp_path), "--paper-backbone", "bert_base"]):
+        proc = subprocess.run([sys.executable, "-m", "cselab", *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        if args[0] == "compare":
+            assert "| STS-B |" in proc.stdout
+        else:
+            assert "80.59" in proc.stdout and "CoT-BERT Table 2" in proc.stdout
+
+
+def test_no_host_sync_between_logging_steps(tmp_path, tiny_mlm_dir, sts_data_dir, monkeypatch):
+    """As ``tests/test_sync_free.py`` for every method: a real run (the tiny masked LM as backbone and, through
+    ``method.rtd.generator=backbone``, as generator) reads nothing on the host on a step that neither logs nor
+    validates: the RTD width and the masked mean stay on the device, the generator and the discriminator get the
+    prepared 4D mask."""
+    from tests.test_sync_free import _windows
+
+    windows = _windows(tmp_path, tiny_mlm_dir, "bert", sts_data_dir,
+                       ["method=diffcse", "method.rtd.generator=backbone"], monkeypatch)
+    quiet = [w for w in windows if not w["logging"] and not w["validated"]]
+    assert len(windows) == 6 and len(quiet) >= 3, windows
+    for w in quiet:
+        assert w["syncs"] == {} and w["cuda_syncs"] == 0, w
+
+
+@pytest.mark.parametrize("check", ["test_every_trainable_parameter_gets_a_gradient",
+                                   "test_bf16_autocast_step_matches_float32",
+                                   "test_activation_checkpointing_gives_the_same_loss_and_gradients"])
+def test_the_generic_step_checks_hold_for_diffcse(check, tiny_mlm_dir):
+    """``tests/test_gradients.py``'s checks of every method, run on DiffCSE as ``run.py`` builds it (the tiny masked
+    LM as backbone and generator): every trainable tensor gets a gradient (plain ``ddp``), the bf16-autocast step
+    is close to float32 with finite gradients, activation checkpointing leaves loss and gradients unchanged."""
+    import tests.test_gradients as generic
+
+    getattr(generic, check)("diffcse", "unsup", ["method.rtd.generator=backbone"], tiny_mlm_dir)
+
+
+@pytest.mark.integration
+def test_sigkill_then_resume_restores_the_discriminator(tmp_path, tiny_mlm_dir, sts_data_dir):
+    """A DiffCSE run killed with SIGKILL after step 3 and resumed (``ckpt_path=auto``) ends as an uninterrupted run:
+    the same dev curve and, in the best checkpoint, the same encoder, projector, discriminator and electra-head
+    tensors (their optimizer state resumed too); lr 1e-3 so that a lost discriminator state would show."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.test_resume import ROOT, _corpus, _env, _step_of
+
+    corpus = _corpus(tmp_path / "corpus.txt")
+
+    def command(run_dir, *extra):
+        return [sys.executable, str(ROOT / "run.py"), "method=diffcse", f"backbone.name_or_path={tiny_mlm_dir}",
+                "method.rtd.generator=backbone", f"data.path={corpus}", "data.batch_size=8", "optim.lr=1e-3",
+                "trainer.max_epochs=20", "trainer.max_steps=8", "trainer.val_check_interval=4",
+                "checkpointing.save_every_n_steps=1", "trainer.deterministic=true", "trainer.enable_progress_bar=false",
+                "eval.test_tasks=[stsb]", f"hydra.run.dir={run_dir}", *extra]
+
+    env = _env(sts_data_dir)
+    straight = subprocess.run(command(tmp_path / "straight"), cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=900)
+    assert straight.returncode == 0, straight.stderr[-4000:]
+    run_dir = tmp_path / "killed"
+    proc = subprocess.Popen(command(run_dir), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    last, deadline = run_dir / "checkpoints" / "last.ckpt", time.time() + 600
+    while proc.poll() is None and time.time() < deadline:
+        step = _step_of(last) if last.exists() else None
+        if step is not None and step >= 3:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "the run ended before the kill"
+    killed_step = _step_of(last)
+    assert killed_step is not None and killed_step < 8
+    resumed = subprocess.run(command(run_dir, "ckpt_path=auto"), cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    a = json.loads((tmp_path / "straight" / "results.json").read_text())
+    b = json.loads((run_dir / "results.json").read_text())
+    assert [p["stsb_dev"] for p in b["val_curve"]] == pytest.approx([p["stsb_dev"] for p in a["val_curve"]], abs=1e-6)
+    sa = torch.load(a["best_checkpoint"], map_location="cpu", weights_only=False)["state_dict"]
+    sb = torch.load(b["best_checkpoint"], map_location="cpu", weights_only=False)["state_dict"]
+    assert any(k.startswith("rtd.discriminator.") for k in sa) and set(sa) == set(sb)
+    moved = [k for k in sa if k.startswith("rtd.discriminator.") and not torch.equal(sa[k], sb[k])]
+    assert not moved, (killed_step, moved[:5])
+    for k in sa:
+        assert torch.allclose(sa[k].float(), sb[k].float(), atol=1e-6), (killed_step, k)
