@@ -329,3 +329,25 @@ def test_minilm_baseline_and_simcse_with_whitening_and_compare(tmp_path, sts_dat
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "stsb" in proc.stdout.lower() or "sts-b" in proc.stdout.lower()
+
+
+@pytest.mark.parametrize("experiment,backbone,avg", [("whitening/unsup_bert_base", "bert_base", 66.28),
+                                                     ("whitening/unsup_roberta_base", "roberta_base", 61.73)])
+def test_the_experiments_map_to_their_published_rows(experiment, backbone, avg):
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import cselab.config  # noqa: F401  (resolvers)
+    from cselab.report.published import load_published, lookup, variant_of
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"experiment={experiment}"])
+        simcse = compose("config", overrides=["experiment=simcse/unsup_bert_base", "eval.whitening.enabled=true"])
+    config = OmegaConf.to_container(cfg, resolve=True)
+    assert (config["method"]["pooler"], config["eval"]["max_seq_len"]) == ("avg_first_last", 64)
+    assert variant_of(config) == "first-last avg. (layer 1) + whitening (NLI)"
+    row = lookup(load_published(), "baseline", backbone, "unsup", variant_of(config))
+    assert row is not None and row.scores["avg"] == avg
+    assert variant_of(OmegaConf.to_container(simcse, resolve=True)) == "whitening (NLI)"
+    assert variant_of({**config, "eval": {"whitening": {**config["eval"]["whitening"], "k": 256}}}).endswith(
+        "whitening (NLI), k=256")
