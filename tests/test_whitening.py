@@ -237,6 +237,7 @@ def test_export_ships_the_whitening_module(make_method, tmp_path, pooler, prompt
     _fit(method, tmp_path, k=6)
     result = export(method, tmp_path / "out")
     assert result["max_abs_diff"] < 1e-5 and result["trust_remote_code"]
+    assert (result["st_module_reason"] is None) == (prompt is None)  # plain Transformer + Pooling, or st_module
     modules = json.loads((tmp_path / "out" / "modules.json").read_text())
     assert modules[-1]["type"] == WHITENING_TYPE
     assert describe_folder(tmp_path / "out")["whitening"] == {"dim": 32, "k": 6, "normalize": True}
@@ -351,3 +352,14 @@ def test_the_experiments_map_to_their_published_rows(experiment, backbone, avg):
     assert variant_of(OmegaConf.to_container(simcse, resolve=True)) == "whitening (NLI)"
     assert variant_of({**config, "eval": {"whitening": {**config["eval"]["whitening"], "k": 256}}}).endswith(
         "whitening (NLI), k=256")
+
+
+def test_a_frozen_backbone_checkpoint_keeps_the_whitening(make_method, tmp_path):
+    """A frozen backbone's checkpoint keeps only the trained tensors -- and the whitening buffers."""
+    method = make_method("baseline", "bert", pooler="avg", tuning={"name": "frozen"})
+    _fit(method, tmp_path, k=4)
+    ckpt = {"state_dict": method.state_dict()}
+    method.on_save_checkpoint(ckpt)
+    kept = set(ckpt["state_dict"])
+    assert {"model.whitening.kernel", "model.whitening.mean", "model.whitening.normalized"} <= kept
+    assert not any(k.startswith("model.backbone.") for k in kept)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,12 +203,13 @@ class WhiteningFit:
         """
         target = embedding_model_of(model)
         sentences = self.corpus()
+        start = time.perf_counter()
         target.set_whitening(None)  # the raw test embeddings
         vecs = target.encode(sentences, batch_size=batch_size, encoder="test")
         whitening = Whitening.fit(vecs, k=self.options.k, normalize=self.options.normalize)
         target.set_whitening(whitening)
-        log.info("whitening fitted on %d sentences (fit_on=%s): %d -> %d dimensions", len(sentences),
-                 self.options.fit_on, whitening.in_features, whitening.out_features)
+        log.info("whitening fitted on %d sentences (fit_on=%s): %d -> %d dimensions (%.1f s)", len(sentences),
+                 self.options.fit_on, whitening.in_features, whitening.out_features, time.perf_counter() - start)
         return whitening
 
 
