@@ -280,6 +280,8 @@ class EmbeddingModel(nn.Module):
         autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
 
         whitening = self.whitening if encoder == "test" else None
+        if whitening is not None and whitening.kernel.device != device:
+            whitening.to(device)
 
         def run(idx: list[int]) -> torch.Tensor:
             batch = collate.build({collate.views[0].field: [tokens[i] for i in idx]})
@@ -325,7 +327,7 @@ class EmbeddingModel(nn.Module):
         one without removes it: the loaded state is the whole model (checkpoints, :meth:`load`)."""
         if prefix + "whitening.kernel" in state_dict:
             if self.whitening is None:
-                self.whitening = Whitening.empty()
+                self.whitening = Whitening.empty().to(self.device)  # the saved shapes are taken on load
         elif self.whitening is not None:
             self.whitening = None
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
