@@ -240,8 +240,13 @@ def test_every_experiment_composes_and_validates(experiment):
     validate(cfg)
     if experiment != "demo":
         method, row = experiment.split("/")
-        assert cfg.method.name == method and row.endswith(cfg.backbone.name) and row.startswith(cfg.setting.name)
-        assert cfg.data.path == ("wiki1m_for_simcse.txt" if cfg.setting.name == "unsup" else "nli_for_simcse.csv")
+        whitening = method == "whitening"  # BERT-whitening: method=baseline + eval.whitening (trains nothing)
+        assert cfg.method.name == ("baseline" if whitening else method)
+        assert row.endswith(cfg.backbone.name) and row.startswith(cfg.setting.name)
+        if whitening:
+            assert cfg.eval.whitening.enabled and not cfg.method.train
+        else:
+            assert cfg.data.path == ("wiki1m_for_simcse.txt" if cfg.setting.name == "unsup" else "nli_for_simcse.csv")
         assert ("_eh_" in row) == (cfg.loss.name == "infonce_eh")
 
 

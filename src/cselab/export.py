@@ -26,6 +26,10 @@ Two kinds of folder, chosen by :func:`plain_reason`:
   ``[X]`` or a ``[MASK]`` representation), so templates always ship ``st_module``.  Code shipped with a model
   loads only with ``trust_remote_code=True`` (sentence-transformers >= 6).
 
+A model with a fitted BERT-whitening transform (``eval.whitening``, :mod:`cselab.model.whitening`) gets it as one
+more module after pooling, ``st_module.CselabWhitening`` (its own ``config.json`` and ``whitening.safetensors``), and
+the folder then ships the code files and loads with ``trust_remote_code=True``.
+
 Either way the export encodes probe sentences both ways and returns the largest absolute difference; the
 model card says which kind the folder is and why.
 
@@ -53,6 +57,8 @@ PROBE_SENTENCES: tuple[str, ...] = (
     "a woman is slicing an onion while the sun is shining over the little house by the river")
 #: the module sentence-transformers loads from the folder (``st_module.py`` of ``cselab.model``)
 MODULE_TYPE = "st_module.CselabEmbedding"
+#: BERT-whitening after pooling (``st_module.CselabWhitening``), the last module of a whitened model's folder
+WHITENING_TYPE = "st_module.CselabWhitening"
 #: files of ``cselab.model`` not shipped (building from a backbone name: loading by hub id / package)
 NOT_SHIPPED = ("__init__.py", "loading.py", "factory.py")
 
@@ -171,7 +177,7 @@ def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verif
     """
     from sentence_transformers import SentenceTransformer
 
-    from cselab.model.st_module import CselabEmbedding
+    from cselab.model.st_module import CselabEmbedding, CselabWhitening
     from cselab.model_card import find_results, write_card
 
     out = Path(out_dir)
@@ -201,17 +207,27 @@ def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verif
         try:
             staging.chmod(0o777 & ~umask())  # mkdtemp makes it 0700: the folder gets the process umask
             reason = plain_reason(model)
-            if reason is None:  # plain modules: loads with no remote code
-                with tempfile.TemporaryDirectory(dir=staging) as backbone_dir:  # removed before the rename
-                    SentenceTransformer(modules=plain_modules(model, Path(backbone_dir)), device="cpu").save(
+            whitening = model.whitening
+            after = [CselabWhitening(whitening)] if whitening is not None else []
+            model.whitening = None  # its own module after pooling, not inside cselab_model.safetensors
+            try:
+                if reason is None:  # plain modules: loads with no remote code (unless whitened)
+                    with tempfile.TemporaryDirectory(dir=staging) as backbone_dir:  # removed before the rename
+                        SentenceTransformer(modules=plain_modules(model, Path(backbone_dir)) + after,
+                                            device="cpu").save(str(staging), create_model_card=False)
+                else:
+                    SentenceTransformer(modules=[CselabEmbedding(model), *after], device="cpu").save(
                         str(staging), create_model_card=False)
-            else:
-                SentenceTransformer(modules=[CselabEmbedding(model)], device="cpu").save(
-                    str(staging), create_model_card=False)
+            finally:
+                model.whitening = whitening
+            if reason is not None or whitening is not None:
                 for path in model_code_files():
                     shutil.copyfile(path, staging / path.name)
                 entries = json.loads((staging / "modules.json").read_text(encoding="utf-8"))
-                entries[0]["type"] = MODULE_TYPE
+                if reason is not None:
+                    entries[0]["type"] = MODULE_TYPE
+                if whitening is not None:
+                    entries[-1]["type"] = WHITENING_TYPE
                 (staging / "modules.json").write_text(json.dumps(entries, indent=2), encoding="utf-8")
             modules = [e["type"] for e in json.loads((staging / "modules.json").read_text(encoding="utf-8"))]
             plan = {**plan, "st_module_reason": reason}
@@ -223,7 +239,7 @@ def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verif
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        remote = reason is not None
+        remote = reason is not None or model.whitening is not None
         result = {**plan, "path": str(out), "modules": modules, "trust_remote_code": remote,
                   "max_abs_diff": None, "results": str(results_path) if results_path else None}
         if verify:

@@ -31,9 +31,32 @@ def is_exported_folder(path: str | os.PathLike) -> bool:
     return path.is_dir() and ((path / MODULES_FILE).is_file() or (path / CSELAB_MODEL_FILE).is_file())
 
 
+def uses_shipped_code(folder: str | os.PathLike) -> bool:
+    """The folder's ``modules.json`` names a module of the ``cselab.model`` code it ships (``st_module.*``: the
+    cselab encoder, BERT-whitening), which loads only with ``trust_remote_code=True``."""
+    path = Path(folder) / MODULES_FILE
+    if not path.is_file():
+        return False
+    return any(str(m.get("type", "")).startswith("st_module.") for m in json.loads(path.read_text(encoding="utf-8")))
+
+
+def _whitening_of(folder: Path) -> dict[str, Any] | None:
+    """``{"dim", "k", "normalize"}`` of the folder's ``CselabWhitening`` module (its config.json), or None."""
+    path = folder / MODULES_FILE
+    modules = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    for module in modules:
+        if str(module.get("type", "")).endswith(".CselabWhitening"):
+            config_file = folder / module.get("path", "") / "config.json"
+            config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+            return {"dim": config.get("in_features"), "k": config.get("out_features"),
+                    "normalize": config.get("normalize")}
+    return None
+
+
 def describe_folder(folder: str | os.PathLike) -> dict[str, Any]:
     """What the folder computes, read from its files (no weights loaded): ``{"format", "pooler", "head",
-    "template", "normalize"}``.
+    "template", "normalize", "whitening"}`` (``whitening``: None or ``{"dim", "k", "normalize"}`` of a
+    ``st_module.CselabWhitening`` module).
 
     ``format``: ``sentence-transformers`` (plain modules) or ``cselab st_module``; ``pooler``: the ``Pooling``
     mode (``cls``, ``mean`` ...) or the cselab pooler; ``head``: ``none``, ``Dense(<activation>)`` or the cselab
@@ -51,9 +74,9 @@ def describe_folder(folder: str | os.PathLike) -> dict[str, Any]:
         use_head = spec.get("head") not in (None, "none") and not spec.get("mlp_only_train", False)
         return {"format": "cselab st_module", "pooler": spec.get("pooler"),
                 "head": spec.get("head") if use_head else "none", "template": view[1] or "none",
-                "normalize": False}
+                "normalize": False, "whitening": _whitening_of(folder)}
     modules = json.loads((folder / MODULES_FILE).read_text(encoding="utf-8"))
-    pooler, heads, normalize = "none", [], False
+    pooler, heads, normalize, whitening = "none", [], False, None
     for module in modules:
         kind = str(module.get("type", "")).rpartition(".")[2]
         config_file = folder / module.get("path", "") / "config.json"
@@ -67,8 +90,10 @@ def describe_folder(folder: str | os.PathLike) -> dict[str, Any]:
             heads.append(f"Dense({config.get('in_features')}->{config.get('out_features')}, {activation})")
         elif kind == "Normalize":
             normalize = True
+        elif kind == "CselabWhitening":
+            whitening = _whitening_of(folder)
     return {"format": "sentence-transformers", "pooler": pooler, "head": " + ".join(heads) or "none",
-            "template": "none", "normalize": normalize}
+            "template": "none", "normalize": normalize, "whitening": whitening}
 
 
 def encoder_line(info: dict[str, Any]) -> str:
@@ -80,6 +105,8 @@ def encoder_line(info: dict[str, Any]) -> str:
     parts = [f"pooler={info.get('pooler')}", f"head={head}", f"template={info.get('template') or 'none'}"]
     if info.get("format"):
         parts.insert(0, info["format"])
+    if info.get("whitening"):
+        parts.append(f"whitening={info['whitening'].get('dim')}->{info['whitening'].get('k')}")
     if info.get("normalize"):
         parts.append("normalized")
     return "encoder: " + ", ".join(parts)
@@ -100,7 +127,7 @@ class ExportedEncoder:
         from sentence_transformers import SentenceTransformer
 
         self.folder = Path(folder)
-        remote = (self.folder / CSELAB_MODEL_FILE).is_file()
+        remote = (self.folder / CSELAB_MODEL_FILE).is_file() or uses_shipped_code(self.folder)
         self.model = SentenceTransformer(str(self.folder), device=device, trust_remote_code=remote)
         self.model.eval()
 

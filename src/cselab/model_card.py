@@ -128,11 +128,14 @@ def model_card(
         f"* pooler: `{plan.get('pooler')}`; head at test: `{plan.get('head') if plan.get('use_head') else 'none'}`",
         f"* template: `{plan.get('template')}`" if plan.get("template") else "* template: none (the sentence alone)",
         f"* continuous prompt: `{plan.get('prompt_kind')}`; template denoising at test: `{plan.get('denoise')}`",
+        *([f"* BERT-whitening after pooling: {plan['whitening']['dim']} -> {plan['whitening']['k']} dimensions"
+           + (", L2-normalised" if plan["whitening"]["normalize"] else "") + " (module `st_module.CselabWhitening`)"]
+          if plan.get("whitening") else []),
         "",
         "## Format", "",
         ("Custom module `st_module.CselabEmbedding` (the cselab.model code shipped in this folder; loading needs "
          f"`trust_remote_code=True`), because plain sentence-transformers modules cannot express "
-         f"{plan.get('st_module_reason') or 'this model'}."
+         f"{plan.get('st_module_reason') or 'the BERT-whitening transform (st_module.CselabWhitening)'}."
          if trust_remote_code else
          "Plain sentence-transformers modules (`Transformer` + `Pooling`"
          + (" + `Dense` with `Tanh`" if plan.get("use_head") or plan.get("pooler") == "cls" else "")
@@ -186,7 +189,7 @@ def write_card(folder: Path, method, plan: dict[str, Any], origin: str | None,
     (folder / "cselab_export.json").write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")
     results = json.loads(results_path.read_text(encoding="utf-8")) if results_path is not None else None
     card = model_card(method_class=type(method).__name__, backbone=dict(method.hparams.get("backbone", {})),
-                      plan=plan, trust_remote_code=plan.get("st_module_reason") is not None, results=results,
+                      plan=plan, trust_remote_code=plan.get("st_module_reason") is not None or bool(plan.get("whitening")), results=results,
                       repo_id=repo_id,
                       hparams=dict(method.hparams))
     (folder / "README.md").write_text(card, encoding="utf-8")

@@ -539,7 +539,7 @@ def build_run_method(cfg: DictConfig):
 def runtime_arguments(ctx: RunContext) -> dict[str, dict[str, Any]]:
     """The ``???`` arguments of ``conf/callbacks/default.yaml`` that only the run knows, by callback name."""
     checkpoints = ctx.output_dir / "checkpoints"
-    return {"sts": {"started": ctx.start},
+    return {"sts": {"started": ctx.start, "run_dir": str(ctx.output_dir)},  # run_dir: a whitened baseline's ckpt
             "run_config": {"config": ctx.config, "changes": ctx.changed_on_resume,
                            "resume_step": ctx.resume_step},
             "checkpoint": {"dirpath": checkpoints}, "last_checkpoint": {"dirpath": checkpoints}}

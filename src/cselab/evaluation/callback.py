@@ -9,18 +9,27 @@
   dev encoder (so ``results.json``'s dev score is the one the checkpoint was selected on), logged as
   ``test/<task>`` and kept in :attr:`STSCallback.test_scores` / :attr:`STSCallback.dev_scores`.
 
+* Whitening (``eval.whitening``, BERT-whitening): at the start of the test -- ``on_test_start`` after Lightning
+  loaded the best checkpoint, or :meth:`STSCallback.evaluate_encoder` for a run that trains nothing -- the
+  transform is fitted on its corpus with the test encoder and installed on the embedding model
+  (:class:`cselab.evaluation.whitening.WhiteningFit`), so every test embedding is whitened; it is then written
+  into the tested checkpoint (a run that trains nothing: ``checkpoints/best-step0.ckpt``), so ``cselab.load`` /
+  ``cselab export`` give the encoder that was tested.  Validation (checkpoint selection) is never whitened.
+
 Only rank 0 evaluates; the score is broadcast so every rank's checkpoint decision agrees under DDP.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import lightning as L
 
 from cselab.evaluation.encoder import SentenceEncoder
 from cselab.evaluation.sts import TEST_TASKS, STSEvaluator
+from cselab.evaluation.whitening import WhiteningFit, WhiteningOptions
 from cselab.progress import EvalProgress
 
 log = logging.getLogger(__name__)
@@ -41,6 +50,10 @@ class STSCallback(L.Callback):
             bar per task: :class:`cselab.progress.EvalProgress`).
 
         started: ``time.perf_counter()`` when this process began the run (default: now).
+        whitening: the ``eval.whitening`` node (:class:`cselab.evaluation.whitening.WhiteningOptions`): fit and
+            apply BERT-whitening at test; None or ``enabled: false``: off.
+        run_dir: the run directory (where a run that trains nothing writes its whitened checkpoint); None: not
+            written.
 
     Attributes:
         elapsed_before: seconds of the run spent before this process, up to the checkpoint it resumed from
@@ -59,8 +72,13 @@ class STSCallback(L.Callback):
         batch_size: int | None = None,
         progress_every_s: float = 60.0,
         started: float | None = None,
+        whitening: dict | None = None,
+        run_dir: str | None = None,
     ) -> None:
         self.evaluator = STSEvaluator(data_dir)
+        options = WhiteningOptions.from_config(whitening)
+        self.whitening = None if options is None else WhiteningFit(options, data_dir, test_tasks)
+        self.run_dir = run_dir
         self.progress_every_s = progress_every_s
         self.started = time.perf_counter() if started is None else started  # this process's run clock
         self.elapsed_before = 0.0  # seconds the run had spent in earlier processes (a resumed run)
@@ -111,6 +129,9 @@ class STSCallback(L.Callback):
                 evaluation.py ``--mode dev`` scores STS-B dev with the test encoder) or ``dev`` (the in-training
                 dev encoder that selected the checkpoint).
         """
+        if self.whitening is not None:
+            self.whitening(model, batch_size=self.batch_size)
+            self._save_untrained(model)
         self.test_scores = self._score(None, model, self.test_tasks, "test", keep_pairs=True)
         self.dev_scores = {self.dev_task: self._score(None, model, (self.dev_task,), "dev",
                                                       encoder=dev_encoder)[self.dev_task]}
@@ -153,6 +174,29 @@ class STSCallback(L.Callback):
         self.history.append({"step": int(trainer.global_step), "stsb_dev": score, "seconds": round(seconds, 2)})
         log.info("step %d: STS-B dev Spearman %.2f (%.1f s)", trainer.global_step, score, seconds)
         return score
+
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """With ``eval.whitening``: fit it (rank 0, the rank that evaluates) on the checkpoint Lightning loaded,
+        and write it into that checkpoint."""
+        if self.whitening is None or not trainer.is_global_zero:
+            return
+        self.whitening(pl_module, batch_size=self.batch_size)
+        if trainer.ckpt_path and os.path.isfile(trainer.ckpt_path):
+            from cselab.evaluation.whitening import add_to_checkpoint
+
+            add_to_checkpoint(trainer.ckpt_path, pl_module)
+            log.info("whitening written into %s", trainer.ckpt_path)
+
+    def _save_untrained(self, model) -> None:
+        """A run that trains nothing (``method.train=false``) with whitening: the whitened model as
+        ``<run_dir>/checkpoints/best-step0.ckpt`` (the run's checkpoint for ``cselab.load`` / ``export``)."""
+        hparams = getattr(model, "hparams", None)
+        if self.run_dir is None or hparams is None or hparams.get("train", True):
+            return  # eval.test_backbone's reloaded model of a trained run: its best checkpoint is the run's
+        from cselab.evaluation.whitening import save_untrained_checkpoint
+
+        path = save_untrained_checkpoint(os.path.join(self.run_dir, "checkpoints", "best-step0.ckpt"), model)
+        log.info("the whitened model: %s", path)
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.test_scores = self._score(trainer, pl_module, self.test_tasks, "test", keep_pairs=True)

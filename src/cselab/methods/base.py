@@ -188,12 +188,13 @@ class ContrastiveMethod(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record the method class (for :func:`cselab.load`); with a frozen backbone keep only the trained
-        tensors (prompts, heads) and the backbone's identity."""
+        tensors (prompts, heads), a fitted whitening transform and the backbone's identity."""
         checkpoint["cselab_method_class"] = f"{type(self).__module__}.{type(self).__qualname__}"
         if self.tuning.name == "full":
             return
         trained = {n for n, p in self.named_parameters() if p.requires_grad}
-        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trained}
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items()
+                                    if k in trained or k.startswith("model.whitening.")}  # + BERT-whitening's mu, W
         checkpoint["backbone"] = dict(self.hparams.backbone)
 
     # ----------------------------------------------------------------- views (what subclasses decide)

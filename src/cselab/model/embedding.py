@@ -8,7 +8,9 @@ Its parts, each one concept and one file of this package:
   representation token, the period rule, template-bias rows;
 * backbone (:mod:`.backbone`, ``Encoder``): the untouched ``AutoModel`` run with the prompt module of
   ``tuning`` (deep / input-layer prefix :mod:`.prefix`, or the soft-template table);
-* pooling (:mod:`.pooling`), template bias (:mod:`.template_bias`), head (:mod:`.heads`).
+* pooling (:mod:`.pooling`), template bias (:mod:`.template_bias`), head (:mod:`.heads`);
+* at test only, after the head: the optional BERT-whitening transform (:mod:`.whitening`, :attr:`EmbeddingModel.whitening`),
+  fitted by the run's evaluation (:mod:`cselab.evaluation.whitening`) and saved with the model.
 
 The package imports nothing of cselab outside itself (relative imports only), so that an exported folder can
 hold these very files and ``SentenceTransformer(folder, trust_remote_code=True)`` runs them.
@@ -31,6 +33,7 @@ from .heads import MLMTransformHead, ProjectionMLP, build_head
 from .pooling import needs_hidden_states, pool
 from .spec import EmbeddingSpec, TuningSpec
 from .template_input import ViewCollate
+from .whitening import Whitening
 
 CONFIG_FILE = "cselab_model.json"
 WEIGHTS_FILE = "cselab_model.safetensors"
@@ -76,6 +79,8 @@ class EmbeddingModel(nn.Module):
         self.tokenizer = tokenizer
         self.head = head
         self.spec = spec
+        #: BERT-whitening applied after the head by ``encode(encoder="test")`` (:meth:`set_whitening`), or None
+        self.whitening: Whitening | None = None
         self._collates: dict[str, ViewCollate] = {}
         self._token_cache: dict = {}
         if apply_tuning:
@@ -253,7 +258,8 @@ class EmbeddingModel(nn.Module):
     @torch.inference_mode()
     def encode(self, sentences: Sequence[str], batch_size: int | None = None, encoder: str = "test") -> torch.Tensor:
         """Embed sentences as at test (``encoder="test"``) or as the in-training dev evaluation that selects
-        the checkpoint (``encoder="dev"``): (N, D) float32 on CPU, rows in input order.
+        the checkpoint (``encoder="dev"``): (N, D) float32 on CPU, rows in input order; at test with a
+        :attr:`whitening` transform, its output (N, k) (applied in float32 after the head).
 
         The one encode loop of cselab: sentences are tokenized once, sorted by token length (less padding),
         encoded in batches of ``batch_size`` (default ``eval_batch_size``, else 256 on GPU, 128 on CPU) under
@@ -274,11 +280,16 @@ class EmbeddingModel(nn.Module):
         bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
         autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
 
+        whitening = self.whitening if encoder == "test" else None
+        if whitening is not None and whitening.kernel.device != device:
+            whitening.to(device)
+
         def run(idx: list[int]) -> torch.Tensor:
             batch = collate.build({collate.views[0].field: [tokens[i] for i in idx]})
             batch = {k: t.to(device, non_blocking=True) for k, t in batch.items()}
             with autocast:
-                return self(batch)[:, 0].float().cpu()
+                z = self(batch)[:, 0].float()
+            return (z if whitening is None else whitening(z)).cpu()  # float32, outside autocast
 
         modes = [(m, m.training) for m in self.modules()]  # restored module by module (a shared backbone too)
         self.eval()
@@ -287,7 +298,41 @@ class EmbeddingModel(nn.Module):
         finally:
             for module, mode in modes:
                 module.training = mode
-        return out if out is not None else torch.zeros(0, self.backbone.hidden_size)
+        if out is None:
+            return torch.zeros(0, self.embedding_dim if whitening is None else whitening.out_features)
+        return out
+
+    def set_whitening(self, whitening: Whitening | None) -> None:
+        """Install (or, with None, remove) the whitening transform that ``encode(encoder="test")`` applies after the
+        head; it moves to the model's device and is saved with the model (state dict, :meth:`save`).  The training
+        forward and the dev encoder never apply it.
+
+        Raises:
+            ValueError: its input dimension is not the embedding dimension of this model.
+        """
+        if whitening is not None:
+            dim = self.embedding_dim
+            if whitening.in_features != dim:
+                raise ValueError(f"whitening: fitted on {whitening.in_features}-d embeddings, this model's are {dim}-d")
+            whitening = whitening.to(self.device)
+        self.whitening = whitening
+
+    @property
+    def embedding_dim(self) -> int:
+        """D of :meth:`forward`'s embeddings (before whitening): the backbone's hidden size (the heads keep it)."""
+        return int(self.backbone.hidden_size)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs) -> None:
+        """A state dict with ``whitening.*`` entries installs a whitening transform (its shapes taken from them);
+        one without removes it: the loaded state is the whole model (checkpoints, :meth:`load`)."""
+        if prefix + "whitening.kernel" in state_dict:
+            if self.whitening is None:
+                self.whitening = Whitening.empty().to(self.device)  # the saved shapes are taken on load
+        elif self.whitening is not None:
+            self.whitening = None
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
 
     def _tokenized(self, collate: ViewCollate, sentences: tuple[str, ...]) -> list[list[int]]:
         """Token ids per sentence for ``encode``, from a cache of the last 4 sentence lists."""
@@ -305,8 +350,8 @@ class EmbeddingModel(nn.Module):
 
     def describe(self) -> dict[str, Any]:
         """What the model does at test: ``{"pooler", "head", "use_head", "head_on", "denoise", "prompt_kind"
-        (none | prefix | input_layer | soft | lora), "template", "add_period", "pool_layer"}`` (model cards, the
-        export's report)."""
+        (none | prefix | input_layer | soft | lora), "template", "add_period", "pool_layer", "whitening"}`` (model
+        cards, the export's report; ``whitening``: None or ``{"dim": D, "k": k, "normalize": bool}``)."""
         collate, encoder = self.collate("test"), self.backbone
         kind = "none"
         if encoder.tuning == "prefix":
@@ -318,15 +363,18 @@ class EmbeddingModel(nn.Module):
                 "use_head": self.head is not None and self.spec.use_head_at_eval,
                 "head_on": self.spec.head_on, "denoise": collate.denoise, "prompt_kind": kind,
                 "template": collate.views[0].template, "add_period": collate.add_period,
-                "pool_layer": self.spec.pool_layer}
+                "pool_layer": self.spec.pool_layer,
+                "whitening": None if self.whitening is None else {
+                    "dim": self.whitening.in_features, "k": self.whitening.out_features,
+                    "normalize": self.whitening.normalize}}
 
     # ----------------------------------------------------------------------------------------- save / load
     def save(self, folder: str | os.PathLike) -> None:
         """Write the model into ``folder``: ``cselab_model.json`` (:meth:`.spec.EmbeddingSpec.to_dict`, with the
         backbone's family, pooler-layer presence and head as built), ``backbone/`` (the backbone's Hugging Face
         config and tokenizer) and
-        ``cselab_model.safetensors`` (every weight: backbone, prompt module, head; the MLM head of training
-        is not part of the embedding model).  :meth:`load` rebuilds the same model from it."""
+        ``cselab_model.safetensors`` (every weight: backbone, prompt module, head, the whitening transform's
+        buffers; the MLM head of training is not part of the embedding model).  :meth:`load` rebuilds the same model from it."""
         from safetensors.torch import save_model
 
         os.makedirs(folder, exist_ok=True)

@@ -1,5 +1,7 @@
 """The sentence-transformers face of :class:`.embedding.EmbeddingModel`: one input module that tokenizes with the
-model's TEST encoder and returns its embeddings, and whose save / load are the model's own.
+model's TEST encoder and returns its embeddings, and whose save / load are the model's own; and
+:class:`CselabWhitening`, the BERT-whitening transform (:mod:`.whitening`) as a module after pooling, saved as its
+own files (``config.json``, ``whitening.safetensors``).
 
 An exported folder (``python -m cselab export``) holds this file beside the other files of ``cselab.model``
 (the runtime code itself, imported relatively), so ``SentenceTransformer(folder, trust_remote_code=True)`` runs
@@ -15,11 +17,15 @@ from typing import Any
 import torch
 
 from .embedding import EmbeddingModel
+from .whitening import Whitening
 
 try:
-    from sentence_transformers.base.modules import InputModule
+    from sentence_transformers.base.modules import InputModule, Module
 except ImportError:  # sentence-transformers < 6
-    from sentence_transformers.models import InputModule
+    from sentence_transformers.models import InputModule, Module
+
+#: the file of :class:`CselabWhitening`'s buffers in its module folder
+WHITENING_WEIGHTS = "whitening.safetensors"
 
 
 class CselabEmbedding(InputModule):
@@ -74,3 +80,59 @@ class CselabEmbedding(InputModule):
         else:
             path = model_name_or_path
         return cls(EmbeddingModel.load(path))
+
+
+class CselabWhitening(Module):
+    """sentence-transformers module of BERT-whitening after pooling (and any head): ``sentence_embedding`` (N, D) ->
+    :class:`.whitening.Whitening` of it (N, k), L2-normalised as it was fitted.  Saved as ``config.json``
+    (``in_features``, ``out_features``, ``normalize``) and ``whitening.safetensors`` (``mean``, ``kernel``,
+    ``normalized``)."""
+
+    config_keys: list[str] = ["in_features", "out_features", "normalize"]
+
+    def __init__(self, whitening: Whitening) -> None:
+        super().__init__()
+        self.whitening = whitening
+
+    in_features = property(lambda self: self.whitening.in_features, doc="D, the input dimension.")
+    out_features = property(lambda self: self.whitening.out_features, doc="k, the output dimension.")
+    normalize = property(lambda self: self.whitening.normalize, doc="Rows L2-normalised after the transform.")
+
+    def forward(self, features: dict[str, Any], **kwargs) -> dict[str, Any]:
+        """``sentence_embedding`` whitened in place of itself."""
+        features["sentence_embedding"] = self.whitening(features["sentence_embedding"])
+        return features
+
+    def get_embedding_dimension(self) -> int:
+        """k."""
+        return self.out_features
+
+    get_sentence_embedding_dimension = get_embedding_dimension
+
+    def save(self, output_path: str, *args, safe_serialization: bool = True, **kwargs) -> None:
+        """``config.json`` and ``whitening.safetensors`` into ``output_path``."""
+        import os
+
+        from safetensors.torch import save_file
+
+        self.save_config(output_path)
+        save_file({k: v.detach().cpu().contiguous() for k, v in self.whitening.state_dict().items()},
+                  os.path.join(output_path, WHITENING_WEIGHTS))
+
+    @classmethod
+    def load(cls, model_name_or_path: str, subfolder: str = "", token: bool | str | None = None,
+             cache_folder: str | None = None, revision: str | None = None, local_files_only: bool = False,
+             **kwargs) -> CselabWhitening:
+        """The module :meth:`save` wrote (local folder, or downloaded from the Hugging Face hub).
+
+        Raises:
+            FileNotFoundError: the folder has no ``whitening.safetensors``.
+        """
+        from safetensors.torch import load_file
+
+        path = cls.load_file_path(model_name_or_path, filename=WHITENING_WEIGHTS, subfolder=subfolder, token=token,
+                                  cache_folder=cache_folder, revision=revision, local_files_only=local_files_only)
+        if path is None:
+            raise FileNotFoundError(f"{model_name_or_path}/{subfolder}: no {WHITENING_WEIGHTS}")
+        state = load_file(path)
+        return cls(Whitening(state["mean"], state["kernel"], normalize=bool(state["normalized"])))

@@ -300,8 +300,33 @@ PROMPT_TYPE_VARIANTS: dict[str, str] = {
 }
 
 
+#: ``eval.whitening.fit_on`` -> its name in a variant (BERT-whitening, Su et al. 2021)
+WHITENING_FIT_NAMES: dict[str, str] = {"nli": "NLI", "target": "target", "wiki": "wiki"}
+
+
+def whitening_variant(config: Mapping[str, Any]) -> str | None:
+    """``"whitening (<corpus>)"`` (``, k=<k>`` when it keeps fewer dimensions) for a run with ``eval.whitening``
+    enabled, else None."""
+    node = config_value(config, "eval.whitening")
+    if not isinstance(node, Mapping) or not node.get("enabled"):
+        return None
+    fit_on = node.get("fit_on", "nli")
+    k = node.get("k")
+    return f"whitening ({WHITENING_FIT_NAMES.get(fit_on, fit_on)})" + (f", k={k}" if k else "")
+
+
 def variant_of(config: Mapping[str, Any]) -> str | None:
-    """The published ``variant`` a resolved run config reproduces; ``None`` = the paper's default recipe.
+    """The published ``variant`` a resolved run config reproduces (:func:`recipe_variant`), followed by
+    ``" + whitening (<corpus>)"`` for a run with ``eval.whitening`` enabled (BERT-whitening rows:
+    ``"first-last avg. (layer 1) + whitening (NLI)"``; a whitened SimCSE run: ``"whitening (NLI)"``)."""
+    recipe, whitening = recipe_variant(config), whitening_variant(config)
+    if whitening is None:
+        return recipe
+    return whitening if recipe is None else f"{recipe} + {whitening}"
+
+
+def recipe_variant(config: Mapping[str, Any]) -> str | None:
+    """The published ``variant`` of a run config's recipe (whitening aside); ``None`` = the paper's default recipe.
 
     Args:
         config: the resolved Hydra config as stored in ``results.json`` ("config") or ``.hydra/config.yaml``.
