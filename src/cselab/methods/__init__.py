@@ -8,6 +8,7 @@ from typing import Any
 from cselab.methods.base import ContrastiveMethod
 from cselab.methods.baseline import build_baseline
 from cselab.methods.cot_bert import CoTBERT
+from cselab.methods.esimcse import ESimCSE
 from cselab.methods.prompt_tuning import DCPCSE, SCPCSE, OptiPrompt, PromCSE
 from cselab.methods.promptbert import PromptBERT
 from cselab.methods.prompteol import PromptEOL
@@ -23,6 +24,7 @@ METHODS: dict[str, type[ContrastiveMethod] | Callable[..., Any]] = {
     "scpcse": SCPCSE,
     "optiprompt": OptiPrompt,
     "prompteol": PromptEOL,
+    "esimcse": ESimCSE,
 }
 
 
