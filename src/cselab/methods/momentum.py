@@ -118,7 +118,7 @@ class MomentumQueue(nn.Module):
             self.momentum_encoder.train(encoder_mode)
             if head is not None:
                 head.train(head_mode)
-        return h.detach().float()
+        return h.detach()
 
     @torch.no_grad()
     def enqueue(self, z: torch.Tensor) -> None:
