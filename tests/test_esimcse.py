@@ -413,3 +413,50 @@ def test_refusals_are_named(make_method, bert_tokenizer) -> None:
         add_repetition_column([{"text": "a"}], RepetitionCollate(bert_tokenizer, 0.3), 42)
     with pytest.raises(KeyError, match="repetition"):
         RepetitionCollate(bert_tokenizer, 0.3)([{"text": "a cat"}, {"text": "the dog"}])
+
+
+# ---------------------------------------------------------------------------------- report, end to end
+def test_report_shows_the_published_esimcse_rows(tmp_path) -> None:
+    from test_report import _config, make_run
+
+    from cselab.report.collect import collect
+
+    scores = {t: 70.0 for t in ("sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr", "avg")}
+    for backbone, avg in (("bert_base", 78.27), ("roberta_base", 77.44)):
+        root = tmp_path / backbone
+        make_run(root, "esimcse", scores=scores, overrides=["method=esimcse"],
+                 config=_config(method="esimcse", backbone=backbone, loss__name="infonce_queue"))
+        group = collect([root]).groups[0]
+        assert group.paper("avg") == avg and "CoT-BERT Table 2" in group.published.source
+    root = tmp_path / "minilm"
+    make_run(root, "esimcse", scores=scores, overrides=["method=esimcse"],
+             config=_config(method="esimcse", backbone="minilm_l6", loss__name="infonce_queue"))
+    assert collect([root], paper_backbone="bert_base").groups[0].paper("avg") == 78.27
+
+
+@pytest.mark.integration
+def test_run_trains_tests_and_compares_with_simcse(tmp_path, tiny_bert_dir, sts_data_dir) -> None:
+    """run.py method=esimcse (4 steps on the tiny BERT and the embedded corpus), then SimCSE on the same seed, then
+    ``cselab compare`` of the two on the same test pairs."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "CSELAB_DATA_DIR": str(sts_data_dir), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline",
+           "OMP_NUM_THREADS": "1"}
+    for method in ("esimcse", "simcse"):
+        proc = subprocess.run(
+            [sys.executable, str(root / "run.py"), f"method={method}", f"backbone.name_or_path={tiny_bert_dir}",
+             "trainer.max_steps=4", "trainer.val_check_interval=2", "data.batch_size=8", "seed=3",
+             "eval.test_tasks=[stsb,sickr]", "trainer.enable_progress_bar=false", f"hydra.run.dir={tmp_path / method}"],
+            cwd=root, env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    res = json.loads((tmp_path / "esimcse" / "results.json").read_text())
+    assert res["global_step"] == 4 and set(res["test"]) == {"stsb", "sickr"}
+    assert res["config"]["method"]["esimcse"]["queue_size"] == 160
+    proc = subprocess.run([sys.executable, "-m", "cselab", "compare", str(tmp_path / "esimcse"), str(tmp_path / "simcse"),
+                           "--n-resamples", "200"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "stsb" in proc.stdout.lower() or "sts-b" in proc.stdout.lower()
