@@ -107,7 +107,7 @@ class OfficialESimCSE(nn.Module):
             outputs = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                                 return_dict=True)
             if momentum > 0.0:
-                for param, param_m in zip(self.bert.parameters(), self.momentum_model.parameters()):
+                for param, param_m in zip(self.bert.parameters(), self.momentum_model.parameters()):  # noqa: B905
                     param_m.data = param_m.data * momentum + param.data * (1.0 - momentum)
         pooler_output = outputs.last_hidden_state[:, 0]
         pooler_output = pooler_output.view((batch_size, num_sent, pooler_output.size(-1)))
