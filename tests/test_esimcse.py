@@ -308,6 +308,21 @@ def test_momentum_forward_is_in_eval_mode_and_the_model_stays_in_train_mode(make
     assert method.head.training and method.encoder.training and not method.momentum.momentum_encoder.training
 
 
+def test_export_is_the_online_encoder_without_the_momentum_copy(make_method, tmp_path) -> None:
+    """What the paper evaluates (``sent_emb=True`` runs ``self.bert``, ``models.py:374-376``): the exported folder holds
+    the online encoder (no ``momentum`` weight) and encodes as the method does."""
+    from cselab.model.embedding import EmbeddingModel
+
+    method = _esimcse(make_method)
+    method.momentum.update(method.encoder)  # the momentum copy differs from the online encoder
+    method.eval()
+    method.model.save(tmp_path / "export")
+    loaded = EmbeddingModel.load(tmp_path / "export")
+    assert not any("momentum" in k for k in loaded.state_dict())
+    sentences = _wiki(6)
+    torch.testing.assert_close(loaded.encode(sentences), method.encode(sentences), rtol=1e-5, atol=1e-6)
+
+
 def test_cached_step_gives_the_uncached_loss_and_gradients(make_method) -> None:
     results = []
     for chunk in (None, 3):
