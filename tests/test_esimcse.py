@@ -475,3 +475,61 @@ def test_run_trains_tests_and_compares_with_simcse(tmp_path, tiny_bert_dir, sts_
                            "--n-resamples", "200"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "stsb" in proc.stdout.lower() or "sts-b" in proc.stdout.lower()
+
+
+# ---------------------------------------------------------------------------------- DDP (2 CPU processes)
+class _QueueDump(L.Callback):
+    """Rank r's queue at the end of training, saved to ``out/queue{r}.pt``."""
+
+    def __init__(self, out: Path):
+        self.out = out
+
+    def on_train_end(self, trainer, pl_module):
+        torch.save(pl_module.momentum.queue.detach().clone(), self.out / f"queue{trainer.global_rank}.pt")
+
+
+def test_ddp_gathers_the_batch_and_keeps_the_queue_per_rank(tmp_path, tiny_bert_dir) -> None:
+    """``models.py:207-229``: z1, z2 gathered (first step, empty queue: the loss and gradients of one process on the
+    global batch, cselab's gradient convention #9); ``trainers.py:626-636``: each rank queues its own batch only."""
+    import json
+    import shutil
+
+    from test_ddp import _reference, _run_ddp
+
+    from cselab.methods import method_class
+
+    nodrop = tmp_path / "nodrop"
+    shutil.copytree(tiny_bert_dir, nodrop)
+    cfg = json.loads((nodrop / "config.json").read_text())
+    cfg.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (nodrop / "config.json").write_text(json.dumps(cfg))
+
+    def build():
+        torch.manual_seed(0)
+        return method_class("esimcse")(backbone={"name_or_path": str(nodrop), "family": "bert"},
+                                       model={"pooler": "cls", "head": "mlp", "mlp_only_train": True},
+                                       loss={"_target_": "cselab.losses.queue_infonce.QueueInfoNCE"},
+                                       esimcse={"queue_size": 100})
+
+    method = build()
+    rows = _rows(method.train_collate, _wiki(8))
+    out = tmp_path / "ddp"
+    out.mkdir()
+    original = L.Trainer.__init__
+
+    def with_dump(self, *args, callbacks=None, **kwargs):
+        original(self, *args, callbacks=[*(callbacks or []), _QueueDump(out)], **kwargs)
+
+    L.Trainer.__init__ = with_dump
+    try:
+        ranks = _run_ddp(method, rows, out, splits=[0, 4, 8], steps=2, equal=True)
+    finally:
+        L.Trainer.__init__ = original
+    ref_loss, ref_grads = _reference(build(), rows)
+    for rank in ranks:
+        torch.testing.assert_close(rank["loss"], ref_loss, rtol=1e-5, atol=1e-6)
+        for name, g in ref_grads.items():
+            torch.testing.assert_close(rank["grads"][name], g, rtol=1e-4, atol=1e-6)
+    queues = [torch.load(out / f"queue{r}.pt") for r in range(2)]
+    assert [q.shape[0] for q in queues] == [8, 8]  # 2 steps x its own 4 rows, never the global 8 per step
+    assert not torch.allclose(queues[0], queues[1])
