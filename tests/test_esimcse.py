@@ -253,7 +253,7 @@ def test_queue_loss_value_and_gradients_equal_the_official_formula() -> None:
     ref_loss.backward()
     torch.testing.assert_close(loss, ref_loss, rtol=1e-12, atol=0)
     torch.testing.assert_close(z.grad, z_ref.grad, rtol=1e-10, atol=1e-12)
-    assert float(QueueInfoNCE(0.05)(z.detach())) < float(loss)  # the queue's columns add negatives
+    assert float(QueueInfoNCE(0.05)(z.detach())) < float(loss.detach())  # the queue's columns add negatives
 
 
 @pytest.mark.parametrize("queue_size", [6, 3])  # 3 < B: the first append is kept whole (trainers.py:631-632)
