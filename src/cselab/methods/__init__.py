@@ -9,6 +9,7 @@ from cselab.methods.base import ContrastiveMethod
 from cselab.methods.baseline import build_baseline
 from cselab.methods.cot_bert import CoTBERT
 from cselab.methods.diffcse import DiffCSE
+from cselab.methods.esimcse import ESimCSE
 from cselab.methods.prompt_tuning import DCPCSE, SCPCSE, OptiPrompt, PromCSE
 from cselab.methods.promptbert import PromptBERT
 from cselab.methods.prompteol import PromptEOL
@@ -27,6 +28,7 @@ METHODS: dict[str, type[ContrastiveMethod] | Callable[..., Any]] = {
     "prompteol": PromptEOL,
     "sncse": SNCSE,
     "diffcse": DiffCSE,
+    "esimcse": ESimCSE,
 }
 
 
