@@ -11,6 +11,7 @@ from cselab.methods.cot_bert import CoTBERT
 from cselab.methods.prompt_tuning import DCPCSE, SCPCSE, OptiPrompt, PromCSE
 from cselab.methods.promptbert import PromptBERT
 from cselab.methods.prompteol import PromptEOL
+from cselab.methods.rankcse import RankCSE
 from cselab.methods.simcse import SimCSE
 
 METHODS: dict[str, type[ContrastiveMethod] | Callable[..., Any]] = {
@@ -23,6 +24,7 @@ METHODS: dict[str, type[ContrastiveMethod] | Callable[..., Any]] = {
     "scpcse": SCPCSE,
     "optiprompt": OptiPrompt,
     "prompteol": PromptEOL,
+    "rankcse": RankCSE,
 }
 
 
