@@ -303,3 +303,99 @@ def test_compiled_forward_takes_the_teacher_targets_as_inputs(tiny_bert_dir, tea
     ref_loss, ref_grads = _step(plain, batch)
     loss, grads = _step(compiled, batch)
     _assert_same(loss, grads, ref_loss, ref_grads, rtol=1e-9)
+
+
+# ------------------------------------------------------------------------------ report rows
+def test_published_rows_and_the_listmle_variant() -> None:
+    from cselab.report.published import load_published, lookup, variant_of
+
+    published = load_published()
+    bert = lookup(published, "rankcse", "bert_base", "unsup")
+    roberta = lookup(published, "rankcse", "roberta_base", "unsup")
+    assert (bert.scores["avg"], roberta.scores["avg"]) == (80.05, 79.73)
+    assert bert.source == roberta.source == "CoT-BERT Table 2"
+    config = {"method": {"name": "rankcse"}, "setting": {"name": "unsup"}, "loss": {"name": "rankcse_listnet",
+                                                                                   "ranking": "listnet"}}
+    assert variant_of(config) is None
+    config["loss"] = {"name": "rankcse_listmle", "ranking": "listmle"}
+    assert variant_of(config) == "listMLE"
+
+
+# ------------------------------------------------------------------------------ runs (pipeline.run, run.py)
+def _tiny_run_config(tmp_path: Path, tiny_bert_dir: Path, sts_data_dir: Path, teacher: Path, *overrides: str):
+    """A 4-step RankCSE run on the tiny BERT and a 40-line corpus, validation every 2 steps, STS-B test only."""
+    from hydra import compose, initialize_config_dir
+
+    import cselab.config  # noqa: F401  (resolvers)
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"sentence number {i} is here\n" for i in range(40)))
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=[
+            "method=rankcse", f"method.teachers=[{{path:'{teacher}',weight:1.0}}]",
+            f"backbone.name_or_path={tiny_bert_dir}", f"data.path={corpus}", "data.batch_size=8",
+            "trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.enable_progress_bar=false",
+            "trainer.deterministic=true", "optim.lr=1e-3", f"data_dir={sts_data_dir}", "eval.test_tasks=[stsb]",
+            *overrides])
+
+
+class _Killed(RuntimeError):
+    pass
+
+
+@pytest.mark.integration
+def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, tiny_bert_dir, sts_data_dir, teacher_dir,
+                                                        monkeypatch) -> None:
+    """Resume: the student, optimizer and data position come from last.ckpt, the teachers are loaded again at fit
+    start; the resumed run ends where the uninterrupted one ends."""
+    from cselab.methods.rankcse import RankCSE
+    from cselab.pipeline import run
+
+    whole = run(_tiny_run_config(tmp_path, tiny_bert_dir, sts_data_dir, teacher_dir), tmp_path / "whole")
+    real_step = RankCSE.training_step
+
+    def dies_at_step_3(self, batch, batch_idx):
+        if self.global_step == 3:
+            raise _Killed("killed at step 3")
+        return real_step(self, batch, batch_idx)
+
+    out = tmp_path / "killed"
+    with monkeypatch.context() as patch:
+        patch.setattr(RankCSE, "training_step", dies_at_step_3)
+        with pytest.raises(_Killed):
+            run(_tiny_run_config(tmp_path, tiny_bert_dir, sts_data_dir, teacher_dir), out)
+    resumed = run(_tiny_run_config(tmp_path, tiny_bert_dir, sts_data_dir, teacher_dir, f"resume.dir={out}"), out)
+    saved = [json.loads((d / "results.json").read_text()) for d in (tmp_path / "whole", out)]
+    assert [p["step"] for p in saved[1]["val_curve"]] == [2, 4]
+    curves = [[p["stsb_dev"] for p in r["val_curve"]] for r in saved]
+    assert curves[1] == pytest.approx(curves[0], abs=1e-6) and curves[0][0] != curves[0][1]  # it trained
+    assert resumed["test"]["stsb"] == pytest.approx(whole["test"]["stsb"], abs=1e-6)
+    ckpt = torch.load(saved[1]["best_checkpoint"], map_location="cpu", weights_only=False)
+    assert not any("teacher" in k for k in ckpt["state_dict"])
+
+
+@pytest.mark.integration
+def test_minilm_rankcse_with_a_simcse_teacher_trains_tests_and_compares(tmp_path) -> None:
+    """The embedded MiniLM: a short SimCSE run is the teacher of a short RankCSE run on the same seed; both test on
+    STS-B and SICK-R, and `cselab compare` pairs them."""
+    import subprocess
+    import sys
+
+    from test_run import _data_dir, _run
+
+    simcse, rankcse = tmp_path / "simcse", tmp_path / "rankcse"
+    common = ["trainer.max_steps=6", "trainer.val_check_interval=3", "data.batch_size=16", "seed=3",
+              "eval.test_tasks=[stsb,sickr]"]
+    _run("method=simcse", *common, f"hydra.run.dir={simcse}")
+    _run("method=rankcse", f"method.teachers=[{{path:'{simcse}',weight:1.0}}]", *common, f"hydra.run.dir={rankcse}")
+    res = json.loads((rankcse / "results.json").read_text())
+    assert res["config"]["method"]["name"] == "rankcse" and res["global_step"] == 6
+    assert set(res["test"]) == {"stsb", "sickr"} and all(-100 <= v <= 100 for v in res["test"].values())
+    assert [p["step"] for p in res["val_curve"]] == [3, 6]
+    env = {"CSELAB_DATA_DIR": str(_data_dir()), "HF_HUB_OFFLINE": "1"}
+    import os
+
+    proc = subprocess.run([sys.executable, "-m", "cselab", "compare", str(simcse), str(rankcse), "--n-resamples",
+                           "200"], cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "stsb" in proc.stdout.lower() or "sts-b" in proc.stdout.lower()

@@ -146,6 +146,9 @@ def _check_rankcse(*, teachers: Any, teacher_temperature: float, loss: Mapping[s
         ConfigError: names ``method.teachers`` / ``method.teacher_temperature`` / ``loss`` / ``prompt``.
     """
     teacher_specs(_plain(teachers), teacher_temperature)
+    if int(dict(loss).get("groups", 1) or 1) != 1:
+        raise ConfigError(f"method=rankcse with loss.groups={dict(loss)['groups']}: the teachers' targets cover the "
+                          "whole batch; set loss.groups=1")
     try:
         built = build_loss(dict(loss))
     except ValueError as err:
