@@ -262,6 +262,14 @@ def test_student_saves_loads_and_exports_without_its_teachers(tiny_bert_dir, tea
         emb = student.encode(SENTENCES[:2])
         torch.testing.assert_close(emb, method.eval().encode(SENTENCES[:2]))
         assert not student.teacher_scores.loaded
+        from cselab.export import export
+
+        info = export(ckpt, tmp_path / "exported")  # the student as it is tested: [CLS] without the MLP
+        assert info["max_abs_diff"] < 1e-5
+        exported = load(tmp_path / "exported")
+        torch.testing.assert_close(exported.encode(SENTENCES[:2]), emb, rtol=1e-5, atol=1e-5)
+        size = sum(p.numel() for p in exported.parameters())
+        assert size <= sum(p.numel() for p in student.model.parameters())  # the student's weights, no teacher's
     finally:
         shutil.move(str(moved), teacher_dir)
 
