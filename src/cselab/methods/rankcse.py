@@ -12,7 +12,9 @@ The teacher step runs eagerly in :meth:`RankCSE.training_step` (it needs strings
 (:mod:`cselab.methods.compiled`): its targets enter the forward as a batch tensor (``teacher_logits``), as does
 listMLE's column permutation (``ranking_permutation``, drawn here from the CPU generator as the official draws it,
 models.py:95), so that the compiled, uncached and cached (:mod:`cselab.methods.cached_step`) steps compute the same
-loss and gradients.
+loss and gradients.  The teacher step is not sync-free: it reads the batch's ids on the host (to decode them) and
+the teachers' ``encode`` returns CPU tensors, two device syncs per step (the teachers' forward dominates anyway).
+The FLOP counter (:class:`cselab.callbacks.FlopCounter`) counts the teachers' forward with the student's (x3).
 """
 
 from __future__ import annotations

@@ -151,9 +151,10 @@ class TeacherScores:
         if self.teachers is None:
             raise RuntimeError("TeacherScores.embeddings before load(): call load(device) first")
         out = []
-        for teacher in self.teachers:
-            e = teacher.encode(list(sentences), batch_size=max(1, len(sentences)))
-            out.append(e.to(self.device).float().clone())  # a normal tensor (encode returns inference tensors)
+        with torch.autocast(self.device.type, enabled=False):  # float32 also inside the student's mixed precision
+            for teacher in self.teachers:
+                e = teacher.encode(list(sentences), batch_size=max(1, len(sentences)))
+                out.append(e.to(self.device).float().clone())  # a normal tensor (encode returns inference tensors)
         return out
 
     def logits(self, embeddings: Sequence[torch.Tensor]) -> torch.Tensor:
