@@ -13,6 +13,7 @@ from cselab.methods.esimcse import ESimCSE
 from cselab.methods.prompt_tuning import DCPCSE, SCPCSE, OptiPrompt, PromCSE
 from cselab.methods.promptbert import PromptBERT
 from cselab.methods.prompteol import PromptEOL
+from cselab.methods.rankcse import RankCSE
 from cselab.methods.simcse import SimCSE
 from cselab.methods.sncse import SNCSE
 
@@ -29,6 +30,7 @@ METHODS: dict[str, type[ContrastiveMethod] | Callable[..., Any]] = {
     "sncse": SNCSE,
     "diffcse": DiffCSE,
     "esimcse": ESimCSE,
+    "rankcse": RankCSE,
 }
 
 

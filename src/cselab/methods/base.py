@@ -257,11 +257,16 @@ class ContrastiveMethod(L.LightningModule):
         loss or None, the number of examples the loss saw)``; the MLM weight (a function of the step) is applied
         by the caller, so that a compiled forward (:mod:`cselab.methods.compiled`) does not depend on the step."""
         z = self.gather_embeddings(self.embed(batch))
-        loss = self.loss_fn(z)
+        loss = self.contrastive_loss(z, batch)
         mlm = None
         if self.aux_mlm is not None and "mlm_input_ids" in batch:
             mlm = self.aux_mlm.loss(self.encoder, batch)
         return loss, mlm, z.shape[0]
+
+    def contrastive_loss(self, z: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The loss of the gathered embeddings ``z`` (N, V, D): ``loss_fn(z)``; a method whose loss also reads the
+        batch (RankCSE's teacher targets) overrides it.  The uncached and the cached step both call it."""
+        return self.loss_fn(z)
 
     def on_fit_start(self) -> None:
         """Refuse what the cached step cannot make exact (:func:`cselab.methods.cached_step.check_trainer`); learn

@@ -222,7 +222,7 @@ class CachedStep:
         h = torch.cat(hs).requires_grad_()
         bias = None if bias is None else bias.requires_grad_()
         z = method.gather_embeddings(model.embed_states(h.view(b, v, -1), bias, batch))
-        loss = method.loss_fn(z)
+        loss = method.contrastive_loss(z, batch)
         done = getattr(method, "flops_forward_done", None)  # cselab.callbacks.flops: the forward's FLOPs end here
         if done is not None:
             done()

@@ -9,7 +9,7 @@ reproduces (``None`` = the paper's default recipe).
 Entry schema (every key other than those marked optional is required; unknown keys are errors)::
 
     method:   str                  config method.name: simcse, promptbert, cot_bert, dcpcse, scpcse, promcse, baseline,
-                                   prompteol (PromptEOL, Pretended CoT and Knowledge Enhancement on decoder LLMs)
+                                   rankcse, prompteol (PromptEOL, Pretended CoT and Knowledge Enhancement on decoder LLMs)
     backbone: bert_base | bert_large | roberta_base | roberta_large | a decoder of :data:`DECODER_BACKBONES`
     setting:  unsup | sup
     variant:  str | null           null = the paper's default recipe; else the ablation row's name
@@ -342,6 +342,7 @@ def recipe_variant(config: Mapping[str, Any]) -> str | None:
     * ``method.name == "prompteol"`` (decoder LLMs): ``method.train`` false -> ``"no fine-tuning: <prompt.name>"``
       (``prompteol``, ``prompteol_icl``, ``pretcot``, ``knowledge``); fine-tuned with ``promptsth`` /
       ``promptsum`` -> ``"template: <prompt.name>"``; fine-tuned with PromptEOL's template -> ``None``.
+    * rankcse: ``loss.ranking`` listmle -> ``"listMLE"`` (the printed row is RankCSE_listNet).
     * ``(method, prompt.name)`` in :data:`PROMPT_VARIANTS` (CoT-BERT Table 3 templates).
     * cot_bert: ``loss.positive_negative_term`` false -> ``"without a(i+,j-)"`` (Table 4);
       ``denoise`` ``none`` / ``position`` -> ``"without denoise"`` / ``"position denoise"`` (Table 6).
@@ -386,6 +387,9 @@ def recipe_variant(config: Mapping[str, Any]) -> str | None:
         if config_value(config, "method.train", config_value(config, "train", True)) is False:
             return f"no fine-tuning: {prompt}"
         return f"template: {prompt}" if prompt not in (None, "prompteol") else None
+
+    if method == "rankcse" and config_value(config, "loss.ranking", "listnet") == "listmle":
+        return "listMLE"  # CoT-BERT Table 2 prints RankCSE_listNet (the default, loss=rankcse_listnet)
 
     if (method, prompt) in PROMPT_VARIANTS:
         return PROMPT_VARIANTS[(method, prompt)]

@@ -1,0 +1,173 @@
+"""RankCSE's teachers: frozen cselab models whose similarity matrices are the ranking targets.
+
+Official code (perceptiveshawty/RankCSE ``rankcse/trainers.py:406-530``, ``rankcse/teachers.py``): one or two
+teachers, loaded once before training (``AutoModel.from_pretrained``: eval mode), encode every training batch under
+``torch.no_grad`` (trainers.py:473, teachers.py:35) with their own pooler (``cls_before_pooler`` for SimCSE /
+DiffCSE models, else ``avg``: trainers.py:409-415), i.e. as those models are evaluated; the batch's first view
+gives the teacher's rows (trainers.py:500-501, 514-517: ``z1T`` and ``z2T`` are the same sentences, the teacher
+has no dropout in eval mode), and the targets are
+
+    T = sum_k w_k * cos(t_k_i, t_k_j) / tau2        (trainers.py:508, 526-528: w = (alpha, 1 - alpha))
+
+Here a teacher is any cselab run directory, ``.ckpt`` or exported folder, loaded by :func:`cselab.load` (the
+project's one loading path) and encoded by its own ``encode`` (its template, pooler and head as at test), in
+float32 (the official teachers run in float32; its fp16 cast of the embeddings, trainers.py:503-505, is not kept).
+The official feeds the student's token ids to the teachers (same tokenizer); here the student's truncated first
+view is decoded back to strings (special tokens dropped) and each teacher tokenizes them itself, so a teacher may
+have another tokenizer or a template.  Under DDP every teacher's embeddings are gathered like the student's, so that
+the targets cover the same global batch (the official gathers the student only, so its (B, B) targets would not
+match its (B * W, B * W) student logits: the official RankCSE runs on one GPU, run_rankcse.sh:2).
+
+The teachers are not submodules of the student: not in its checkpoint, optimizer, or export; they are loaded when
+training starts (:meth:`TeacherScores.load`), so a trained student loads and exports without them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from cselab.losses.infonce import cosine_matrix
+from cselab.model.spec import ConfigError
+
+
+@dataclass(frozen=True)
+class TeacherSpec:
+    """One teacher: ``path`` (a run directory, checkpoint or exported folder) and its ``weight`` in the targets."""
+
+    path: str
+    weight: float
+
+
+def teacher_specs(teachers: Sequence[Mapping[str, Any]] | None, temperature: float) -> tuple[TeacherSpec, ...]:
+    """The ``method.teachers`` list checked: at least one ``{path, weight}``; weights >= 0 that sum to 1 (official
+    ``alpha_`` and ``1 - alpha_``, trainers.py:528; a single teacher's weight defaults to 1); ``method.
+    teacher_temperature`` (official ``tau2``) > 0.  Nothing is loaded.
+
+    Raises:
+        ConfigError: names ``method.teachers[i].<key>`` or ``method.teacher_temperature`` and what was expected.
+    """
+    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature <= 0:
+        raise ConfigError(f"method.teacher_temperature={temperature!r}: expected a number > 0 (official tau2 0.05)")
+    if not teachers or isinstance(teachers, (str, Mapping)):
+        raise ConfigError(f"method.teachers={teachers!r}: expected a list of {{path: <run directory or exported "
+                          "folder>, weight: <float>}} (RankCSE distils the ranking of one or more teachers)")
+    specs = []
+    for i, node in enumerate(teachers):
+        if not isinstance(node, Mapping) or not node.get("path"):
+            raise ConfigError(f"method.teachers[{i}]={node!r}: expected {{path: <run directory or exported folder>, "
+                              "weight: <float>}}")
+        unknown = sorted(set(node) - {"path", "weight"})
+        if unknown:
+            raise ConfigError(f"method.teachers[{i}]: unknown keys {unknown} (expected path, weight)")
+        weight = node.get("weight", 1.0 if len(teachers) == 1 else None)
+        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or weight < 0:
+            raise ConfigError(f"method.teachers[{i}].weight={weight!r}: expected a number >= 0 (the teachers' "
+                              "weights sum to 1, official alpha and 1 - alpha)")
+        specs.append(TeacherSpec(str(node["path"]), float(weight)))
+    total = sum(s.weight for s in specs)
+    if not math.isclose(total, 1.0, abs_tol=1e-6):
+        raise ConfigError(f"method.teachers[*].weight sum to {total:g}: expected 1 (official alpha * teacher_1 + "
+                          "(1 - alpha) * teacher_2)")
+    return tuple(specs)
+
+
+def _module_of(teacher) -> torch.nn.Module:
+    """The ``nn.Module`` that holds a loaded teacher's weights (a method, an embedding model, or an exported
+    folder's SentenceTransformer)."""
+    return teacher if isinstance(teacher, torch.nn.Module) else teacher.model
+
+
+class TeacherScores:
+    """The ranking targets of a batch from frozen teachers (a plain object: never a submodule of the student).
+
+    Args:
+        specs: the checked teachers (:func:`teacher_specs`).
+        temperature: tau2 > 0 (official default 0.05, train.py:107).
+    """
+
+    def __init__(self, specs: Sequence[TeacherSpec], temperature: float) -> None:
+        self.specs = tuple(specs)
+        self.temperature = float(temperature)
+        self.teachers: list | None = None
+        self.device: torch.device | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """Whether :meth:`load` ran."""
+        return self.teachers is not None
+
+    def load(self, device: torch.device | str = "cpu") -> None:
+        """Load every teacher with :func:`cselab.load` (a run directory, ``.ckpt`` or exported folder) on
+        ``device``: eval mode, every parameter frozen, float32 encoding.  Loaded once; later calls only move them.
+        The CPU generator's state is restored after loading (the student's dropout draws do not depend on it).
+
+        Raises:
+            ConfigError: a path that does not exist, or is neither a run directory / checkpoint nor an exported
+                folder (names ``method.teachers[i].path``).
+        """
+        from cselab.loading import load
+
+        device = torch.device(device)
+        if self.teachers is None:
+            teachers = []
+            for i, spec in enumerate(self.specs):
+                if not os.path.exists(spec.path):
+                    raise ConfigError(f"method.teachers[{i}].path={spec.path!r} does not exist: expected a cselab run "
+                                      "directory, checkpoint (.ckpt) or exported folder (train or export the teacher "
+                                      "first)")
+                try:  # building the modules draws initial weights: the student's generator is left as it was
+                    with torch.random.fork_rng(devices=[]):
+                        teacher = load(spec.path, map_location="cpu")
+                except (FileNotFoundError, ValueError) as err:
+                    raise ConfigError(f"method.teachers[{i}].path={spec.path!r} is not a teacher cselab can load: "
+                                      f"{err}") from err
+                module = _module_of(teacher)
+                module.eval()
+                module.requires_grad_(False)
+                if hasattr(teacher, "eval_precision"):
+                    teacher.eval_precision = "32"
+                elif hasattr(teacher, "respec"):
+                    teacher.respec(eval_precision="32")
+                teachers.append(teacher)
+            self.teachers = teachers
+        if self.device != device:
+            for teacher in self.teachers:
+                _module_of(teacher).to(device)
+            self.device = device
+
+    def embeddings(self, sentences: Sequence[str]) -> list[torch.Tensor]:
+        """Each teacher's embeddings (N, D_k) float32 of ``sentences``, on the teachers' device, computed as that
+        teacher is evaluated (its ``encode``: eval mode, no gradient), in one batch.
+
+        Raises:
+            RuntimeError: :meth:`load` has not run.
+        """
+        if self.teachers is None:
+            raise RuntimeError("TeacherScores.embeddings before load(): call load(device) first")
+        out = []
+        with torch.autocast(self.device.type, enabled=False):  # float32 also inside the student's mixed precision
+            for teacher in self.teachers:
+                e = teacher.encode(list(sentences), batch_size=max(1, len(sentences)))
+                out.append(e.to(self.device).float().clone())  # a normal tensor (encode returns inference tensors)
+        return out
+
+    def logits(self, embeddings: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The targets (N, N): ``sum_k w_k cos(e_k_i, e_k_j) / tau2`` (official trainers.py:508, 526-528).
+
+        Raises:
+            ValueError: not one embedding matrix per teacher, or their row counts differ.
+        """
+        if len(embeddings) != len(self.specs) or len({e.shape[0] for e in embeddings}) != 1:
+            raise ValueError(f"TeacherScores.logits: expected {len(self.specs)} embedding matrices with the same rows, "
+                             f"got shapes {[tuple(e.shape) for e in embeddings]}")
+        total = None
+        for spec, e in zip(self.specs, embeddings, strict=True):
+            part = spec.weight * (cosine_matrix(e, e) / self.temperature)
+            total = part if total is None else total + part
+        return total
