@@ -45,6 +45,7 @@ def main(cfg: DictConfig) -> float | None:
     from cselab.callbacks.run_config import finished_run_changes
     from cselab.config_keys import check_added_keys
     from cselab.pipeline import ConfigError, RunFinished, record_failure, run
+    from cselab.run.spec import copies_of, resolved_config
     from cselab.run_lock import RunDirInUse, hold_run_dir, release_run_dir
 
     one_line_per_event()  # Hydra has configured the job's logging: Lightning's records go through it, once
@@ -66,7 +67,7 @@ def main(cfg: DictConfig) -> float | None:
         hold_run_dir(output_dir)  # a second process into the same directory is refused
         results = run(cfg, output_dir)
     except RunFinished as done:  # re-running a finished run (or a sweep's finished job): nothing to do
-        changed = finished_run_changes(done.results, cfg, output_dir)
+        changed = finished_run_changes(done.results, resolved_config(cfg), copies_of(cfg), output_dir)
         if changed and not multirun:  # resume=<finished run> optim.lr=...: say that nothing changes
             sys.exit(f"cselab: {changed}")
         if changed:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from cselab.callbacks.run_config import config_changes, resolved_config
+from cselab.run.spec import config_changes, resolved_config
 from cselab.config import resume_overrides
 from cselab.methods.checks import ConfigError
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cselab.methods.base import ContrastiveMethod
-from cselab.methods.checks import ConfigError
+from cselab.methods.checks import ConfigError, check_training
 from cselab.representations.token import TOKEN_REPRESENTATIONS, TokenRepresentation
 
 #: representations that are not the embedding model's forward (plain encode objects)
@@ -55,6 +55,7 @@ def check_config(*, backbone: dict[str, Any], model: Mapping[str, Any], **method
     """
     pooler = model.get("pooler")
     if pooler in ANALYSIS_POOLERS:
+        check_training(method.get("loss"), method.get("optim"), bool(method.get("train")))
         if pooler == "topk" and not model.get("prompt"):
             raise ConfigError("method.pooler=topk needs a template (a [MASK] representation) but prompt=none "
                               "(choose a prompt: prompt=promptbert ...)")
