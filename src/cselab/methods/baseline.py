@@ -64,3 +64,4 @@ def check_config(*, backbone: dict[str, Any], model: Mapping[str, Any], **method
 
 
 build_baseline.check_config = check_config  # what cselab.methods.checks.check_module calls
+Baseline.factory = staticmethod(build_baseline)  # what method_class("baseline") gives (cselab.methods.registry)

@@ -81,7 +81,7 @@ def build_callbacks(nodes: dict[str, Any], runtime: dict[str, dict[str, Any]],
         if not isinstance(node, dict) or "_target_" not in node:
             raise ConfigError(f"callbacks.{name}: expected a node with a _target_ (a Lightning callback class) or "
                               f"null, got {node!r}")
-        given = runtime.get(str(name), {})
+        given = runtime.get(str(name)) or {}
         params = {k: v for k, v in node.items() if k not in given}
         if not params.pop("enabled", True):
             continue
