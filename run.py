@@ -42,10 +42,9 @@ log = logging.getLogger("cselab")
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     # (importing cselab.pipeline imports Lightning, which adds its console handler)
-    from cselab.callbacks.run_config import finished_run_changes
     from cselab.config_keys import check_added_keys
     from cselab.pipeline import ConfigError, RunFinished, record_failure, run
-    from cselab.run.spec import copies_of, resolved_config
+    from cselab.run.spec import finished_run_changes
     from cselab.run_lock import RunDirInUse, hold_run_dir, release_run_dir
 
     one_line_per_event()  # Hydra has configured the job's logging: Lightning's records go through it, once
@@ -67,7 +66,7 @@ def main(cfg: DictConfig) -> float | None:
         hold_run_dir(output_dir)  # a second process into the same directory is refused
         results = run(cfg, output_dir)
     except RunFinished as done:  # re-running a finished run (or a sweep's finished job): nothing to do
-        changed = finished_run_changes(done.results, resolved_config(cfg), copies_of(cfg), output_dir)
+        changed = finished_run_changes(done.results, cfg, output_dir)
         if changed and not multirun:  # resume=<finished run> optim.lr=...: say that nothing changes
             sys.exit(f"cselab: {changed}")
         if changed:

@@ -19,6 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from cselab.callbacks.run_config import config_changes as _changes
+from cselab.callbacks.run_config import finished_run_changes as _finished
 from cselab.callbacks.run_config import module_copies
 from cselab.config import MOVED_KEYS, has_templates
 from cselab.data.datamodule import resolve_num_workers, resolve_pad_to_multiple_of
@@ -343,3 +344,8 @@ def copies_of(cfg: DictConfig) -> tuple[str, ...]:
 def config_changes(saved: dict[str, Any], cfg: DictConfig) -> list[tuple[str, Any, Any]]:
     """:func:`cselab.callbacks.run_config.config_changes` of a checkpoint's config and a composed one."""
     return _changes(saved, resolved_config(cfg), copies_of(cfg))
+
+
+def finished_run_changes(results: dict[str, Any], cfg: DictConfig, run_dir) -> str | None:
+    """:func:`cselab.callbacks.run_config.finished_run_changes` of a finished run and a composed config."""
+    return _finished(results, resolved_config(cfg), copies_of(cfg), run_dir)
