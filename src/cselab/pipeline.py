@@ -29,6 +29,7 @@ from cselab.run.resume import RunFinished, checkpoint_step, resolve_ckpt_path, r
 from cselab.run.spec import (
     RunSpec,
     callback_nodes,
+    evaluation_spec,
     method_target,
     module_node,
     prompt_node,
@@ -64,7 +65,7 @@ def check_data_files(cfg: DictConfig) -> None:
 
 def test_backbone(cfg: DictConfig) -> dict:
     """The backbone the test scores (``module.backbone`` with ``eval.test_backbone``'s keys over it)."""
-    return RunSpec.from_config(cfg).evaluation.test_backbone
+    return evaluation_spec(cfg).test_backbone
 
 
 def prompt_config(cfg: DictConfig) -> DictConfig | None:

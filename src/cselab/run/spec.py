@@ -160,7 +160,7 @@ class RunSpec:
         if cfg.eval.dev_encoder not in ("official", "test"):
             raise ConfigError(f"eval.dev_encoder={cfg.eval.dev_encoder!r}: expected 'official' or 'test'")
         training = _training(cfg) if train else None
-        evaluation = _evaluation(cfg)
+        evaluation = evaluation_spec(cfg)
         module = module_node(cfg)
         node = dict(module)
         check_module(method_target(node.pop("_target_")), node)  # the method's and its embedding model's rules
@@ -260,7 +260,7 @@ def _training(cfg: DictConfig) -> TrainSpec:
                      **keep)
 
 
-def _evaluation(cfg: DictConfig) -> EvalSpec:
+def evaluation_spec(cfg: DictConfig) -> EvalSpec:
     """The test phase's piece: the bootstrap options, the transfer protocol and the test backbone checked."""
     try:
         bootstrap = BootstrapOptions.from_config(cfg.eval.bootstrap)
