@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from cselab.config import resume_overrides
 from cselab.methods.checks import ConfigError
-from cselab.run.spec import config_changes, resolved_config
+from cselab.pipeline import config_changes, resolved_config
 
 
 class _Killed(RuntimeError):

@@ -7,16 +7,21 @@ The run itself: :func:`cselab.run.flow.run` (docs/architecture.md, "The run").
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 from omegaconf import DictConfig
 
+from cselab.callbacks.run_config import config_changes as _changes
+from cselab.callbacks.run_config import finished_run_changes as _finished
 from cselab.methods.checks import ConfigError
+from cselab.methods.registry import method_target
 from cselab.run import assemble
 from cselab.run.assemble import _short_tag, build_run_method, runtime_arguments, start_loggers
 from cselab.run.failure import disk_full_record, record_failure
 from cselab.run.flow import execute, fit_and_test, prepare, run, validate_at_end
 from cselab.run.inputs import check_inputs
+from cselab.run.pieces import resolve_precision
 from cselab.run.results import (
     DEV_ENCODER_WORDS,
     Outcome,
@@ -29,16 +34,16 @@ from cselab.run.resume import RunFinished, checkpoint_step, resolve_ckpt_path, r
 from cselab.run.spec import (
     RunSpec,
     callback_nodes,
+    copies_of,
     evaluation_spec,
-    method_target,
     module_node,
     prompt_node,
-    resolve_precision,
+    resolved_config,
 )
 
 __all__ = ["DEV_ENCODER_WORDS", "ConfigError", "Outcome", "RunFinished", "RunSpec", "RunState", "_short_tag",
            "build_callbacks", "build_method", "build_run_method", "build_trainer", "check_data_files",
-           "check_templates", "checkpoint_step", "dev_encoder_used", "disk_full_record", "execute", "fit_and_test",
+           "check_templates", "checkpoint_step", "config_changes", "finished_run_changes", "dev_encoder_used", "disk_full_record", "execute", "fit_and_test",
            "method_target", "prepare", "print_results", "prompt_config", "record_failure", "resolve_ckpt_path",
            "resolve_precision", "resumable_checkpoint", "run", "runtime_arguments", "start_loggers",
            "test_backbone", "tested_weights", "validate", "validate_at_end"]
@@ -86,3 +91,13 @@ def build_callbacks(cfg: DictConfig, runtime: dict, names: tuple[str, ...] | Non
 def build_trainer(cfg: DictConfig, callbacks: list[L.Callback], loggers: list, output_dir: Path) -> L.Trainer:
     """The config's Trainer (:func:`cselab.run.assemble.build_trainer`)."""
     return assemble.build_trainer(RunSpec.from_config(cfg).training, callbacks, loggers, output_dir)
+
+
+def config_changes(saved: dict[str, Any], cfg: DictConfig) -> list[tuple[str, Any, Any]]:
+    """:func:`cselab.callbacks.run_config.config_changes` of a checkpoint's config and a composed one."""
+    return _changes(saved, resolved_config(cfg), copies_of(cfg))
+
+
+def finished_run_changes(results: dict[str, Any], cfg: DictConfig, run_dir) -> str | None:
+    """:func:`cselab.callbacks.run_config.finished_run_changes` of a finished run and a composed config."""
+    return _finished(results, resolved_config(cfg), copies_of(cfg), run_dir)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cselab.methods.base import ContrastiveMethod
+from cselab.methods.checks import ConfigError
 
 
 def _subclasses(cls: type) -> list[type]:
@@ -38,3 +39,17 @@ def method_class(name: str) -> type[ContrastiveMethod] | Callable[..., Any]:
     if name not in methods:
         raise ValueError(f"method.name={name!r}: expected one of {sorted(methods)}")
     return methods[name]
+
+
+def method_target(target: str):
+    """The class (or factory, ``method=baseline``) that ``method._target_`` names.
+
+    Raises:
+        ConfigError: it cannot be imported (names it).
+    """
+    from hydra.utils import get_object
+
+    try:
+        return get_object(target)
+    except Exception as err:
+        raise ConfigError(f"method._target_={target!r}: cannot import it ({err})") from err

@@ -16,8 +16,10 @@ from cselab.loggers import logged_config, run_display_name
 from cselab.methods.base import ContrastiveMethod
 from cselab.methods.checks import ConfigError, refuse_legacy
 from cselab.methods.compiled import compile_training
+from cselab.methods.registry import method_target
 from cselab.progress import interactive
-from cselab.run.spec import RunNames, RunSpec, TrainSpec, method_target
+from cselab.run.pieces import RunNames, TrainSpec
+from cselab.run.spec import RunSpec
 
 log = logging.getLogger(__name__)
 

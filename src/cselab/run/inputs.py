@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cselab.data.paths import data_root, require
 from cselab.methods.checks import ConfigError
-from cselab.run.spec import InputFiles
+from cselab.run.pieces import InputFiles
 
 
 def check_inputs(files: InputFiles) -> None:

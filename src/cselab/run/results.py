@@ -18,7 +18,8 @@ from cselab.evaluation.sts import PAPER_NAMES, format_table
 from cselab.loggers import close_loggers, log_test_charts, log_transfer_table
 from cselab.methods.base import ContrastiveMethod
 from cselab.progress import interactive
-from cselab.run.spec import EvalSpec, RunNames, RunSpec
+from cselab.run.pieces import EvalSpec, RunNames
+from cselab.run.spec import RunSpec
 
 log = logging.getLogger(__name__)
 

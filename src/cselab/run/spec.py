@@ -1,12 +1,9 @@
-"""The run as typed pieces, read from the composed config once: :class:`RunSpec`.
+"""The run read from the composed config once: :meth:`RunSpec.from_config`, the one reader of ``cfg``.
 
-:meth:`RunSpec.from_config` is the one place that reads the Hydra config (``cfg``): every key that no class below
-the run owns becomes a field of a frozen piece here, its default written once (in the type), every rule checked
-once (here, where the piece is made, or by the class that owns it: the method's ``check_config``,
-:mod:`cselab.model.template`, :class:`cselab.evaluation.stats.BootstrapOptions`,
-:class:`cselab.methods.compiled.CompileOptions`, :class:`cselab.evaluation.transfer.TransferProtocol`).  The
-``_target_`` nodes (``module``, ``trainer``, ``data.datamodule``, ``callbacks``, ``logger``) are kept as plain
-resolved mappings, instantiated by :mod:`cselab.run.assemble`.  Nothing loads here: the backbone is read later.
+Every key that no class below the run owns becomes a field of a frozen piece (:mod:`cselab.run.pieces`, each
+default written once, in its type); every rule is checked once, here or by the class that owns it (the method's
+``check_config``, :mod:`cselab.model.template`, ``BootstrapOptions``, ``CompileOptions``, ``TransferProtocol``).
+The ``_target_`` nodes stay as they are, resolved; :mod:`cselab.run.assemble` instantiates them.  Nothing loads.
 """
 
 from __future__ import annotations
@@ -18,18 +15,18 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from cselab.callbacks.run_config import config_changes as _changes
-from cselab.callbacks.run_config import finished_run_changes as _finished
 from cselab.callbacks.run_config import module_copies
 from cselab.config import MOVED_KEYS, has_templates
 from cselab.data.datamodule import resolve_num_workers, resolve_pad_to_multiple_of
-from cselab.evaluation.stats import DEFAULT_BOOTSTRAP, BootstrapOptions
+from cselab.evaluation.stats import BootstrapOptions
 from cselab.evaluation.transfer import TransferProtocol
 from cselab.methods.cached_step import check_options
 from cselab.methods.checks import ConfigError, check_module
 from cselab.methods.compiled import CompileOptions
+from cselab.methods.registry import method_target
 from cselab.model.decoder_input import split_prompt
 from cselab.model.template import Template, TemplateError, check_prompt_views, check_template_override
+from cselab.run.pieces import EvalSpec, InputFiles, RunNames, TrainSpec, resolve_precision
 from cselab.run.resume import ResumeSpec
 
 #: ``lightning.Trainer``'s own defaults of the arguments the run reads from the ``trainer`` node
@@ -39,73 +36,6 @@ TRAINER_DEFAULTS = {"accelerator": "auto", "precision": "auto", "strategy": "aut
 def _given(cls, node) -> dict[str, Any]:
     """The fields of ``cls`` that ``node`` sets (the others keep the type's defaults)."""
     return {f.name: node[f.name] for f in fields(cls) if node is not None and f.name in node}
-
-
-@dataclass(frozen=True)
-class RunNames:
-    """What the run is called: the loggers' tags and name, the console table's title."""
-
-    method: str
-    backbone: str  # backbone.name (else its name_or_path)
-    name_or_path: str
-    setting: str
-    loss: str
-    tuning: str
-    prompt: str | None = None  # None: prompt=none
-    variant: str | None = None
-    seed: int = 42
-
-
-@dataclass(frozen=True)
-class InputFiles:
-    """Every input file of the run (``data_dir``; ``data.path`` when training: the unsup corpus or the NLI
-    triplets of ``setting``), checked by :func:`cselab.run.inputs.check_inputs` before the backbone loads."""
-
-    data_dir: str
-    test_tasks: tuple[str, ...]
-    dev_task: str | None
-    train_path: str | None = None  # None: nothing trained
-    setting: str = "unsup"
-    max_undecodable_share: float = 0.01
-    max_control_share: float = 0.01
-    transfer_tasks: tuple[str, ...] = ()
-    transfer_mode: str = "test"
-
-
-@dataclass(frozen=True)
-class EvalSpec:
-    """The test phase (``eval``): STS tasks and aggregation, the dev score's encoder, SentEval transfer
-    (``eval.transfer_mode`` -> ``transfer.<mode>``), the bootstrap intervals and the backbone the test scores
-    (``module.backbone`` with ``eval.test_backbone``'s keys over it, resolved once)."""
-
-    test_backbone: dict[str, Any]
-    test_backbone_keys: dict[str, Any] | None = None  # eval.test_backbone as given (None: the trained backbone)
-    aggregation: str = "all"
-    batch_size: int | None = None
-    dev_encoder: str = "official"
-    transfer_tasks: tuple[str, ...] = ()
-    transfer_mode: str = "test"
-    transfer: TransferProtocol | None = None
-    bootstrap: BootstrapOptions = DEFAULT_BOOTSTRAP
-    reloads_backbone: bool = False  # the test backbone is not the trained one: the best tensors are reloaded on it
-
-
-@dataclass(frozen=True)
-class TrainSpec:
-    """What only a training run has: the ``trainer`` node (without the module's ``cached_step``) and its
-    resolved ``precision`` and progress bars, the ``data.datamodule`` node with its resolved ``auto`` values,
-    activation checkpointing, ``torch.compile`` of the training forward, and ``checkpointing.keep_last``."""
-
-    trainer: dict[str, Any]
-    datamodule: dict[str, Any]
-    precision: str = "32-true"
-    progress_bar: bool = True
-    num_workers: int = 0
-    pad_to_multiple_of: int | None = None
-    activation_checkpointing: bool = False
-    compile: CompileOptions = CompileOptions()
-    compiled: bool = False  # compile.enabled resolved on this machine
-    keep_last: bool = True
 
 
 @dataclass(frozen=True)
@@ -292,29 +222,6 @@ def evaluation_spec(cfg: DictConfig) -> EvalSpec:
                     batch_size=cfg.eval.batch_size, dev_encoder=cfg.eval.dev_encoder)
 
 
-def resolve_precision(precision: str) -> str:
-    """``auto`` -> ``bf16-mixed`` on a CUDA GPU that supports it, else ``32-true``."""
-    if precision != "auto":
-        return precision
-    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-        return "bf16-mixed"
-    return "32-true"
-
-
-def method_target(target: str):
-    """The class (or factory, ``method=baseline``) that ``method._target_`` names.
-
-    Raises:
-        ConfigError: it cannot be imported (names it).
-    """
-    from hydra.utils import get_object
-
-    try:
-        return get_object(target)
-    except Exception as err:
-        raise ConfigError(f"method._target_={target!r}: cannot import it ({err})") from err
-
-
 def module_node(cfg: DictConfig) -> dict[str, Any]:
     """The resolved ``module`` node: the method's ``_target_`` and its arguments."""
     return OmegaConf.to_container(cfg.module, resolve=True)
@@ -339,13 +246,3 @@ def resolved_config(cfg: DictConfig) -> dict[str, Any]:
 def copies_of(cfg: DictConfig) -> tuple[str, ...]:
     """The ``module`` node's copies of the groups' keys (:func:`cselab.callbacks.run_config.module_copies`)."""
     return tuple(module_copies(OmegaConf.to_container(cfg.module, resolve=False) if "module" in cfg else {}))
-
-
-def config_changes(saved: dict[str, Any], cfg: DictConfig) -> list[tuple[str, Any, Any]]:
-    """:func:`cselab.callbacks.run_config.config_changes` of a checkpoint's config and a composed one."""
-    return _changes(saved, resolved_config(cfg), copies_of(cfg))
-
-
-def finished_run_changes(results: dict[str, Any], cfg: DictConfig, run_dir) -> str | None:
-    """:func:`cselab.callbacks.run_config.finished_run_changes` of a finished run and a composed config."""
-    return _finished(results, resolved_config(cfg), copies_of(cfg), run_dir)
