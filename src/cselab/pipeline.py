@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from cselab.callbacks.run_config import config_changes as _changes
 from cselab.callbacks.run_config import finished_run_changes as _finished
+from cselab.config import has_templates
 from cselab.methods.checks import ConfigError
 from cselab.methods.registry import method_target
 from cselab.run import assemble
@@ -37,7 +38,6 @@ from cselab.run.spec import (
     copies_of,
     evaluation_spec,
     module_node,
-    prompt_node,
     resolved_config,
 )
 
@@ -75,7 +75,8 @@ def test_backbone(cfg: DictConfig) -> dict:
 
 def prompt_config(cfg: DictConfig) -> DictConfig | None:
     """The ``prompt`` group's config, or ``None`` for ``prompt=none`` (whose file holds only ``template: null``)."""
-    return prompt_node(cfg)
+    prompt = OmegaConf.select(cfg, "prompt")
+    return prompt if has_templates(prompt) else None
 
 
 def build_method(cfg: DictConfig, backbone: dict | None = None):

@@ -41,25 +41,11 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def module_copies(node: Any, prefix: str = "module") -> list[str]:
-    """Paths under ``module`` whose unresolved value is an interpolation: copies of the groups' keys (the
-    ``module`` node reads every argument from the groups, ``conf/config.yaml``), compared where they live.
-
-    Args:
-        node: the unresolved ``module`` node as plain containers (``OmegaConf.to_container(resolve=False)``).
-    """
-    if isinstance(node, str):
-        return [prefix] if "${" in node else []
-    if isinstance(node, dict):
-        return [p for key, value in node.items() for p in module_copies(value, f"{prefix}.{key}")]
-    return []
-
-
 def config_changes(saved: dict[str, Any], new: dict[str, Any],
                    copies: Sequence[str] = ()) -> list[tuple[str, Any, Any]]:
     """The keys whose resolved values differ between a checkpoint's config ``saved`` and the new one, leaving out
     :data:`~cselab.config.OUTPUT_ONLY_KEYS` (logging, paths, evaluation batch size, workers, ...) and the
-    ``module`` node's copies of other keys (``copies``, :func:`module_copies`).
+    ``module`` node's copies of other keys (``copies``, :func:`cselab.run.spec.copies_of`).
 
     Args:
         saved, new: resolved configs as plain containers.
@@ -92,7 +78,7 @@ def check_resume(config: dict[str, Any], copies: Sequence[str], allowed: Sequenc
     """Compare a resumed run's config with its checkpoint's, before any weights load.
 
     Args:
-        config: the new command's resolved config; copies: its ``module`` node's copies (:func:`module_copies`).
+        config: the new command's resolved config; copies: its ``module`` node's copies (``copies_of``).
         allowed: ``resume.allow_changed``, keys allowed to differ (a key covers its sub-keys).
         ckpt_path: the checkpoint ``fit`` resumes from (``None``: a fresh run, nothing to compare).
         step: the checkpoint's global step (where the accepted changes take effect).

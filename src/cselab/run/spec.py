@@ -9,13 +9,12 @@ The ``_target_`` nodes stay as they are, resolved; :mod:`cselab.run.assemble` in
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from cselab.callbacks.run_config import module_copies
 from cselab.config import MOVED_KEYS, has_templates
 from cselab.data.datamodule import resolve_num_workers, resolve_pad_to_multiple_of
 from cselab.evaluation.stats import BootstrapOptions
@@ -31,11 +30,6 @@ from cselab.run.resume import ResumeSpec
 
 #: ``lightning.Trainer``'s own defaults of the arguments the run reads from the ``trainer`` node
 TRAINER_DEFAULTS = {"accelerator": "auto", "precision": "auto", "strategy": "auto", "enable_progress_bar": True}
-
-
-def _given(cls, node) -> dict[str, Any]:
-    """The fields of ``cls`` that ``node`` sets (the others keep the type's defaults)."""
-    return {f.name: node[f.name] for f in fields(cls) if node is not None and f.name in node}
 
 
 @dataclass(frozen=True)
@@ -90,23 +84,23 @@ class RunSpec:
         if cfg.eval.dev_encoder not in ("official", "test"):
             raise ConfigError(f"eval.dev_encoder={cfg.eval.dev_encoder!r}: expected 'official' or 'test'")
         training = _training(cfg) if train else None
-        evaluation = evaluation_spec(cfg)
-        module = module_node(cfg)
-        node = dict(module)
-        check_module(method_target(node.pop("_target_")), node)  # the method's and its embedding model's rules
+        module, callbacks, copies, config = module_node(cfg), callback_nodes(cfg), copies_of(cfg), resolved_config(cfg)
         names = RunNames(method=cfg.method.name, backbone=str(OmegaConf.select(cfg, "backbone.name")
                                                               or cfg.backbone.name_or_path),
                          name_or_path=cfg.backbone.name_or_path, setting=cfg.setting.name, loss=cfg.loss.name,
                          tuning=cfg.tuning.name, seed=cfg.seed, variant=OmegaConf.select(cfg, "variant"),
-                         prompt=cfg.prompt.name if prompt_node(cfg) is not None else None)
-        inputs = InputFiles(
-            data_dir=cfg.data_dir, test_tasks=tuple(cfg.eval.test_tasks), dev_task=cfg.eval.dev_task,
-            train_path=str(cfg.data.path) if train else None, setting=cfg.setting.name,
-            transfer_tasks=evaluation.transfer_tasks, transfer_mode=evaluation.transfer_mode, **_given(InputFiles, {
-                k: cfg.data[k] for k in ("max_undecodable_share", "max_control_share") if k in cfg.data}))
-        return cls(names=names, resume=resume, inputs=inputs, evaluation=evaluation, module=module,
-                   callbacks=callback_nodes(cfg), logger=OmegaConf.to_container(cfg.logger, resolve=True),
-                   config=resolved_config(cfg), copies=copies_of(cfg), training=training, seed=cfg.seed)
+                         prompt=cfg.prompt.name if has_templates(cfg.prompt) else None)
+        shares = {k: cfg.data[k] for k in ("max_undecodable_share", "max_control_share") if k in cfg.data}
+        inputs = InputFiles(data_dir=cfg.data_dir, test_tasks=tuple(cfg.eval.test_tasks), dev_task=cfg.eval.dev_task,
+                            train_path=str(cfg.data.path) if train else None, setting=cfg.setting.name,
+                            transfer_tasks=tuple(cfg.eval.transfer_tasks or ()),
+                            transfer_mode=str(cfg.eval.transfer_mode), **shares)  # absent: the type's defaults
+        spec = cls(names=names, resume=resume, inputs=inputs, evaluation=evaluation_spec(cfg), module=module,
+                   callbacks=callbacks, logger=OmegaConf.to_container(cfg.logger, resolve=True), config=config,
+                   copies=copies, training=training, seed=cfg.seed)
+        node = dict(module)
+        check_module(method_target(node.pop("_target_")), node)  # the method's and its embedding model's rules
+        return spec
 
 
 def _check_data(cfg: DictConfig) -> None:
@@ -233,16 +227,20 @@ def callback_nodes(cfg: DictConfig) -> dict[str, Any]:
             for k, v in (cfg.callbacks or {}).items()}
 
 
-def prompt_node(cfg: DictConfig) -> DictConfig | None:
-    """The ``prompt`` group's config, or ``None`` for ``prompt=none`` (whose file holds only ``template: null``)."""
-    return cfg.prompt if has_templates(cfg.prompt) else None
-
-
 def resolved_config(cfg: DictConfig) -> dict[str, Any]:
     """The config as saved in a checkpoint and ``results.json``: resolved, plain containers."""
     return OmegaConf.to_container(cfg, resolve=True)
 
 
 def copies_of(cfg: DictConfig) -> tuple[str, ...]:
-    """The ``module`` node's copies of the groups' keys (:func:`cselab.callbacks.run_config.module_copies`)."""
-    return tuple(module_copies(OmegaConf.to_container(cfg.module, resolve=False) if "module" in cfg else {}))
+    """The paths under ``module`` whose unresolved value is an interpolation: copies of the groups' keys (the
+    ``module`` node reads every argument from the groups, ``conf/config.yaml``), compared where they live on
+    resume (:func:`cselab.callbacks.run_config.config_changes`)."""
+    def paths(node: Any, prefix: str) -> list[str]:
+        if isinstance(node, str):
+            return [prefix] if "${" in node else []
+        if isinstance(node, dict):
+            return [p for key, value in node.items() for p in paths(value, f"{prefix}.{key}")]
+        return []
+
+    return tuple(paths(OmegaConf.to_container(cfg.module, resolve=False) if "module" in cfg else {}, "module"))
