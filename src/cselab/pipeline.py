@@ -18,7 +18,7 @@ from cselab.config import has_templates
 from cselab.methods.checks import ConfigError
 from cselab.methods.registry import method_target
 from cselab.run import assemble
-from cselab.run.assemble import _short_tag, build_run_method, runtime_arguments, start_loggers
+from cselab.run.assemble import _short_tag, runtime_arguments, start_loggers
 from cselab.run.failure import disk_full_record, record_failure
 from cselab.run.flow import execute, fit_and_test, prepare, run, validate_at_end
 from cselab.run.inputs import check_inputs
@@ -82,6 +82,12 @@ def prompt_config(cfg: DictConfig) -> DictConfig | None:
 def build_method(cfg: DictConfig, backbone: dict | None = None):
     """The config's method (:func:`cselab.run.assemble.build_method` of its ``module`` node)."""
     return assemble.build_method(module_node(cfg), backbone)
+
+
+def build_run_method(cfg: DictConfig):
+    """The config's method as a run builds it (:func:`cselab.run.assemble.build_run_method`: ``eval.test_backbone``
+    for a run that trains nothing, activation checkpointing, ``torch.compile``)."""
+    return assemble.build_run_method(RunSpec.from_config(cfg))
 
 
 def build_callbacks(cfg: DictConfig, runtime: dict, names: tuple[str, ...] | None = None) -> dict[str, L.Callback]:
