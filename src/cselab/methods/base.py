@@ -112,10 +112,8 @@ class ContrastiveMethod(L.LightningModule):
                      mlm: Mapping[str, Any] | None = None, on_nonfinite: str = "stop",
                      cached_step: Mapping[str, Any] | None = None, loss: Mapping[str, Any] | None = None,
                      optim: Mapping[str, Any] | None = None, **_: Any) -> EmbeddingSpec:
-        """The method's embedding spec, every rule checked, nothing loaded (the config-time check of the run's
-        spec, :class:`cselab.run.spec.RunSpec`, and the constructor's); ``loss`` / ``optim`` are checked when given
-        (:func:`cselab.methods.checks.check_training`: the run gives them, the constructor does not); the other
-        ``module`` keys are ignored.
+        """The method's embedding spec, every rule checked, nothing loaded (the run's config-time check and the
+        constructor's; ``loss`` / ``optim``: :func:`~cselab.methods.checks.check_training`, when the run gives them).
 
         Raises:
             ConfigError: names the key and what was expected.
