@@ -42,9 +42,8 @@ log = logging.getLogger("cselab")
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     # (importing cselab.pipeline imports Lightning, which adds its console handler)
-    from cselab.callbacks.run_config import finished_run_changes
     from cselab.config_keys import check_added_keys
-    from cselab.pipeline import ConfigError, RunFinished, record_failure, run
+    from cselab.pipeline import ConfigError, RunFinished, finished_run_changes, record_failure, run
     from cselab.run_lock import RunDirInUse, hold_run_dir, release_run_dir
 
     one_line_per_event()  # Hydra has configured the job's logging: Lightning's records go through it, once

@@ -123,11 +123,12 @@ def _compose(*overrides: str):
 def no_backbone(monkeypatch):
     """``run`` fails loudly if it gets as far as loading the backbone."""
     import cselab.pipeline
+    import cselab.run.assemble
 
-    def refuse(cfg):
+    def refuse(*args, **kwargs):
         raise AssertionError("the backbone was loaded before the bad input was found")
 
-    monkeypatch.setattr(cselab.pipeline, "build_method", refuse)
+    monkeypatch.setattr(cselab.run.assemble, "build_method", refuse)
 
 
 def _run(tmp_path, *overrides: str):

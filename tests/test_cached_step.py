@@ -317,9 +317,8 @@ def test_run_with_cached_step_trains_and_may_resume_with_another_chunk_size(tmp_
     """``run.py trainer.cached_step.chunk_size=3``: the Trainer is built without the key (the module takes it) and
     the run trains with the cached step; the chunk size is not a change of the run's recipe (a resume may change
     it, and the W&B variant does not name it)."""
-    from cselab.callbacks.run_config import config_changes, resolved_config
     from cselab.config import variant_name
-    from cselab.pipeline import run
+    from cselab.pipeline import config_changes, resolved_config, run
     from tests.conftest import compose_tiny_run
 
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]",

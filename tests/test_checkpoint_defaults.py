@@ -19,7 +19,7 @@ def test_a_finished_run_keeps_a_weights_only_best_and_no_last(tmp_path, tiny_ber
 
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]",
                            "callbacks.throughput=null")
-    with caplog.at_level("INFO", logger="cselab.pipeline"):
+    with caplog.at_level("INFO", logger="cselab.run"):
         results = run(cfg, tmp_path / "run")
     best = torch.load(results["best_checkpoint"], map_location="cpu", weights_only=False)
     assert "optimizer_states" not in best and "state_dict" in best and best["cselab_method_class"]

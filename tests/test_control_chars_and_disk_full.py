@@ -60,8 +60,9 @@ def test_a_control_character_corpus_stops_the_run_before_the_backbone_loads(tmp_
 
     import cselab.config  # noqa: F401
     import cselab.pipeline
+    import cselab.run.assemble
 
-    monkeypatch.setattr(cselab.pipeline, "build_method", lambda cfg: pytest.fail("the backbone was loaded"))
+    monkeypatch.setattr(cselab.run.assemble, "build_method", lambda *a, **k: pytest.fail("the backbone was loaded"))
     path = _control_corpus(tmp_path / "nul.txt")
     with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["method=simcse", f"data.path={path}", f"data_dir={sts_data_dir}"])

@@ -29,9 +29,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("parts", ("cselab.data", "cselab.model", "cselab.representations", "cselab.losses")),
     ("evaluation", ("cselab.evaluation", "cselab.mteb")),
     ("methods", ("cselab.methods", "cselab.loading", "cselab.exported", "cselab")),  # "cselab": the package facade (cselab.load)
-    ("pipeline", ("cselab.pipeline", "cselab.loggers", "cselab.sweep", "cselab.callbacks", "cselab.config_keys",
+    ("pipeline", ("cselab.pipeline", "cselab.run", "cselab.loggers", "cselab.sweep", "cselab.callbacks", "cselab.config_keys",
                   "cselab.run_lock")),
-    ("apps", ("cselab.report", "cselab.analysis", "cselab.model_card", "cselab.export", "cselab.tiny_decoders")),
+    ("apps", ("cselab.report", "cselab.analysis", "cselab.model_card", "cselab.export", "cselab.export_plain", "cselab.tiny_decoders")),
     ("cli", ("cselab.cli", "cselab.evaluate_mteb")),  # evaluate_mteb: only the python -m shim of cselab.cli.mteb
 ]
 

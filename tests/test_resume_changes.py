@@ -10,9 +10,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from cselab.callbacks.run_config import config_changes, resolved_config
 from cselab.config import resume_overrides
 from cselab.methods.checks import ConfigError
+from cselab.pipeline import config_changes, resolved_config
 
 
 class _Killed(RuntimeError):

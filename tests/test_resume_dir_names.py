@@ -12,8 +12,8 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 import cselab.config  # noqa: F401  (resolvers)
-from cselab.callbacks.run_config import finished_run_changes, resolved_config
 from cselab.config import hydra_quote, resume_overrides
+from cselab.pipeline import finished_run_changes, resolved_config
 
 ROOT = Path(__file__).resolve().parents[1]
 #: a run directory as run_name writes it (issue 33's example), with a sweep's comma too

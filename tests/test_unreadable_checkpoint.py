@@ -28,7 +28,7 @@ def test_a_truncated_last_ckpt_is_set_aside_and_named(tmp_path, caplog):
     last = tmp_path / "checkpoints" / "last.ckpt"
     _truncated(last)
     assert read_error(last) is not None
-    with caplog.at_level(logging.WARNING, logger="cselab.pipeline"):
+    with caplog.at_level(logging.WARNING, logger="cselab.run"):
         assert resumable_checkpoint("auto", tmp_path) is None  # nothing readable left: from step 0
     [aside] = (tmp_path / "checkpoints").glob("last.ckpt.unreadable-*")
     assert not last.exists() and aside.stat().st_size > 0  # renamed, not deleted
@@ -62,7 +62,7 @@ def test_the_same_command_restarts_after_a_truncated_last_ckpt(tmp_path, tiny_be
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]", "trainer.max_steps=2",
                            "callbacks.throughput=null")
     _truncated(tmp_path / "run" / "checkpoints" / "last.ckpt")
-    with caplog.at_level(logging.WARNING, logger="cselab.pipeline"):
+    with caplog.at_level(logging.WARNING, logger="cselab.run"):
         results = run(cfg, tmp_path / "run")
     assert results["global_step"] == 2 and (tmp_path / "run" / "results.json").is_file()
     assert "last.ckpt cannot be read" in caplog.text and "set aside as" in caplog.text

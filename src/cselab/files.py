@@ -187,3 +187,16 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     with staged(path, "w") as f:
         f.write(text)
     return path
+
+
+def read_json_object(path: str | os.PathLike) -> dict:
+    """A JSON file's object (``results.json``, ``failed.json``), or ``{}`` when it cannot be read or holds no
+    object."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}

@@ -14,13 +14,14 @@ and records the outcome; ``run.py`` then exits with :func:`exit_status` (1 when 
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
+
+from cselab.files import read_json_object
 
 __all__ = ["JobStatus", "SweepSummary", "exit_status", "format_summary", "sweep_jobs"]
 
@@ -47,15 +48,6 @@ class JobStatus:
     detail: str = ""
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 def _job_number(path: Path) -> tuple[int, str]:
     match = re.match(r"(\d+)", path.name)
     return (int(match.group(1)) if match else 1 << 30, path.name)
@@ -66,13 +58,13 @@ def job_status(job_dir: str | Path) -> JobStatus:
     job_dir = Path(job_dir)
     results, failed = job_dir / RESULTS_FILE, job_dir / FAILED_FILE
     if failed.is_file() and (not results.is_file() or failed.stat().st_mtime > results.stat().st_mtime):
-        info = _read_json(failed)
+        info = read_json_object(failed)
         message = " ".join(str(info.get("message", "")).split())
         if len(message) > 160:
             message = message[:157] + "..."
         return JobStatus(job_dir, "failed", f"{info.get('error', 'error')}: {message}")
     if results.is_file():
-        test = _read_json(results).get("test") or {}
+        test = read_json_object(results).get("test") or {}
         shown = {"avg": test["avg"]} if isinstance(test.get("avg"), int | float) else test
         return JobStatus(job_dir, "done", "  ".join(f"{k} {v:.2f}" for k, v in shown.items()
                                                       if isinstance(v, int | float)))

@@ -12,12 +12,12 @@ and applies an accepted ``optim.lr`` / ``optim.weight_decay`` to the restored op
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from cselab.config import OUTPUT_ONLY_KEYS, key_matches
 from cselab.methods.checks import LEGACY_MODEL_KEYS, LEGACY_OPTIM_KEYS
@@ -41,33 +41,20 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _derived(node: Any, prefix: str = "module") -> list[str]:
-    """Paths under ``module`` whose unresolved value is an interpolation: copies of the groups' keys (the
-    ``module`` node reads every argument from the groups, ``conf/config.yaml``), compared where they live."""
-    if isinstance(node, str):
-        return [prefix] if "${" in node else []
-    if isinstance(node, dict):
-        return [p for key, value in node.items() for p in _derived(value, f"{prefix}.{key}")]
-    return []
-
-
-def resolved_config(cfg: DictConfig) -> dict[str, Any]:
-    """The config as saved in a checkpoint: resolved, plain containers."""
-    return OmegaConf.to_container(cfg, resolve=True)
-
-
-def config_changes(saved: dict[str, Any], cfg: DictConfig) -> list[tuple[str, Any, Any]]:
-    """The keys whose resolved values differ between a checkpoint's config ``saved`` and ``cfg``, leaving out
+def config_changes(saved: dict[str, Any], new: dict[str, Any],
+                   copies: Sequence[str] = ()) -> list[tuple[str, Any, Any]]:
+    """The keys whose resolved values differ between a checkpoint's config ``saved`` and the new one, leaving out
     :data:`~cselab.config.OUTPUT_ONLY_KEYS` (logging, paths, evaluation batch size, workers, ...) and the
-    ``module`` node's copies of other keys.
+    ``module`` node's copies of other keys (``copies``, :func:`cselab.run.spec.copies_of`).
+
+    Args:
+        saved, new: resolved configs as plain containers.
 
     Returns:
         ``[(key, checkpoint value, new value)]`` sorted by key; ``"(absent)"`` for a key one side lacks.
     """
-    new = resolved_config(cfg)
-    derived = _derived(OmegaConf.to_container(cfg.get("module") or {}, resolve=False))
     # a checkpoint written before the embedding spec has the flat module node: copies of the groups' keys too
-    derived += [f"module.{key}" for key in (*LEGACY_MODEL_KEYS, *LEGACY_OPTIM_KEYS)]
+    derived = [*copies, *(f"module.{key}" for key in (*LEGACY_MODEL_KEYS, *LEGACY_OPTIM_KEYS))]
     old_flat, new_flat = _flatten(saved), _flatten(new)
     changes = []
     for key in sorted(set(old_flat) | set(new_flat)):
@@ -86,12 +73,13 @@ def read_state(ckpt_path: str | Path) -> dict[str, Any] | None:
     return (state.get("callbacks") or {}).get(STATE_KEY)
 
 
-def check_resume(cfg: DictConfig, ckpt_path: str | None, step: int | None) -> list[dict[str, Any]]:
+def check_resume(config: dict[str, Any], copies: Sequence[str], allowed: Sequence[str], ckpt_path: str | None,
+                 step: int | None) -> list[dict[str, Any]]:
     """Compare a resumed run's config with its checkpoint's, before any weights load.
 
     Args:
-        cfg: the new command's config; ``resume.allow_changed`` lists keys allowed to differ (a key covers its
-            sub-keys).
+        config: the new command's resolved config; copies: its ``module`` node's copies (``copies_of``).
+        allowed: ``resume.allow_changed``, keys allowed to differ (a key covers its sub-keys).
         ckpt_path: the checkpoint ``fit`` resumes from (``None``: a fresh run, nothing to compare).
         step: the checkpoint's global step (where the accepted changes take effect).
 
@@ -112,9 +100,8 @@ def check_resume(cfg: DictConfig, ckpt_path: str | None, step: int | None) -> li
         log.warning("%s holds no run config (written by an older cselab): the resumed run's overrides cannot be "
                     "compared with the checkpoint's", ckpt_path)
         return []
-    allowed = tuple(str(k) for k in (OmegaConf.select(cfg, "resume.allow_changed") or []))
-    changes = config_changes(state["config"], cfg)
-    refused = [c for c in changes if not key_matches(c[0], allowed)]
+    changes = config_changes(state["config"], config, copies)
+    refused = [c for c in changes if not key_matches(c[0], tuple(allowed))]
     if refused:
         lines = "\n".join(f"  {key}: {before!r} in the checkpoint, {after!r} now" for key, before, after in refused)
         keys = ",".join(key for key, _, _ in refused)
@@ -130,7 +117,8 @@ def check_resume(cfg: DictConfig, ckpt_path: str | None, step: int | None) -> li
     return earlier + now
 
 
-def finished_run_changes(results: dict[str, Any], cfg: DictConfig, run_dir: str | Path) -> str | None:
+def finished_run_changes(results: dict[str, Any], config: dict[str, Any], copies: Sequence[str],
+                         run_dir: str | Path) -> str | None:
     """Why re-running a finished run with this command changes nothing, when the command asks for a value that
     changes the result (``resume=<finished run> optim.lr=1e-4``): the keys with both values and how to run the
     change; ``None`` when the command matches the finished run (or its ``results.json`` records no config).
@@ -138,7 +126,7 @@ def finished_run_changes(results: dict[str, Any], cfg: DictConfig, run_dir: str 
     saved = results.get("config")
     if not isinstance(saved, dict):
         return None
-    changes = config_changes(saved, cfg)
+    changes = config_changes(saved, config, copies)
     if not changes:
         return None
     listed = "; ".join(f"{key}: {before!r} in the finished run, {after!r} now" for key, before, after in changes)
@@ -153,7 +141,7 @@ class RunConfig(L.Callback):
     optimizer (and the LR schedule's base), which otherwise keeps the checkpoint's.
 
     Args:
-        config: the resolved config (:func:`resolved_config`).
+        config: the resolved config (:attr:`cselab.run.spec.RunSpec.config`).
         changes: the accepted changes (:func:`check_resume`); those of this resume have ``step`` = the step
             resumed from.
         resume_step: the step this fit resumes from (``None``: a fresh run).

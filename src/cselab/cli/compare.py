@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from cselab.evaluation.stats import METHODS
+from cselab.evaluation.stats import DEFAULT_BOOTSTRAP, METHODS
 from cselab.report.compare import compare_runs, render_comparison
 
 
@@ -27,11 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Paired comparison of two runs on the same STS test pairs (A - B).")
     p.add_argument("run_a", metavar="RUN_A", help="run directory (with test_pairs.npz)")
     p.add_argument("run_b", metavar="RUN_B", help="run directory (with test_pairs.npz)")
-    p.add_argument("--n-resamples", type=int, default=1000, metavar="N",
-                   help="bootstrap resamples and random permutations (default: 1000)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the resampling (default: 0)")
-    p.add_argument("--level", type=float, default=0.95, help="confidence level (default: 0.95)")
-    p.add_argument("--method", choices=METHODS, default="percentile", help="bootstrap interval method")
+    p.add_argument("--n-resamples", type=int, default=DEFAULT_BOOTSTRAP.n_resamples, metavar="N",
+                   help="bootstrap resamples and random permutations (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=DEFAULT_BOOTSTRAP.seed, help="seed of the resampling (default: %(default)s)")
+    p.add_argument("--level", type=float, default=DEFAULT_BOOTSTRAP.level, help="confidence level (default: %(default)s)")
+    p.add_argument("--method", choices=METHODS, default=DEFAULT_BOOTSTRAP.method, help="bootstrap interval method")
     p.add_argument("--format", choices=("markdown", "csv"), default="markdown", help="output format")
     p.add_argument("--out", type=Path, default=None, help="write to FILE instead of stdout")
     return p

@@ -24,6 +24,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from cselab.evaluation.stats import DEFAULT_BOOTSTRAP
 from cselab.report.collect import Report, SameSeedError, collect
 from cselab.report.compare import AUTO_MAX_PAIRS, comparable_pairs, compare_groups, comparison_records
 from cselab.report.published import DEFAULT_PATH, PublishedDataError, load_published
@@ -55,10 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", choices=("auto", "all", "none"), default="auto",
                    help="paired comparisons between rows tested on the same tasks, seed by seed (Markdown): auto = "
                         "every pair of rows when there are at most 6 pairs (default), all, none")
-    p.add_argument("--n-resamples", type=int, default=1000, metavar="N",
-                   help="bootstrap resamples and permutations of the paired comparisons (default: 1000)")
-    p.add_argument("--bootstrap-seed", type=int, default=0, metavar="S",
-                   help="seed of the comparisons' resampling (default: 0)")
+    p.add_argument("--n-resamples", type=int, default=DEFAULT_BOOTSTRAP.n_resamples, metavar="N",
+                   help="bootstrap resamples and permutations of the paired comparisons (default: %(default)s)")
+    p.add_argument("--bootstrap-seed", type=int, default=DEFAULT_BOOTSTRAP.seed, metavar="S",
+                   help="seed of the comparisons' resampling (default: %(default)s)")
     p.add_argument("--comparisons-csv", type=Path, default=None, metavar="FILE",
                    help="also write the paired comparisons as CSV (a row per pair of rows, seed and task)")
     p.add_argument("--wandb", nargs="?", const="cselab", default=None, metavar="PROJECT",

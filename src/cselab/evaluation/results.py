@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from cselab.evaluation.stats import DEFAULT_BOOTSTRAP
 from cselab.evaluation.sts import TEST_TASKS
 from cselab.files import atomic_write_text
 
@@ -33,7 +34,8 @@ def write_results(path: str | os.PathLike, results: dict) -> Path:
 
 def score_intervals(
     pairs: dict[str, tuple[list[float], list[float]]], subsets: dict[str, dict[str, int]], aggregation: str = "all",
-    n_resamples: int = 1000, seed: int = 0, level: float = 0.95, method: str = "percentile",
+    n_resamples: int = DEFAULT_BOOTSTRAP.n_resamples, seed: int = DEFAULT_BOOTSTRAP.seed,
+    level: float = DEFAULT_BOOTSTRAP.level, method: str = DEFAULT_BOOTSTRAP.method,
 ) -> dict[str, Any] | None:
     """The ``results.json`` entries of the test scores' bootstrap intervals (:mod:`cselab.evaluation.stats`).
 
@@ -44,8 +46,8 @@ def score_intervals(
         pairs: task -> (cosines, gold), as :attr:`cselab.evaluation.callback.STSCallback.test_pairs`.
         subsets: task -> {subset: pairs} (:attr:`~cselab.evaluation.callback.STSCallback.test_subsets`).
         aggregation: ``eval.aggregation`` (``mean`` / ``wmean`` resample within each subset).
-        n_resamples: ``eval.bootstrap.n_resamples``; 0 returns ``None`` (intervals off).
-        seed, level, method: ``eval.bootstrap.seed`` / ``.level`` / ``.method``.
+        n_resamples, seed, level, method: ``eval.bootstrap`` (:class:`cselab.evaluation.stats.BootstrapOptions`);
+            ``n_resamples=0`` returns ``None`` (intervals off).
 
     Returns:
         ``None``, or ``{"test_ci": {task: [low, high], ..., "avg": [low, high]}, "test_ci_info": {...}}``

@@ -31,7 +31,8 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -55,6 +56,49 @@ __all__ = [
 #: the bootstrap interval methods offered (``scipy.stats.bootstrap``'s ``method``).  BCa is not offered: its
 #: jackknife costs one Spearman per pair (~20 s for the 7 tasks here, far beyond 5 % of the test phase).
 METHODS: tuple[str, ...] = ("percentile", "basic")
+
+
+@dataclass(frozen=True)
+class BootstrapOptions:
+    """How the test scores' intervals are resampled (``eval.bootstrap``, ``cselab compare``): the one place their
+    defaults are written and their one check.
+
+    Attributes:
+        n_resamples: bootstrap resamples (and random permutations of a paired comparison); 0: no intervals, else
+            >= 100.
+        seed: the resampling seed (same pairs, same seed: same interval).
+        level: the confidence level, in (0, 1).
+        method: one of :data:`METHODS` (``scipy.stats.bootstrap``'s ``method``).
+
+    Raises:
+        ValueError: names the key (``eval.bootstrap.<key>``), the value and what was expected.
+    """
+
+    n_resamples: int = 1000
+    seed: int = 0
+    level: float = 0.95
+    method: str = "percentile"
+
+    def __post_init__(self) -> None:
+        n, seed, level = self.n_resamples, self.seed, self.level
+        if isinstance(n, bool) or not isinstance(n, int) or (n != 0 and n < 100):
+            raise ValueError(f"eval.bootstrap.n_resamples={n!r}: expected 0 (no intervals) or an int >= 100 "
+                             f"({BootstrapOptions.n_resamples} is the default)")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"eval.bootstrap.seed={seed!r}: expected an int")
+        if isinstance(level, bool) or not isinstance(level, int | float) or not 0 < level < 1:
+            raise ValueError(f"eval.bootstrap.level={level!r}: expected a confidence level in (0, 1), e.g. 0.95")
+        if self.method not in METHODS:
+            raise ValueError(f"eval.bootstrap.method={self.method!r}: expected one of {', '.join(METHODS)}")
+
+    @classmethod
+    def from_config(cls, node: Mapping[str, Any] | None) -> BootstrapOptions:
+        """From the ``eval.bootstrap`` node (missing keys and a null node: the defaults)."""
+        return cls(**{f.name: node[f.name] for f in fields(cls) if f.name in (node or {})})
+
+
+#: the defaults, for the functions' signatures
+DEFAULT_BOOTSTRAP = BootstrapOptions()
 
 
 @dataclass(frozen=True)
@@ -196,13 +240,10 @@ def _segments(tasks: Mapping[str, TaskPairs]) -> list[tuple[int, float, int, int
 
 
 def _check_bootstrap_args(n_resamples: int, level: float, method: str) -> None:
-    if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 2:
-        raise ValueError(f"n_resamples must be an int >= 2, got {n_resamples!r} (0 turns the intervals off "
-                         "in eval.bootstrap.n_resamples)")
-    if not 0 < level < 1:
-        raise ValueError(f"confidence level must be in (0, 1), got {level!r}")
-    if method not in METHODS:
-        raise ValueError(f"bootstrap method {method!r}: expected one of {', '.join(METHODS)}")
+    """:class:`BootstrapOptions`' check, and at least one resample (0 turns the intervals off before a call)."""
+    BootstrapOptions(n_resamples=n_resamples, level=level, method=method)
+    if n_resamples == 0:
+        raise ValueError("n_resamples=0: nothing to resample (0 turns the intervals off in eval.bootstrap.n_resamples)")
 
 
 def _bootstrap(statistic, sizes: list[int], n_resamples: int, seed: int, level: float, method: str,
@@ -225,8 +266,9 @@ def _bootstrap(statistic, sizes: list[int], n_resamples: int, seed: int, level: 
 
 
 def bootstrap_scores(
-    tasks: Mapping[str, TaskPairs], n_resamples: int = 1000, seed: int = 0, level: float = 0.95,
-    method: str = "percentile", average: bool = True, batch: int | None = 250,
+    tasks: Mapping[str, TaskPairs], n_resamples: int = DEFAULT_BOOTSTRAP.n_resamples,
+    seed: int = DEFAULT_BOOTSTRAP.seed, level: float = DEFAULT_BOOTSTRAP.level, method: str = DEFAULT_BOOTSTRAP.method,
+    average: bool = True, batch: int | None = 250,
 ) -> dict[str, Interval]:
     """Bootstrap confidence intervals of each task's score and of their plain average, resampling pairs.
 
@@ -237,7 +279,7 @@ def bootstrap_scores(
 
     Args:
         tasks: task -> :class:`TaskPairs`.
-        n_resamples: bootstrap resamples (>= 2).
+        n_resamples: bootstrap resamples (>= 100, :class:`BootstrapOptions`).
         seed: seed of the ``numpy.random.Generator`` that draws them (same seed, same intervals).
         level: confidence level.
         method: ``percentile`` or ``basic`` (:data:`METHODS`).
@@ -347,8 +389,9 @@ def _rank_codes(values: np.ndarray) -> np.ndarray:
 
 
 def paired_comparison(
-    a: Mapping[str, TaskPairs], b: Mapping[str, TaskPairs], n_resamples: int = 1000, seed: int = 0,
-    level: float = 0.95, method: str = "percentile", alpha: float = 0.05,
+    a: Mapping[str, TaskPairs], b: Mapping[str, TaskPairs], n_resamples: int = DEFAULT_BOOTSTRAP.n_resamples,
+    seed: int = DEFAULT_BOOTSTRAP.seed, level: float = DEFAULT_BOOTSTRAP.level, method: str = DEFAULT_BOOTSTRAP.method,
+    alpha: float = 0.05,
 ) -> Comparison:
     """Compare two runs scored on the same pairs: per-task difference, paired bootstrap interval, p-value.
 

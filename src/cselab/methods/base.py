@@ -20,7 +20,14 @@ from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from cselab.losses import build_loss
 from cselab.methods.cached_step import CachedStep, check_trainer
-from cselab.methods.checks import backbone_family_of, check_method, embedding_spec
+from cselab.methods.checks import (
+    FUSED_CHOICES,
+    OPTIM_DEFAULTS,
+    backbone_family_of,
+    check_method,
+    check_training,
+    embedding_spec,
+)
 from cselab.methods.gather import gather_embeddings
 from cselab.methods.mlm import AuxiliaryMLM, mlm_head_own_parameters
 from cselab.methods.nonfinite import NonFinitePolicy, honours_found_inf
@@ -29,10 +36,6 @@ from cselab.model.spec import ConfigError, EmbeddingSpec, TuningSpec
 from cselab.model.template_input import ViewSpec
 from cselab.progress import is_logging_step
 
-#: AdamW and its linear schedule (``optim``): the official implementations' (no warm-up, no weight decay)
-OPTIM_DEFAULTS = {"lr": 3e-5, "weight_decay": 0.0, "warmup_ratio": 0.0, "warmup_steps": 0, "fused": "auto"}
-#: ``optim.fused`` values: ``auto`` = the fused AdamW kernel wherever the parameters' device has one (CUDA, CPU)
-FUSED_CHOICES = ("auto", True, False)
 #: devices with a fused AdamW kernel that honours ``found_inf`` (torch >= 2.4)
 FUSED_DEVICES = ("cuda", "cpu")
 
@@ -107,13 +110,15 @@ class ContrastiveMethod(L.LightningModule):
     def check_config(cls, *, backbone: Mapping[str, Any], model: Mapping[str, Any] | EmbeddingSpec,
                      setting: str = "unsup", train: bool = True, negatives: str = "global",
                      mlm: Mapping[str, Any] | None = None, on_nonfinite: str = "stop",
-                     cached_step: Mapping[str, Any] | None = None, **_: Any) -> EmbeddingSpec:
-        """The method's embedding spec, every rule checked, nothing loaded (the config-time check of
-        :func:`cselab.pipeline.validate` and the constructor's); the other ``module`` keys are ignored.
+                     cached_step: Mapping[str, Any] | None = None, loss: Mapping[str, Any] | None = None,
+                     optim: Mapping[str, Any] | None = None, **_: Any) -> EmbeddingSpec:
+        """The method's embedding spec, every rule checked, nothing loaded (the run's config-time check and the
+        constructor's; ``loss`` / ``optim``: :func:`~cselab.methods.checks.check_training`, when the run gives them).
 
         Raises:
             ConfigError: names the key and what was expected.
         """
+        check_training(loss, optim, train)
         if (cached_step or {}).get("chunk_size") is not None:
             CachedStep(cached_step["chunk_size"])
         given, family = isinstance(model, EmbeddingSpec), backbone_family_of(backbone)

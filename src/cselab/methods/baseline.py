@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cselab.methods.base import ContrastiveMethod
-from cselab.methods.checks import ConfigError
+from cselab.methods.checks import ConfigError, check_training
 from cselab.representations.token import TOKEN_REPRESENTATIONS, TokenRepresentation
 
 #: representations that are not the embedding model's forward (plain encode objects)
@@ -55,6 +55,7 @@ def check_config(*, backbone: dict[str, Any], model: Mapping[str, Any], **method
     """
     pooler = model.get("pooler")
     if pooler in ANALYSIS_POOLERS:
+        check_training(method.get("loss"), method.get("optim"), bool(method.get("train")))
         if pooler == "topk" and not model.get("prompt"):
             raise ConfigError("method.pooler=topk needs a template (a [MASK] representation) but prompt=none "
                               "(choose a prompt: prompt=promptbert ...)")
@@ -63,3 +64,4 @@ def check_config(*, backbone: dict[str, Any], model: Mapping[str, Any], **method
 
 
 build_baseline.check_config = check_config  # what cselab.methods.checks.check_module calls
+Baseline.factory = staticmethod(build_baseline)  # what method_class("baseline") gives (cselab.methods.registry)

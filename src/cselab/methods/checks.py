@@ -7,15 +7,25 @@ constructor; the messages name the config keys.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from cselab.methods.nonfinite import POLICIES
 from cselab.model.spec import ConfigError, EmbeddingSpec
 
-__all__ = ["ConfigError", "NEGATIVES", "check_method", "check_module", "embedding_spec", "split_legacy"]
+__all__ = ["ConfigError", "NEGATIVES", "check_method", "check_module", "check_training", "embedding_spec",
+           "split_legacy"]
+
+log = logging.getLogger(__name__)
 
 NEGATIVES = ("global", "per_device")
+#: AdamW and its linear schedule (``optim``): the official implementations' (no warm-up, no weight decay)
+OPTIM_DEFAULTS = {"lr": 3e-5, "weight_decay": 0.0, "warmup_ratio": 0.0, "warmup_steps": 0, "fused": "auto"}
+#: ``optim.fused`` values: ``auto`` = the fused AdamW kernel wherever the parameters' device has one (CUDA, CPU)
+FUSED_CHOICES = ("auto", True, False)
+#: learning rates above this are outside what any of the papers' configs use (largest: 3e-2, soft prompts)
+PLAUSIBLE_MAX_LR = 0.1
 #: the flat ``module`` keys of cselab before the embedding spec: now ``module.model.<key>`` ...
 LEGACY_MODEL_KEYS = ("pooler", "head", "mlp_only_train", "head_on", "denoise_at_eval", "head_init", "dev_encoder",
                      "denoise_positions", "prompt", "denoise", "max_seq_len", "eval_max_seq_len", "eval_batch_size",
@@ -91,6 +101,34 @@ def check_method(method_cls: type, *, family: str, tuning: str, setting: str, tr
         raise ConfigError(f"method.on_nonfinite={on_nonfinite!r}: expected 'stop' or 'skip'")
     if mlm and family == "decoder":
         raise ConfigError("method.mlm on backbone.family=decoder: a decoder LLM has no masked-LM head")
+
+
+def check_training(loss: Mapping[str, Any] | None, optim: Mapping[str, Any] | None, train: bool) -> None:
+    """The loss's and the optimiser's values (``module.loss``, ``module.optim``; None: not given, nothing to
+    check): ``loss.temperature > 0``; when ``train``, ``optim.lr`` a number > 0 (a warning above
+    :data:`PLAUSIBLE_MAX_LR`), ``optim.weight_decay >= 0``, ``0 <= optim.warmup_ratio < 1``, ``optim.fused``
+    one of :data:`FUSED_CHOICES`.
+
+    Raises:
+        ConfigError: names the key, the value and what was expected.
+    """
+    if loss is not None and "temperature" in loss and loss["temperature"] <= 0:
+        raise ConfigError(f"loss.temperature must be > 0, got {loss['temperature']}")
+    if not train or optim is None:
+        return
+    checks = (("lr", lambda v: v > 0, "a number > 0 (the papers use 1e-5 .. 3e-2)"),
+              ("weight_decay", lambda v: v >= 0, "a number >= 0"),
+              ("warmup_ratio", lambda v: 0 <= v < 1, "a fraction of the training steps in [0, 1)"))
+    for key, ok, expected in checks:
+        value = optim[key] if key in optim else (OPTIM_DEFAULTS[key] if key != "lr" else None)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != value or not ok(value):
+            raise ConfigError(f"optim.{key}={value!r}: expected {expected}")
+    fused = optim["fused"] if "fused" in optim else OPTIM_DEFAULTS["fused"]
+    if fused not in FUSED_CHOICES:  # the method's own values (cselab.methods.base.fused_adamw)
+        raise ConfigError(f"optim.fused={fused!r}: expected auto, true or false")
+    if optim["lr"] > PLAUSIBLE_MAX_LR:
+        log.warning("optim.lr=%g is far above the papers' learning rates (1e-5 for full fine-tuning .. 3e-2 for "
+                    "soft prompts): training will probably diverge; check the value", optim["lr"])
 
 
 def split_legacy(node: Mapping[str, Any]) -> dict[str, Any]:

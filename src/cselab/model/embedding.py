@@ -19,7 +19,6 @@ hold these very files and ``SentenceTransformer(folder, trust_remote_code=True)`
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,16 +27,14 @@ import torch
 from torch import nn
 
 from .backbone import Encoder
-from .decoder_input import PromptCollate
-from .heads import MLMTransformHead, ProjectionMLP, build_head
+from .collates import build_collate
+from .embedding_folder import load_folder, save_folder
+from .heads import MLMTransformHead, ProjectionMLP
 from .pooling import needs_hidden_states, pool
 from .spec import EmbeddingSpec, TuningSpec
 from .template_input import ViewCollate
 from .whitening import Whitening
 
-CONFIG_FILE = "cselab_model.json"
-WEIGHTS_FILE = "cselab_model.safetensors"
-BACKBONE_DIR = "backbone"
 ENCODERS = ("test", "dev")
 
 
@@ -148,48 +145,8 @@ class EmbeddingModel(nn.Module):
         if kind == "dev" and self.spec.dev_encoder is None:
             kind = "test"
         if kind not in self._collates:
-            self._collates[kind] = self._build_collate(kind)
+            self._collates[kind] = build_collate(self.spec, self.tokenizer, self.backbone, kind)
         return self._collates[kind]
-
-    def _build_collate(self, kind: str) -> ViewCollate | PromptCollate:
-        spec = self.spec
-        if self.backbone.is_decoder:
-            return self._build_prompt_collate(kind)
-        if kind == "train":
-            add_period, denoise, official = False, True, False
-        elif kind == "test":
-            add_period, denoise, official = spec.add_period_at_eval, spec.denoise_at_eval, True
-        elif kind == "dev":
-            add_period, denoise, official = spec.dev_encoder.add_period, spec.dev_encoder.denoise, False
-        else:
-            raise ValueError(f"collate({kind!r}): expected train, test or dev")
-        training = kind == "train"
-        return ViewCollate(
-            self.tokenizer,
-            spec.view_specs(kind),
-            max_seq_len=spec.max_seq_len if training else spec.eval_max_seq_len,
-            denoise=spec.denoise if denoise else "none",
-            mask_index=spec.mask_index,
-            add_period=add_period,
-            position_offset=self.backbone.position_offset if spec.denoise_positions == "aligned" else 0,
-            max_positions=self.backbone.max_positions,
-            soft_templates=spec.soft_templates,
-            official_test_tokenization=official,
-            mlm_probability=spec.mlm_probability if training else 0.0,
-            train_tokenization=spec.train_tokenization if training else "promptbert",
-        )
-
-    def _build_prompt_collate(self, kind: str) -> PromptCollate:
-        """A decoder's template input: training truncates the sentence (``max_seq_len``), test and dev apply the
-        official evaluation sentence rules (``eval_rules``) and never truncate (kongds/scaling_sentemb
-        ``evaluation.py:197-209``, ``ft_llm.py:221-239``)."""
-        spec = self.spec
-        if kind not in ("train", "test", "dev"):
-            raise ValueError(f"collate({kind!r}): expected train, test or dev")
-        training = kind == "train"
-        return PromptCollate(self.tokenizer, spec.view_specs(kind),
-                             max_seq_len=spec.max_seq_len if training else spec.eval_max_seq_len,
-                             eval_rules=not training and spec.eval_rules, decode_cleanup=spec.decode_cleanup)
 
     # ----------------------------------------------------------------------------------------- forward
     def sequence_states(self, batch: dict[str, torch.Tensor], rows: slice | None = None) -> torch.Tensor:
@@ -370,55 +327,19 @@ class EmbeddingModel(nn.Module):
 
     # ----------------------------------------------------------------------------------------- save / load
     def save(self, folder: str | os.PathLike) -> None:
-        """Write the model into ``folder``: ``cselab_model.json`` (:meth:`.spec.EmbeddingSpec.to_dict`, with the
-        backbone's family, pooler-layer presence and head as built), ``backbone/`` (the backbone's Hugging Face
-        config and tokenizer) and
-        ``cselab_model.safetensors`` (every weight: backbone, prompt module, head, the whitening transform's
-        buffers; the MLM head of training is not part of the embedding model).  :meth:`load` rebuilds the same model from it."""
-        from safetensors.torch import save_model
-
-        os.makedirs(folder, exist_ok=True)
-        base = self.backbone.base_model
-        config = dataclasses.replace(self.spec, family=self.backbone.family, head=_head_name(self.head),
-                                     has_pooler_layer=getattr(base, "pooler", None) is not None).to_dict()
-        with open(os.path.join(folder, CONFIG_FILE), "w", encoding="utf-8") as f:
-            json.dump(config, f, indent=2)
-        base.config.save_pretrained(os.path.join(folder, BACKBONE_DIR))
-        self.tokenizer.save_pretrained(os.path.join(folder, BACKBONE_DIR))
-        mlm = self.backbone.mlm
-        self.backbone.mlm = None  # not saved: training only
-        try:
-            save_model(self, os.path.join(folder, WEIGHTS_FILE))
-        finally:
-            self.backbone.mlm = mlm
+        """Write the model into ``folder`` (:func:`.embedding_folder.save_folder`: ``cselab_model.json``,
+        ``backbone/`` config and tokenizer, ``cselab_model.safetensors``); :meth:`load` rebuilds it."""
+        save_folder(self, folder, _head_name(self.head))
 
     @classmethod
     def load(cls, folder: str | os.PathLike, device: str | torch.device = "cpu") -> EmbeddingModel:
-        """The model :meth:`save` wrote into ``folder`` (local files only).
+        """The model :meth:`save` wrote into ``folder`` (local files only; :func:`.embedding_folder.load_folder`).
 
         Raises:
             FileNotFoundError: ``folder`` lacks ``cselab_model.json`` (not a saved cselab model).
             ConfigError: its ``cselab_model.json`` is not a spec this cselab reads.
         """
-        from safetensors.torch import load_model
-        from transformers import AutoConfig, AutoModel, AutoTokenizer
-
-        path = os.path.join(folder, CONFIG_FILE)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{path}: not a saved cselab embedding model (no {CONFIG_FILE})")
-        with open(path, encoding="utf-8") as f:
-            spec = EmbeddingSpec.from_dict(json.load(f))
-        hf_dir = os.path.join(folder, BACKBONE_DIR)
-        hf_config = AutoConfig.from_pretrained(hf_dir, local_files_only=True)
-        try:  # BERT / RoBERTa-like: no pooler layer when the saved backbone had none
-            model = AutoModel.from_config(hf_config, add_pooling_layer=spec.has_pooler_layer)
-        except TypeError:
-            model = AutoModel.from_config(hf_config)
-        tokenizer = AutoTokenizer.from_pretrained(hf_dir, local_files_only=True)
-        head = build_head(spec.head, int(hf_config.hidden_size), init="pytorch")  # weights: below
-        out = cls(Encoder(model, spec.family), tokenizer, head, spec)
-        load_model(out, os.path.join(folder, WEIGHTS_FILE), strict=True, device=str(device))
-        return out.to(device).eval()
+        return load_folder(cls, folder, device)
 
 
 def _head_name(head: nn.Module | None) -> str:

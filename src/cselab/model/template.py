@@ -31,6 +31,7 @@ the suffix loses its trailing whitespace.  ``tokenize_template(..., whole_string
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 SENT = "[X]"
@@ -252,3 +253,63 @@ def append_period(sentence: str) -> str:
     if len(sentence) > 0 and sentence[-1] not in ".?\"'":
         return sentence + "."
     return sentence
+
+
+def check_template_override(template: str | None, prompt: str, views: Mapping[str, Sequence[str]]) -> None:
+    """``prompt.template`` is the template of ``prompt=custom`` only: on another prompt (``template: null`` in
+    its file) or on ``prompt=none``, refuse with the overrides to type instead.
+
+    Args:
+        template: ``prompt.template``; prompt: ``prompt.name`` (``none`` for ``prompt=none``); views: the
+            prompt's view names by backbone family (``prompt.templates``).
+
+    Raises:
+        TemplateError: names the prompt, its views and the two ways to use the template.
+    """
+    if template is None or prompt == "custom":
+        return
+    one_view = ""
+    if views:
+        family, names = next(iter(views.items()))
+        one_view = (f", or change one view of prompt={prompt} (its views: "
+                    + "; ".join(f"{f}: {', '.join(v)}" for f, v in views.items())
+                    + f"): prompt.templates.{family}.{names[0]}='{template}'")
+    raise TemplateError(
+        f"prompt.template='{template}' is read only by prompt=custom, but prompt={prompt}. To evaluate or train "
+        f"with this template, type: prompt=custom prompt.template='{template}'{one_view}")
+
+
+def check_prompt_views(prompt: str, family: str, families: Sequence[str], views: Mapping[str, str | Exception],
+                       keys: Mapping[str, str], named: Sequence[tuple[str, str | None]],
+                       parse: Callable[[str], object]) -> None:
+    """Every template of a prompt for the backbone's family parsed as the model will, and the views the prompt
+    names present: before any weights load.
+
+    Args:
+        prompt: ``prompt.name``; family: ``backbone.family``; families: the families ``prompt.templates`` has.
+        views: view -> its template string, or the error its value raised when it was read (``prompt=icl_file``
+            with a missing file); None for a family the prompt lacks.
+        keys: view -> the config key(s) its string comes from (``prompt.template`` for ``prompt=custom``,
+            ``prompt.file, prompt.line`` for ``prompt=icl_file``, else ``prompt.templates.<family>.<view>``).
+        named: ``(config key, view)`` of the views the prompt names (``train_views``, ``sup_view``, ``eval_view``).
+        parse: the family's parser (:meth:`Template.parse` with ``prompt.mask_index``, or
+            :func:`cselab.model.decoder_input.split_prompt` for decoders).
+
+    Raises:
+        TemplateError: names the config key, the value and why.
+    """
+    if family not in families:
+        raise TemplateError(f"prompt={prompt} has no templates for backbone.family={family} "
+                            f"(prompt.templates has {sorted(families)})")
+    for key, view in named:
+        if view is not None and view not in views:
+            raise TemplateError(f"{key} names the view {view!r}, which prompt.templates.{family} lacks "
+                                f"(its views: {sorted(views)})")
+    for view, template in views.items():
+        if isinstance(template, Exception):
+            raise TemplateError(f"{keys[view]}: {template}") from template
+        try:
+            parse(template)
+        except TemplateError as err:
+            raise TemplateError(f"{keys[view]}={template!r} (prompt={prompt}, backbone.family={family}): "
+                                f"{err}") from err

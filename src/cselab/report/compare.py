@@ -16,7 +16,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from cselab.evaluation.pair_scores import PAIRS_FILE, read_pair_scores, task_pairs
-from cselab.evaluation.stats import Comparison, SeedStats, TaskPairs, paired_comparison, seed_statistics
+from cselab.evaluation.stats import (
+    DEFAULT_BOOTSTRAP,
+    Comparison,
+    SeedStats,
+    TaskPairs,
+    paired_comparison,
+    seed_statistics,
+)
 from cselab.report.published import COLUMN_NAMES
 
 __all__ = ["AUTO_MAX_PAIRS", "comparable_pairs", "compare_groups", "comparison_records", "load_pairs", "compare_runs", "comparison_rows", "render_comparison", "render_seed_difference",
@@ -42,8 +49,9 @@ def load_pairs(run_dir: str | os.PathLike) -> dict[str, TaskPairs]:
     return task_pairs(raw, aggregation)
 
 
-def compare_runs(a: str | os.PathLike, b: str | os.PathLike, n_resamples: int = 1000, seed: int = 0,
-                 level: float = 0.95, method: str = "percentile") -> Comparison:
+def compare_runs(a: str | os.PathLike, b: str | os.PathLike, n_resamples: int = DEFAULT_BOOTSTRAP.n_resamples,
+                 seed: int = DEFAULT_BOOTSTRAP.seed, level: float = DEFAULT_BOOTSTRAP.level,
+                 method: str = DEFAULT_BOOTSTRAP.method) -> Comparison:
     """:func:`cselab.evaluation.stats.paired_comparison` of two run directories (A - B).
 
     Raises:
@@ -175,8 +183,9 @@ def comparable_pairs(groups: Sequence) -> list[tuple]:
     return candidates
 
 
-def compare_groups(groups: Sequence, pairs: str = "auto", n_resamples: int = 1000, seed: int = 0,
-                   level: float = 0.95, method: str = "percentile", max_auto: int | None = None) -> list[GroupComparison]:
+def compare_groups(groups: Sequence, pairs: str = "auto", n_resamples: int = DEFAULT_BOOTSTRAP.n_resamples,
+                   seed: int = DEFAULT_BOOTSTRAP.seed, level: float = DEFAULT_BOOTSTRAP.level,
+                   method: str = DEFAULT_BOOTSTRAP.method, max_auto: int | None = None) -> list[GroupComparison]:
     """Paired comparisons between report rows tested on the same tasks, matched seed by seed.
 
     Args:

@@ -1,0 +1,142 @@
+"""One run, end to end: the config read once into a :class:`~cselab.run.spec.RunSpec`, then its steps.
+
+1. :meth:`RunSpec.from_config`: the run directory (a finished run refused), every config rule (names the
+   offending keys); :func:`prepare`: every input file, the checkpoint to resume from and the new command against
+   that checkpoint's config (``resume.allow_changed``, :mod:`cselab.callbacks.run_config`), all before the
+   backbone loads;
+2. build the method (loads the backbone) and, when training, its DataModule with the method's collate;
+3. fit with the STS callback validating STS-B dev every ``trainer.val_check_interval`` steps and a
+   ``ModelCheckpoint`` keeping the best ``val/stsb_spearman``;
+4. reload the best checkpoint and score the 7 test tasks;
+5. write ``results.json`` (atomically) in the run's output directory and print the papers' table.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+
+from cselab.callbacks.run_config import check_resume
+from cselab.evaluation.callback import STSCallback
+from cselab.run import assemble
+from cselab.run.inputs import check_inputs
+from cselab.run.results import Outcome, RunState, finish
+from cselab.run.resume import checkpoint_step
+from cselab.run.spec import RunSpec
+
+log = logging.getLogger(__name__)
+
+
+def run(cfg, output_dir: str | Path) -> dict[str, Any]:
+    """Train (if ``method.train``) and evaluate one configuration; returns the results dict also written to disk.
+
+    Raises:
+        RunFinished: ``output_dir`` holds ``results.json`` and ``overwrite`` is false.
+        ConfigError: what :meth:`RunSpec.from_config` refuses; a ``resume`` directory without a checkpoint.
+    """
+    start, output_dir = time.perf_counter(), Path(output_dir)
+    spec = RunSpec.from_config(cfg, output_dir)
+    return execute(spec, prepare(spec, output_dir, start))
+
+
+def prepare(spec: RunSpec, output_dir: Path, start: float) -> RunState:
+    """What is checked after the config and before the backbone loads: every input file, the checkpoint to resume
+    from, and the new command against that checkpoint's config (``resume.allow_changed``).
+
+    Raises:
+        ConfigError: a changed key that ``resume.allow_changed`` does not list; an unreadable ``ckpt_path``.
+        FileNotFoundError, ValueError: a missing or bad input file (:func:`cselab.run.inputs.check_inputs`).
+    """
+    check_inputs(spec.inputs)  # every input file, before the backbone loads and long before fit ends
+    ckpt_path = spec.resume.checkpoint(output_dir, spec.train)
+    resume_step = checkpoint_step(ckpt_path)
+    changed = check_resume(spec.config, spec.copies, spec.resume.allow_changed, ckpt_path, resume_step)
+    return RunState(output_dir, start, ckpt_path, resume_step, tuple(changed))
+
+
+def execute(spec: RunSpec, state: RunState) -> dict[str, Any]:
+    """The checked run: seed, method, callbacks, loggers; fit and test (or evaluate as it is); the results."""
+    L.seed_everything(spec.seed, workers=True)
+    method = assemble.build_run_method(spec)
+    runtime = assemble.runtime_arguments(spec, state.output_dir, state.start, state.resume_step,
+                                         list(state.changed_on_resume))
+    callbacks = assemble.build_callbacks(spec.callbacks, runtime, names=None if spec.train else ("sts",))
+    loggers = assemble.start_loggers(spec, state.output_dir, state.resume_step, method)
+    if spec.train:
+        outcome = fit_and_test(spec, state, method, callbacks, loggers)
+    else:  # nothing to train: the evaluator scores the model's encode directly, no Trainer
+        callbacks["sts"].evaluate_encoder(method, dev_encoder="test")  # STS-B dev as evaluation.py --mode dev
+        _log_scores(loggers, callbacks["sts"], step=0)
+        outcome = Outcome()
+    return finish(spec, state, method, callbacks["sts"], loggers, outcome)
+
+
+def fit_and_test(spec: RunSpec, state: RunState, method, callbacks: dict[str, L.Callback], loggers: list) -> Outcome:
+    """Fit with the callbacks (STS-B dev every ``val_check_interval``, the best checkpoint kept), then test
+    the best checkpoint; with ``eval.test_backbone`` its trained tensors on the backbone reloaded with those
+    keys (PromptEOL's rows: trained in 4-bit, tested in fp32)."""
+    from cselab.signals import sigterm_stops
+
+    sts = callbacks["sts"]
+    trainer = assemble.build_trainer(spec.training, list(callbacks.values()), loggers, state.output_dir)
+    datamodule = assemble.build_datamodule(spec.training, method)
+    trainer.fit(method, datamodule=datamodule, ckpt_path=state.ckpt_path, weights_only=False)
+    best, best_dev = validate_at_end(trainer, method, sts, callbacks.get("checkpoint"), state.output_dir)
+    with sigterm_stops("test"):  # the test phase is one callback call: Lightning alone would ignore SIGTERM
+        if spec.evaluation.reloads_backbone and best:
+            _test_reloaded(spec, trainer, method, sts, loggers, best)
+        else:
+            trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)
+    return Outcome(best, best_dev, int(trainer.global_step), trainer.is_global_zero)
+
+
+def _test_reloaded(spec: RunSpec, trainer: L.Trainer, method, sts: STSCallback, loggers: list, best: str) -> None:
+    """Score the best checkpoint's trained tensors on the backbone reloaded with ``eval.test_backbone``."""
+    from cselab.loading import load
+
+    log.info("testing %s on the backbone reloaded with eval.test_backbone=%s", best,
+             spec.evaluation.test_backbone_keys)
+    if trainer.is_global_zero:
+        tested = load(best, backbone=spec.evaluation.test_backbone).to(method.device)
+        sts.evaluate_encoder(tested, dev_encoder="dev")
+        _log_scores(loggers, sts, step=int(trainer.global_step))
+        del tested
+
+
+def validate_at_end(trainer: L.Trainer, method, sts: STSCallback, checkpoint, output_dir: Path):
+    """The best checkpoint and its STS-B dev score after ``fit``.  A fit that never reached
+    ``trainer.val_check_interval`` (a run under 125 steps) is validated now, at its last step, and saved as
+    ``checkpoints/best-step<N>.ckpt``, so that every trained run records a best checkpoint.
+
+    Returns:
+        (path or None, score or None): None when nothing was trained (no ``checkpoint`` callback) or in a
+        ``trainer.fast_dev_run`` (no checkpoints: the weights in memory are tested, as before).
+    """
+    if checkpoint is None:
+        return None, None
+    if checkpoint.best_model_path:
+        score = checkpoint.best_model_score
+        return checkpoint.best_model_path, (float(score) if score is not None else None)
+    if trainer.fast_dev_run:  # a plumbing check: Lightning writes no checkpoint; the weights in memory are tested
+        return None, None
+    if sts.history and sts.history[-1]["step"] == trainer.global_step:  # validated at this step, not saved
+        score = float(sts.history[-1]["stsb_dev"])
+    else:
+        log.info("training ended at step %d before any validation (trainer.val_check_interval=%s): validating now",
+                 trainer.global_step, trainer.val_check_interval)
+        score = sts.validate(trainer, method)
+    path = Path(output_dir) / "checkpoints" / f"best-step{int(trainer.global_step)}.ckpt"
+    trainer.save_checkpoint(path, weights_only=bool(getattr(checkpoint, "save_weights_only", False)))
+    return str(path), score
+
+
+def _log_scores(loggers, sts: STSCallback, step: int) -> None:
+    """The test scores and the dev score of an evaluation without ``trainer.test`` to the loggers."""
+    for logger in loggers:
+        logger.log_metrics({**{f"test/{t}": float(v) for t, v in sts.test_scores.items()},
+                            **{f"test/{t}_dev": float(v) for t, v in sts.dev_scores.items()}}, step=step)
+        logger.save()

@@ -1,0 +1,246 @@
+"""The run read from the composed config once: :meth:`RunSpec.from_config`, the one reader of ``cfg``.
+
+Every key that no class below the run owns becomes a field of a frozen piece (:mod:`cselab.run.pieces`, each
+default written once, in its type); every rule is checked once, here or by the class that owns it (the method's
+``check_config``, :mod:`cselab.model.template`, ``BootstrapOptions``, ``CompileOptions``, ``TransferProtocol``).
+The ``_target_`` nodes stay as they are, resolved; :mod:`cselab.run.assemble` instantiates them.  Nothing loads.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from cselab.config import MOVED_KEYS, has_templates
+from cselab.data.datamodule import resolve_num_workers, resolve_pad_to_multiple_of
+from cselab.evaluation.stats import BootstrapOptions
+from cselab.evaluation.transfer import TransferProtocol
+from cselab.methods.cached_step import check_options
+from cselab.methods.checks import ConfigError, check_module
+from cselab.methods.compiled import CompileOptions
+from cselab.methods.registry import method_target
+from cselab.model.decoder_input import split_prompt
+from cselab.model.template import Template, TemplateError, check_prompt_views, check_template_override
+from cselab.run.pieces import EvalSpec, InputFiles, RunNames, TrainSpec, resolve_precision
+from cselab.run.resume import ResumeSpec
+
+#: ``lightning.Trainer``'s own defaults of the arguments the run reads from the ``trainer`` node
+TRAINER_DEFAULTS = {"accelerator": "auto", "precision": "auto", "strategy": "auto", "enable_progress_bar": True}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run, typed: built by :meth:`from_config` from the composed config, every rule checked.
+
+    Attributes:
+        names, resume, inputs, evaluation: the pieces above; training: None when ``method.train`` is false.
+        module: the resolved ``module`` node (``_target_`` = the method's class, its arguments).
+        callbacks, logger: the resolved ``callbacks`` (name -> node or None) and ``logger`` nodes.
+        config: the whole config resolved (the loggers', the checkpoints' and ``results.json``'s).
+        copies: the ``module`` node's copies of the groups' keys (compared where they live on resume).
+    """
+
+    names: RunNames
+    resume: ResumeSpec
+    inputs: InputFiles
+    evaluation: EvalSpec
+    module: dict[str, Any]
+    callbacks: dict[str, Any]
+    logger: dict[str, Any]
+    config: dict[str, Any]
+    copies: tuple[str, ...] = ()
+    training: TrainSpec | None = None
+    seed: int = 42
+
+    @property
+    def train(self) -> bool:
+        """``method.train``: the run fine-tunes (else it evaluates the representation as it is)."""
+        return self.training is not None
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig, output_dir=None) -> RunSpec:
+        """Read and check the composed config; with ``output_dir``, its directory is checked first
+        (:meth:`ResumeSpec.check_directory`: a finished run, a ``resume`` directory without a checkpoint).
+
+        Raises:
+            RunFinished: as :meth:`ResumeSpec.check_directory`.
+            ConfigError: an out-of-range value or conflicting choices (the message names the keys).
+        """
+        train = bool(cfg.method.train)
+        resume = ResumeSpec(ckpt_path=cfg.ckpt_path, dir=cfg.resume.dir, overwrite=bool(cfg.overwrite),
+                            allow_changed=tuple(str(k) for k in cfg.resume.allow_changed or ()))
+        if output_dir is not None:
+            resume.check_directory(output_dir, train)
+        moved = [key for key in MOVED_KEYS if "." in key and OmegaConf.select(cfg, key, default=None) is not None]
+        if moved:  # a YAML (an experiment, a sweep) that still uses an old spelling
+            raise ConfigError(f"{moved[0]} moved: it is {MOVED_KEYS[moved[0]]} now (conf/config.yaml)")
+        if train:
+            _check_data(cfg)
+        _check_prompt(cfg)  # every template parsed before any weights load
+        if cfg.eval.dev_encoder not in ("official", "test"):
+            raise ConfigError(f"eval.dev_encoder={cfg.eval.dev_encoder!r}: expected 'official' or 'test'")
+        training = _training(cfg) if train else None
+        module, callbacks, copies, config = module_node(cfg), callback_nodes(cfg), copies_of(cfg), resolved_config(cfg)
+        names = RunNames(method=cfg.method.name, backbone=str(OmegaConf.select(cfg, "backbone.name")
+                                                              or cfg.backbone.name_or_path),
+                         name_or_path=cfg.backbone.name_or_path, setting=cfg.setting.name, loss=cfg.loss.name,
+                         tuning=cfg.tuning.name, seed=cfg.seed, variant=OmegaConf.select(cfg, "variant"),
+                         prompt=cfg.prompt.name if has_templates(cfg.prompt) else None)
+        shares = {k: cfg.data[k] for k in ("max_undecodable_share", "max_control_share") if k in cfg.data}
+        inputs = InputFiles(data_dir=cfg.data_dir, test_tasks=tuple(cfg.eval.test_tasks), dev_task=cfg.eval.dev_task,
+                            train_path=str(cfg.data.path) if train else None, setting=cfg.setting.name,
+                            transfer_tasks=tuple(cfg.eval.transfer_tasks or ()),
+                            transfer_mode=str(cfg.eval.transfer_mode), **shares)  # absent: the type's defaults
+        spec = cls(names=names, resume=resume, inputs=inputs, evaluation=evaluation_spec(cfg), module=module,
+                   callbacks=callbacks, logger=OmegaConf.to_container(cfg.logger, resolve=True), config=config,
+                   copies=copies, training=training, seed=cfg.seed)
+        node = dict(module)
+        check_module(method_target(node.pop("_target_")), node)  # the method's and its embedding model's rules
+        return spec
+
+
+def _check_data(cfg: DictConfig) -> None:
+    """The training data's rules: a contrastive batch, the data of the setting, a step bound for a stream."""
+    if cfg.data.batch_size < 2:
+        raise ConfigError(f"data.batch_size must be >= 2 for a contrastive loss, got {cfg.data.batch_size}")
+    if cfg.data.module != cfg.setting.name:
+        raise ConfigError(f"data={cfg.data.module} does not match setting={cfg.setting.name} "
+                          f"(choose data=unsup/wiki1m for setting=unsup, data=sup for setting=sup)")
+    if cfg.setting.name == "unsup" and OmegaConf.select(cfg, "data.streaming") and cfg.trainer.max_steps <= 0:
+        raise ConfigError("data.streaming=true has no epoch length: set trainer.max_steps (e.g. 1M / batch_size)")
+
+
+def _check_prompt(cfg: DictConfig) -> None:
+    """The prompt's templates, parsed for the backbone's family by :mod:`cselab.model.template` (its views read
+    here: a view whose value cannot be read, ``prompt=icl_file`` without its file, is named by its key).
+
+    Raises:
+        ConfigError: what :func:`check_template_override` / :func:`check_prompt_views` refuse.
+    """
+    prompt = cfg.prompt
+    templates = prompt.templates if "templates" in prompt and prompt.templates else {}
+    try:
+        check_template_override(OmegaConf.select(prompt, "template"), OmegaConf.select(prompt, "name") or "none",
+                                {family: list(views) for family, views in templates.items()})
+        if not has_templates(prompt):
+            return
+        family = str(cfg.backbone.family)
+        views, keys = {}, {}
+        raw = OmegaConf.to_container(templates[family], resolve=False) if family in templates else {}
+        for view in raw:  # the key the user typed: prompt.template (prompt=custom), prompt.file, prompt.line, ...
+            references = re.findall(r"\$\{([\w.]+)\}", raw[view]) if isinstance(raw[view], str) else []
+            keys[view] = ", ".join(references) or f"prompt.templates.{family}.{view}"
+            try:
+                views[view] = templates[family][view]
+            except Exception as err:  # e.g. prompt=icl_file: prompt.file / prompt.line name no line
+                views[view] = err
+        named = [*[("prompt.train_views", v) for v in OmegaConf.select(prompt, "train_views") or []],
+                 ("prompt.sup_view", OmegaConf.select(prompt, "sup_view")),
+                 ("prompt.eval_view", OmegaConf.select(prompt, "eval_view"))]
+        mask_index = int(OmegaConf.select(prompt, "mask_index", default=Template.mask_index))
+        parse = split_prompt if family == "decoder" else (lambda t: Template.parse(t, mask_index))
+        check_prompt_views(prompt.name, family, list(templates), views, keys, named, parse)
+    except TemplateError as err:
+        raise ConfigError(str(err)) from err.__cause__
+
+
+def _training(cfg: DictConfig) -> TrainSpec:
+    """The training piece: its rules (activation checkpointing with deep prefixes, the cached step's Trainer,
+    ``compile``, the DataModule's ``auto`` values) checked; ``auto`` values resolved for this machine."""
+    tuning = cfg.tuning
+    variant = OmegaConf.select(tuning, "variant") or "deep"
+    if cfg.activation_checkpointing and tuning.name == "prefix" and variant != "input_layer":
+        raise ConfigError(
+            f"activation_checkpointing=true with tuning=prefix, tuning.variant={variant}: "
+            "the prefixes reach every layer as past_key_values, which Hugging Face's checkpointed layers drop. "
+            "Set activation_checkpointing=false, or use tuning.variant=input_layer")
+    trainer = OmegaConf.to_container(cfg.trainer, resolve=True)
+    cached_step = (trainer.pop("cached_step", None) or {}).get("chunk_size") is not None  # the module's
+    given = {**TRAINER_DEFAULTS, **trainer}
+    if cached_step:
+        check_options(precision=given["precision"], strategy=given["strategy"])
+    cuda = torch.cuda.is_available() and str(given["accelerator"]) in ("auto", "gpu", "cuda")
+    options = CompileOptions.from_config(OmegaConf.to_container(cfg.compile, resolve=True) if cfg.compile else None)
+    options.check(cuda=cuda, activation_checkpointing=bool(cfg.activation_checkpointing), cached_step=cached_step)
+    node = cfg.data.datamodule if "datamodule" in cfg.data else None
+    if not isinstance(node, DictConfig) or "_target_" not in node:
+        raise ConfigError(f"data.datamodule: expected a node with a _target_ (a LightningDataModule class), got "
+                          f"{node!r}")
+    datamodule = OmegaConf.to_container(node, resolve=True)
+    try:
+        workers = resolve_num_workers(datamodule["num_workers"] if "num_workers" in datamodule else 0, cuda)
+        multiple = resolve_pad_to_multiple_of(datamodule.get("pad_to_multiple_of"), cuda)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    keep = {"keep_last": bool(cfg.checkpointing.keep_last)} if "keep_last" in cfg.checkpointing else {}
+    return TrainSpec(trainer=trainer, datamodule=datamodule, precision=resolve_precision(given["precision"]),
+                     progress_bar=bool(given["enable_progress_bar"]), num_workers=workers,
+                     pad_to_multiple_of=multiple, activation_checkpointing=bool(cfg.activation_checkpointing),
+                     compile=options, compiled=options.active(cuda, bool(OmegaConf.select(cfg, "backbone.load_in_4bit"))),
+                     **keep)
+
+
+def evaluation_spec(cfg: DictConfig) -> EvalSpec:
+    """The test phase's piece: the bootstrap options, the transfer protocol and the test backbone checked."""
+    try:
+        bootstrap = BootstrapOptions.from_config(cfg.eval.bootstrap)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    trained = OmegaConf.to_container(cfg.module.backbone, resolve=True)
+    over = cfg.eval.test_backbone
+    if over is not None and not isinstance(over, DictConfig):
+        raise ConfigError(f"eval.test_backbone={over!r}: expected null or a mapping of backbone keys, e.g. "
+                          "{dtype: float32, load_in_4bit: false}")
+    over = OmegaConf.to_container(over, resolve=True) if over is not None else None
+    unknown = sorted(set(over or ()) - set(trained))
+    if unknown:
+        raise ConfigError(f"eval.test_backbone: unknown key(s) {unknown}; expected some of {sorted(trained)}")
+    tasks, mode = tuple(cfg.eval.transfer_tasks or ()), str(cfg.eval.transfer_mode)
+    protocol = None
+    if tasks:
+        node = cfg.transfer[mode] if mode in (cfg.transfer or {}) else None
+        if node is None:
+            raise ConfigError(f"eval.transfer_mode={mode!r}: no transfer.{mode} node; expected one of "
+                              f"{sorted(cfg.transfer or {})} (conf/transfer/<mode>.yaml)")
+        try:
+            protocol = TransferProtocol.from_config(OmegaConf.to_container(node, resolve=True))
+        except ValueError as err:
+            raise ConfigError(f"eval.transfer_tasks / transfer.{mode}: {err}") from err
+    tested = {**trained, **(over or {})}
+    return EvalSpec(test_backbone=tested, test_backbone_keys=over, reloads_backbone=tested != trained, transfer_tasks=tasks,
+                    transfer_mode=mode, transfer=protocol, bootstrap=bootstrap, aggregation=cfg.eval.aggregation,
+                    batch_size=cfg.eval.batch_size, dev_encoder=cfg.eval.dev_encoder)
+
+
+def module_node(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved ``module`` node: the method's ``_target_`` and its arguments."""
+    return OmegaConf.to_container(cfg.module, resolve=True)
+
+
+def callback_nodes(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved ``callbacks`` nodes by name (a null node: None)."""
+    return {str(k): OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v
+            for k, v in (cfg.callbacks or {}).items()}
+
+
+def resolved_config(cfg: DictConfig) -> dict[str, Any]:
+    """The config as saved in a checkpoint and ``results.json``: resolved, plain containers."""
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def copies_of(cfg: DictConfig) -> tuple[str, ...]:
+    """The paths under ``module`` whose unresolved value is an interpolation: copies of the groups' keys (the
+    ``module`` node reads every argument from the groups, ``conf/config.yaml``), compared where they live on
+    resume (:func:`cselab.callbacks.run_config.config_changes`)."""
+    def paths(node: Any, prefix: str) -> list[str]:
+        if isinstance(node, str):
+            return [prefix] if "${" in node else []
+        if isinstance(node, dict):
+            return [p for key, value in node.items() for p in paths(value, f"{prefix}.{key}")]
+        return []
+
+    return tuple(paths(OmegaConf.to_container(cfg.module, resolve=False) if "module" in cfg else {}, "module"))
