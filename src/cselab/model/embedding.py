@@ -33,7 +33,7 @@ from .heads import MLMTransformHead, ProjectionMLP
 from .pooling import needs_hidden_states, pool
 from .spec import EmbeddingSpec, TuningSpec
 from .template_input import ViewCollate
-from .whitening import Whitening
+from .whitening import Whitening, checked_whitening, describe_whitening, install_on_load
 
 ENCODERS = ("test", "dev")
 
@@ -78,6 +78,7 @@ class EmbeddingModel(nn.Module):
         self.spec = spec
         #: BERT-whitening applied after the head by ``encode(encoder="test")`` (:meth:`set_whitening`), or None
         self.whitening: Whitening | None = None
+        self.register_load_state_dict_pre_hook(install_on_load)  # whitening.* in a state dict installs one
         self._collates: dict[str, ViewCollate] = {}
         self._token_cache: dict = {}
         if apply_tuning:
@@ -260,36 +261,18 @@ class EmbeddingModel(nn.Module):
         return out
 
     def set_whitening(self, whitening: Whitening | None) -> None:
-        """Install (or, with None, remove) the whitening transform that ``encode(encoder="test")`` applies after the
-        head; it moves to the model's device and is saved with the model (state dict, :meth:`save`).  The training
-        forward and the dev encoder never apply it.
+        """Install (None: remove) the whitening transform that ``encode(encoder="test")`` applies after the head,
+        on the model's device, saved with the model; never in training or the dev encoder.
 
         Raises:
-            ValueError: its input dimension is not the embedding dimension of this model.
+            ValueError: its input dimension is not :attr:`embedding_dim`.
         """
-        if whitening is not None:
-            dim = self.embedding_dim
-            if whitening.in_features != dim:
-                raise ValueError(f"whitening: fitted on {whitening.in_features}-d embeddings, this model's are {dim}-d")
-            whitening = whitening.to(self.device)
-        self.whitening = whitening
+        self.whitening = checked_whitening(whitening, self.embedding_dim, self.device)
 
     @property
     def embedding_dim(self) -> int:
         """D of :meth:`forward`'s embeddings (before whitening): the backbone's hidden size (the heads keep it)."""
         return int(self.backbone.hidden_size)
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                              error_msgs) -> None:
-        """A state dict with ``whitening.*`` entries installs a whitening transform (its shapes taken from them);
-        one without removes it: the loaded state is the whole model (checkpoints, :meth:`load`)."""
-        if prefix + "whitening.kernel" in state_dict:
-            if self.whitening is None:
-                self.whitening = Whitening.empty().to(self.device)  # the saved shapes are taken on load
-        elif self.whitening is not None:
-            self.whitening = None
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                                      error_msgs)
 
     def _tokenized(self, collate: ViewCollate, sentences: tuple[str, ...]) -> list[list[int]]:
         """Token ids per sentence for ``encode``, from a cache of the last 4 sentence lists."""
@@ -321,9 +304,7 @@ class EmbeddingModel(nn.Module):
                 "head_on": self.spec.head_on, "denoise": collate.denoise, "prompt_kind": kind,
                 "template": collate.views[0].template, "add_period": collate.add_period,
                 "pool_layer": self.spec.pool_layer,
-                "whitening": None if self.whitening is None else {
-                    "dim": self.whitening.in_features, "k": self.whitening.out_features,
-                    "normalize": self.whitening.normalize}}
+                "whitening": describe_whitening(self.whitening)}
 
     # ----------------------------------------------------------------------------------------- save / load
     def save(self, folder: str | os.PathLike) -> None:

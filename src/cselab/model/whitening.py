@@ -141,3 +141,34 @@ class Whitening(nn.Module):
     def empty(cls, d: int = 1, k: int = 1, normalize: bool = True) -> Whitening:
         """A placeholder of shape (d, k) to load a state dict into (its shapes are taken on load)."""
         return cls(torch.zeros(d), torch.zeros(d, k), normalize=normalize)
+
+
+def checked_whitening(whitening: Whitening | None, dim: int, device: torch.device) -> Whitening | None:
+    """``whitening`` moved to ``device`` for an embedding model of dimension ``dim`` (None: none).
+
+    Raises:
+        ValueError: its input dimension is not ``dim``.
+    """
+    if whitening is None:
+        return None
+    if whitening.in_features != dim:
+        raise ValueError(f"whitening: fitted on {whitening.in_features}-d embeddings, this model's are {dim}-d")
+    return whitening.to(device)
+
+
+def install_on_load(model: nn.Module, state_dict, prefix: str, *_) -> None:
+    """A ``load_state_dict`` pre-hook of the embedding model: a state dict with ``whitening.*`` entries installs a
+    :class:`Whitening` (its shapes taken from them); one without removes it, so that the loaded state is the whole
+    model (checkpoints, ``EmbeddingModel.load``)."""
+    if prefix + "whitening.kernel" in state_dict:
+        if model.whitening is None:
+            model.whitening = Whitening.empty().to(model.device)  # the saved shapes are taken on load
+    elif model.whitening is not None:
+        model.whitening = None
+
+
+def describe_whitening(whitening: Whitening | None) -> dict | None:
+    """``{"dim": D, "k": k, "normalize": bool}`` of a transform, None without one (model cards, export reports)."""
+    if whitening is None:
+        return None
+    return {"dim": whitening.in_features, "k": whitening.out_features, "normalize": whitening.normalize}
