@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cselab.cli.nli_convert import main
-from cselab.data.nli_convert import (
+from cselab.cli.nli_triplets import (
     DEFAULT_OUT,
     ConversionStats,
     NLIFormatError,

@@ -1,5 +1,5 @@
 """``cselab nli-convert`` / ``python -m cselab nli-convert``: SimCSE-style ``sent0,sent1,hard_neg`` triplets
-from labelled NLI pairs (SNLI / MultiNLI / SICK; the pairing rule: :mod:`cselab.data.nli_convert`)."""
+from labelled NLI pairs (SNLI / MultiNLI / SICK; the pairing rule: :mod:`cselab.cli.nli_triplets`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from cselab.data.nli_convert import DEFAULT_OUT, SOURCES, convert
+from cselab.cli.nli_triplets import DEFAULT_OUT, SOURCES, convert
 
 
 def main(argv: Sequence[str] | None = None) -> int:
