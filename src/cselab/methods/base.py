@@ -21,7 +21,6 @@ from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 from cselab.losses import build_loss
 from cselab.methods.cached_step import CachedStep, check_trainer
 from cselab.methods.checks import (
-    FUSED_CHOICES,
     OPTIM_DEFAULTS,
     backbone_family_of,
     check_method,
@@ -30,14 +29,12 @@ from cselab.methods.checks import (
 )
 from cselab.methods.gather import gather_embeddings
 from cselab.methods.mlm import AuxiliaryMLM, mlm_head_own_parameters
-from cselab.methods.nonfinite import NonFinitePolicy, honours_found_inf
+from cselab.methods.nonfinite import NonFinitePolicy
+from cselab.methods.optim import FUSED_CHOICES, FUSED_DEVICES, clip_fused, configure_adamw, fused_adamw  # noqa: F401 (re-exported)
 from cselab.model.factory import build_embedding_model
 from cselab.model.spec import ConfigError, EmbeddingSpec, TuningSpec
 from cselab.model.template_input import ViewSpec
 from cselab.progress import is_logging_step
-
-#: devices with a fused AdamW kernel that honours ``found_inf`` (torch >= 2.4)
-FUSED_DEVICES = ("cuda", "cpu")
 
 
 class ContrastiveMethod(L.LightningModule):
@@ -313,45 +310,13 @@ class ContrastiveMethod(L.LightningModule):
         return self.model.encode(sentences, batch_size=batch_size, encoder=encoder)
 
     def configure_optimizers(self):
-        """AdamW (eps 1e-8, weight decay ``weight_decay``; fused per ``optim.fused``) + linear decay after
-        ``warmup_steps`` (if > 0) or ``warmup_ratio`` x the total steps of warm-up.  A fused AdamW takes the
-        non-finite policy's ``found_inf`` flag (:meth:`NonFinitePolicy.attach`).
-
-        Raises:
-            ValueError: ``optim.fused=true`` on a device without a fused AdamW, or an unknown ``optim.fused``.
-        """
-        from transformers import get_linear_schedule_with_warmup
-
-        params = [p for p in self.parameters() if p.requires_grad]
-        optim = self.optim
-        fused = optim.get("fused", "auto")
-        if fused == "auto" and getattr(self.trainer.precision_plugin, "scaler", None) is not None:
-            fused = False  # float16's GradScaler: the unscale would happen inside the kernel, after clipping
-        optimizer = torch.optim.AdamW(params, lr=optim["lr"], weight_decay=optim["weight_decay"], eps=1e-8,
-                                      fused=fused_adamw(fused, params))
-        self.nonfinite.attach(optimizer, self.device)
-        steps = self.trainer.estimated_stepping_batches
-        if steps == float("inf"):
-            raise ValueError("the number of training steps is unknown (a streamed corpus): set trainer.max_steps")
-        total = max(1, int(steps))
-        warmup = int(optim["warmup_steps"] or 0) or int(optim["warmup_ratio"] * total)
-        scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        """AdamW + the linear schedule of ``optim`` (:func:`cselab.methods.optim.configure_adamw`)."""
+        return configure_adamw(self)
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
-        """``trainer.gradient_clip_val`` with the fused AdamW: Lightning's mixed-precision plugin refuses to clip for
-        any fused optimizer (it assumes float16's GradScaler, which the fused kernel unscales); without a scaler
-        (``bf16-mixed``, ``32-true``) the gradients are the true ones, and they are clipped as Lightning's base
-        precision plugin clips them (``torch.nn.utils.clip_grad_norm_`` / ``clip_grad_value_``)."""
-        from lightning.pytorch.plugins.precision import Precision
-        from lightning.pytorch.utilities import GradClipAlgorithmType
-
-        plugin = self.trainer.precision_plugin
-        if getattr(plugin, "scaler", None) is None and honours_found_inf(optimizer):
-            algorithm = GradClipAlgorithmType(gradient_clip_algorithm or "norm")
-            Precision.clip_gradients(plugin, optimizer, float(gradient_clip_val or 0.0), algorithm)
-            return
-        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        """``trainer.gradient_clip_val``, the fused AdamW's too (:func:`cselab.methods.optim.clip_fused`)."""
+        if not clip_fused(self.trainer.precision_plugin, optimizer, gradient_clip_val, gradient_clip_algorithm):
+            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def num_trainable_parameters(self) -> int:
         """Number of parameters the optimizer updates."""
@@ -360,26 +325,6 @@ class ContrastiveMethod(L.LightningModule):
     def describe(self) -> dict[str, Any]:
         """What the model does at test (:meth:`cselab.model.embedding.EmbeddingModel.describe`)."""
         return self.model.describe()
-
-
-def fused_adamw(fused: str | bool, params: Sequence[torch.nn.Parameter]) -> bool:
-    """``optim.fused`` resolved for ``params``: ``auto`` -> True when every parameter is a floating tensor on a
-    device of :data:`FUSED_DEVICES`; ``true`` / ``false`` as given.
-
-    Raises:
-        ValueError: an unknown value, or ``true`` for parameters on a device without the fused kernel (names
-            ``optim.fused``).
-    """
-    if fused not in FUSED_CHOICES:
-        raise ValueError(f"optim.fused={fused!r}: expected auto, true or false")
-    supported = bool(params) and all(p.device.type in FUSED_DEVICES and p.is_floating_point() for p in params)
-    if fused == "auto":
-        return supported
-    if fused and not supported:
-        devices = sorted({p.device.type for p in params})
-        raise ValueError(f"optim.fused=true: the fused AdamW runs on {'/'.join(FUSED_DEVICES)} float parameters, "
-                         f"these are on {devices}; set optim.fused=auto or false")
-    return bool(fused)
 
 
 def template_of(prompt: Mapping[str, Any] | None, family: str, view: str) -> str:
