@@ -80,7 +80,7 @@ class RankCSE(ContrastiveMethod):
             _check_rankcse(teachers=teachers, teacher_temperature=teacher_temperature,
                            loss=dict(loss or {"_target_": "cselab.losses.rankcse.RankCSELoss"}),
                            model=kwargs.get("model"))
-        return super().check_config(**kwargs)
+        return super().check_config(loss=loss, **kwargs)
 
     # ----------------------------------------------------------------- the teacher step
     def on_fit_start(self) -> None:
