@@ -176,7 +176,7 @@ def _step(method, batch, seed: int = 1):
 
 @pytest.mark.parametrize("ranking", ["listnet", "listmle"])
 def test_step_uses_the_frozen_teachers_targets(ranking, tiny_bert_dir, teacher_dir) -> None:
-    from cselab.loading import load
+    from cselab.methods.loading import load
 
     method = _rankcse(tiny_bert_dir, [{"path": str(teacher_dir), "weight": 1.0}], ranking).train()
     batch = method.train_collate([{"text": s} for s in SENTENCES])
@@ -243,7 +243,7 @@ def test_student_saves_loads_and_exports_without_its_teachers(tiny_bert_dir, tea
     """A student checkpoint holds the student only and loads (cselab.load) without touching the teachers."""
     import lightning as L
 
-    from cselab.loading import load
+    from cselab.methods.loading import load
 
     method = _rankcse(tiny_bert_dir, [{"path": str(teacher_dir)}])
     trainer = L.Trainer(max_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False)

@@ -55,7 +55,7 @@ def test_test_backbone_refuses_unknown_keys():
 def test_lora_run_is_tested_on_the_reloaded_fp32_backbone(tmp_path, tiny_decoder_dirs, sts_data_dir):
     """Trained in bfloat16 weights, tested (eval.test_backbone) on the float32 base reloaded with the best
     checkpoint's adapter: the tested model's weights are float32 and its LoRA tensors are the checkpoint's."""
-    from cselab.loading import load
+    from cselab.methods.loading import load
     from cselab.pipeline import run
 
     cfg = _compose("method=prompteol", "backbone=auto", f"backbone.name_or_path={tiny_decoder_dirs['opt']}",

@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     if name == "load":  # lazy: importing cselab stays light
-        from cselab.loading import load
+        from cselab.methods.loading import load
 
         return load
     raise AttributeError(f"module 'cselab' has no attribute {name!r}")

@@ -111,7 +111,7 @@ class TeacherScores:
             ConfigError: a path that does not exist, or is neither a run directory / checkpoint nor an exported
                 folder (names ``method.teachers[i].path``).
         """
-        from cselab.loading import load
+        from cselab.methods.loading import load
 
         device = torch.device(device)
         if self.teachers is None:

@@ -96,7 +96,7 @@ def fit_and_test(spec: RunSpec, state: RunState, method, callbacks: dict[str, L.
 
 def _test_reloaded(spec: RunSpec, trainer: L.Trainer, method, sts: STSCallback, loggers: list, best: str) -> None:
     """Score the best checkpoint's trained tensors on the backbone reloaded with ``eval.test_backbone``."""
-    from cselab.loading import load
+    from cselab.methods.loading import load
 
     log.info("testing %s on the backbone reloaded with eval.test_backbone=%s", best,
              spec.evaluation.test_backbone_keys)
