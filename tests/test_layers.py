@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "cselab.config", "cselab.run_dir", "cselab.signals")),
     ("parts", ("cselab.data", "cselab.model", "cselab.representations", "cselab.losses")),
     ("evaluation", ("cselab.evaluation", "cselab.mteb")),
-    ("methods", ("cselab.methods", "cselab.exported", "cselab")),  # "cselab": the package facade (cselab.load)
+    ("methods", ("cselab.methods", "cselab.loading", "cselab.exported", "cselab")),  # "cselab": the package facade (cselab.load)
     ("pipeline", ("cselab.pipeline", "cselab.run", "cselab.loggers", "cselab.sweep", "cselab.callbacks", "cselab.config_keys",
                   "cselab.run_lock")),
     ("apps", ("cselab.report", "cselab.analysis", "cselab.model_card", "cselab.export", "cselab.export_plain", "cselab.tiny_decoders")),
