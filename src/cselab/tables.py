@@ -30,7 +30,6 @@ __all__ = ["ALIGNS", "Column", "Table", "csv_text", "latex", "latex_escape", "ma
 #: a column's alignment: Markdown rule ``---`` / ``--:`` / ``:-:``, LaTeX ``l`` / ``r`` / ``c``, console
 #: ``str.ljust`` / ``rjust`` / ``center``
 ALIGNS: tuple[str, ...] = ("left", "right", "center")
-_MARKDOWN_RULES = {"left": "---", "right": "--:", "center": ":-:"}
 _LATEX_ALIGN = {"left": "l", "right": "r", "center": "c"}
 
 
@@ -130,7 +129,7 @@ def markdown(table: Table, *, right_rule: str = "--:") -> list[str]:
     """GitHub Markdown lines: the header, the alignment rule (``---`` left, ``right_rule`` right, ``:-:``
     centre), one line per row (``| a | b |``; no padding to a width).  Cells are written as they are: escape
     ``|`` in a cell's format (:func:`markdown_escape`)."""
-    rules = {**_MARKDOWN_RULES, "right": right_rule}
+    rules = {"left": "---", "right": right_rule, "center": ":-:"}
     head = "|" + "|".join(f" {h} " if h else " " for h in table.headers) + "|"
     rule = "|" + "|".join(rules[c.align] for c in table.columns) + "|"
     return [head, rule, *(_markdown_row(row) for row in table.cells())]
