@@ -65,7 +65,7 @@ class Column:
 @dataclass(frozen=True)
 class Table:
     """Columns and rows: row ``i`` holds one value per column, in the columns' order; ``Column.format`` turns
-    a value into its cell's text.
+    a value into its cell's text.  Any sequences may be passed; they are kept as tuples.
 
     Raises:
         ValueError: no column, or a row whose length is not the number of columns (names the row's index,
@@ -86,9 +86,9 @@ class Table:
                                  f"column {self.headers}")
 
     @classmethod
-    def of(cls, headers: Sequence[str], rows: Iterable[Sequence[Any]], align: str = "left") -> Table:
-        """A table of plain columns named ``headers`` (one alignment, format :func:`text`): records, CSV."""
-        return cls(tuple(Column(h, align) for h in headers), tuple(tuple(r) for r in rows))
+    def of(cls, headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
+        """A table of plain columns named ``headers`` (left-aligned, format :func:`text`): records, CSV."""
+        return cls(tuple(Column(h) for h in headers), tuple(tuple(r) for r in rows))
 
     @property
     def headers(self) -> list[str]:
