@@ -25,7 +25,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: ``cselab`` itself matches only the package's ``__init__``)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("io", ("cselab.files", "cselab.checkpoint_io", "cselab.hub", "cselab.logs", "cselab.progress",
-            "cselab.config", "cselab.run_dir", "cselab.signals")),
+            "cselab.config", "cselab.run_dir", "cselab.signals", "cselab.tables")),
     ("parts", ("cselab.data", "cselab.model", "cselab.representations", "cselab.losses")),
     ("evaluation", ("cselab.evaluation", "cselab.mteb")),
     ("methods", ("cselab.methods", "cselab.loading", "cselab.exported", "cselab")),  # "cselab": the package facade (cselab.load)

@@ -22,6 +22,7 @@ from cselab.report.published import (
     lookup,
     variant_of,
 )
+from cselab.tables import Column, Table, markdown
 
 __all__ = ["CONFIG_KEYS", "find_results", "model_card", "sts_table"]
 
@@ -60,18 +61,16 @@ def sts_table(test: Mapping[str, float], paper: Any | None = None, label: str = 
         test: ``results["test"]`` (task -> score; ``avg`` when all 7 were run).
         paper: a :class:`cselab.report.published.PublishedRow` or ``None``.
     """
-    head = "| | " + " | ".join(COLUMN_NAMES[k] for k in SCORE_KEYS) + " |"
-    rule = "|---|" + "---:|" * len(SCORE_KEYS)
-    rows = [f"| {label} | " + " | ".join(_fmt(test.get(k)) for k in SCORE_KEYS) + " |"]
+    rows = [[label, *(_fmt(test.get(k)) for k in SCORE_KEYS)]]
     if paper is not None:
-        rows.append(f"| paper ({paper.source}) | " + " | ".join(_fmt(paper.scores.get(k)) for k in SCORE_KEYS) + " |")
+        rows.append([f"paper ({paper.source})", *(_fmt(paper.scores.get(k)) for k in SCORE_KEYS)])
         if all(test.get(k) is not None and paper.scores.get(k) is not None for k in TASKS):
             diff = [float(test[k]) - float(paper.scores[k]) for k in TASKS]
             avg = (float(test["avg"]) - float(paper.scores["avg"])) if test.get("avg") is not None and \
                 paper.scores.get("avg") is not None else None
-            rows.append("| ours - paper | " + " | ".join(f"{d:+.2f}" for d in diff) + f" | "
-                        f"{'-' if avg is None else f'{avg:+.2f}'} |")
-    return "\n".join([head, rule, *rows])
+            rows.append(["ours - paper", *(f"{d:+.2f}" for d in diff), "-" if avg is None else f"{avg:+.2f}"])
+    table = Table([Column(""), *(Column(COLUMN_NAMES[k], "right") for k in SCORE_KEYS)], rows)
+    return "\n".join(markdown(table, right_rule="---:"))
 
 
 def model_card(
@@ -147,9 +146,10 @@ def model_card(
         chosen = [(f"module.{k}", config_value(hparams, k)) for k in HPARAM_KEYS]
     chosen = [(k, v) for k, v in chosen if v is not None]
     if chosen:
-        lines += ["## Configuration", "", "| key | value |", "|---|---|"]
-        lines += [f"| `{k}` | `{json.dumps(v) if not isinstance(v, str) else v}` |" for k, v in chosen]
-        lines += ["", "The whole resolved config is in the run's `results.json` (`config`) and `.hydra/`.", ""]
+        table = Table([Column("key", format=lambda k: f"`{k}`"),
+                       Column("value", format=lambda v: f"`{v if isinstance(v, str) else json.dumps(v)}`")], chosen)
+        lines += ["## Configuration", "", *markdown(table), "",
+                  "The whole resolved config is in the run's `results.json` (`config`) and `.hydra/`.", ""]
     lines += ["## Evaluation: SentEval STS (Spearman x 100)", ""]
     test = (results or {}).get("test") or {}
     if test:

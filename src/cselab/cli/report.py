@@ -19,7 +19,6 @@ runs of a row share a seed, 2 on bad arguments or a missing directory.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +28,7 @@ from cselab.report.collect import Report, SameSeedError, collect
 from cselab.report.compare import AUTO_MAX_PAIRS, comparable_pairs, compare_groups, comparison_records
 from cselab.report.published import DEFAULT_PATH, PublishedDataError, load_published
 from cselab.report.render import FORMATS, group_title, render, table_records
+from cselab.tables import Table, csv_text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,13 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"note: {n_pairs} pairs of rows could be compared; --compare auto compares at most "
                   f"{AUTO_MAX_PAIRS}: pass --compare all, or cselab compare RUN_A RUN_B", file=sys.stderr)
     if args.comparisons_csv is not None:
-        columns, rows = comparison_records(comparisons, group_title)
+        table = Table.of(*comparison_records(comparisons, group_title))
         args.comparisons_csv.parent.mkdir(parents=True, exist_ok=True)
-        with args.comparisons_csv.open("w", encoding="utf-8", newline="") as f:
-            writer = csv.writer(f, lineterminator="\n")
-            writer.writerow(columns)
-            writer.writerows([["" if v is None else v for v in row] for row in rows])
-        print(f"wrote {args.comparisons_csv} ({len(rows)} rows)", file=sys.stderr)
+        args.comparisons_csv.write_text(csv_text(table), encoding="utf-8", newline="")
+        print(f"wrote {args.comparisons_csv} ({len(table.rows)} rows)", file=sys.stderr)
     text = render(report, args.format, dev=args.dev, comparisons=comparisons)
     if args.format == "markdown":  # runs with SentEval transfer results: the papers' transfer tables beside them
         from cselab.report.transfer import render_transfer_tables, transfer_rows_of_runs

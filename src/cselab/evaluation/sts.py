@@ -27,6 +27,7 @@ import torch
 from scipy.stats import spearmanr
 
 from cselab.data.sts import STSPairs, canonical_task, load_task, task_splits
+from cselab.tables import Column, Table, text_lines
 
 __all__ = [
     "TEST_TASKS",
@@ -406,16 +407,13 @@ def format_table(scores: Mapping[str, float], intervals: Mapping[str, Sequence[f
     if avg is None and all(v is not None for v in values):
         avg = float(np.mean(values))
     values.append(avg)
-    headers = [PAPER_NAMES[t] for t in TEST_TASKS] + ["Avg"]
-    cells = ["-" if v is None else f"{float(v):.2f}" for v in values]
-    widths = [max(len(h), len(c)) for h, c in zip(headers, cells, strict=True)]
-    head = "  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))
-    row = "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))
-    if not intervals:
-        return f"{head}\n{row}"
-    ci = {(canonical_task(k) if k.lower() != "avg" else "avg"): v for k, v in intervals.items()}
-    lines = [head, row]
-    for side, label in ((0, "low"), (1, "high")):
-        bounds = [f"{ci[k][side]:.2f}" if ci.get(k) else "-" for k in (*TEST_TASKS, "avg")]
-        lines.append("  ".join(c.rjust(w) for c, w in zip(bounds, widths, strict=True)) + f"   <- interval {label}")
+    columns = [Column(name, "right", lambda v: "-" if v is None else f"{float(v):.2f}")
+               for name in [*(PAPER_NAMES[t] for t in TEST_TASKS), "Avg"]]
+    table = Table(columns, [values])
+    lines = text_lines(table)
+    if intervals:  # under the scores, in their columns' widths
+        ci = {(canonical_task(k) if k.lower() != "avg" else "avg"): v for k, v in intervals.items()}
+        bounds = Table(columns, [[ci[k][side] if ci.get(k) else None for k in (*TEST_TASKS, "avg")] for side in (0, 1)])
+        lines += [f"{line}   <- interval {label}" for line, label in
+                  zip(text_lines(bounds, widths=table.widths(), header=False), ("low", "high"), strict=True)]
     return "\n".join(lines)

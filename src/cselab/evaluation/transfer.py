@@ -43,6 +43,7 @@ from cselab.data.transfer import (
 )
 from cselab.evaluation.logreg import ClassifierConfig, Problem, fit_grid, predict
 from cselab.evaluation.stats import binomial_interval
+from cselab.tables import Column, Table, text_lines
 
 __all__ = ["SENTEVAL_COMMIT", "TRANSFER_NAMES", "TRANSFER_TASKS", "TransferProtocol", "PROTOCOLS", "TransferEvaluator",
            "format_transfer_table", "run_classifier", "tqdm_progress"]
@@ -317,9 +318,9 @@ def format_transfer_table(results: Mapping, tasks: Sequence[str] = TRANSFER_TASK
     names = [PAPER_NAMES[t] for t in tasks] + ["Avg"]
     values = [results.get(t, {}).get("acc") if isinstance(results.get(t), Mapping) else None for t in tasks]
     values.append(results.get("avg"))
-    cells = [f"{v:.2f}" if isinstance(v, (int, float)) else "-" for v in values]
+    columns = [Column(n, "right", lambda v: f"{v:.2f}" if isinstance(v, (int, float)) else "-") for n in names]
     width = max(8, *(len(n) for n in names))
-    return "".join(n.rjust(width) for n in names) + "\n" + "".join(c.rjust(width) for c in cells)
+    return "\n".join(text_lines(Table(columns, [values]), sep="", widths=[width] * len(names)))
 
 
 def tqdm_progress() -> Callable[[str, int, int], None]:

@@ -9,8 +9,6 @@ t-interval of the mean difference (:func:`seed_difference`).
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,6 +23,7 @@ from cselab.evaluation.stats import (
     seed_statistics,
 )
 from cselab.report.published import COLUMN_NAMES
+from cselab.tables import Column, Table, csv_text, markdown
 
 __all__ = ["AUTO_MAX_PAIRS", "comparable_pairs", "compare_groups", "comparison_records", "load_pairs", "compare_runs", "comparison_rows", "render_comparison", "render_seed_difference",
            "seed_difference"]
@@ -87,6 +86,15 @@ def _p(p: float | None) -> str:
     return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
 
 
+def _interval(interval) -> str:
+    return f"[{interval.low:+.2f}, {interval.high:+.2f}]" if interval else "–"
+
+
+def _table(first: str, headers: Sequence[str], rows: list[list[str]]) -> list[str]:
+    """Markdown lines: the ``first`` column (the task) left-aligned, the numbers right-aligned."""
+    return markdown(Table([Column(first), *(Column(h, "right") for h in headers)], rows))
+
+
 def comparison_rows(cmp: Comparison) -> tuple[list[str], list[list[object]]]:
     """``(columns, rows)`` of a comparison, one row per task then ``avg`` (plain values, unrounded)."""
     columns = ["task", "a", "b", "diff", "ci_low", "ci_high", "p", "p_holm", "significant", "ci_method",
@@ -105,22 +113,15 @@ def render_comparison(cmp: Comparison, label_a: str, label_b: str, fmt: str = "m
         ValueError: unknown format.
     """
     if fmt == "csv":
-        columns, rows = comparison_rows(cmp)
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(columns)
-        writer.writerows([["" if v is None else v for v in row] for row in rows])
-        return buf.getvalue()
+        return csv_text(Table.of(*comparison_rows(cmp)))
     if fmt != "markdown":
         raise ValueError(f"unknown format {fmt!r}; expected markdown or csv")
     level = next(iter(cmp.tasks.values())).interval.level
     m = sum(1 for c in cmp.tasks.values() if c.p_holm is not None)
+    rows = [[_title(name), f"{c.a:.2f}", f"{c.b:.2f}", f"{c.diff:+.2f}", _interval(c.interval), _p(c.p),
+             (_p(c.p_holm) or "–") + (" *" if cmp.significant(name) else "")] for name, c in cmp.tasks.items()]
     lines = [f"A: {label_a}", f"B: {label_b}", "",
-             f"| Task | A | B | A − B | {100 * level:g} % CI | p | p (Holm) |", "|---|--:|--:|--:|--:|--:|--:|"]
-    for name, c in cmp.tasks.items():
-        star = " *" if cmp.significant(name) else ""
-        lines.append(f"| {_title(name)} | {c.a:.2f} | {c.b:.2f} | {c.diff:+.2f} | [{c.interval.low:+.2f}, "
-                     f"{c.interval.high:+.2f}] | {_p(c.p)} | {_p(c.p_holm) or '–'}{star} |")
+             *_table("Task", ["A", "B", "A − B", f"{100 * level:g} % CI", "p", "p (Holm)"], rows)]
     lines += ["", f"Difference in Spearman × 100 points on the same test pairs. CI: paired bootstrap "
               f"({cmp.method}, {cmp.n_resamples} resamples of the pairs, seed {cmp.seed}; the average's from the "
               f"same resamples of every task). p: two-sided paired permutation test ({cmp.n_resamples} random "
@@ -134,12 +135,10 @@ def render_comparison(cmp: Comparison, label_a: str, label_b: str, fmt: str = "m
 
 def render_seed_difference(diffs: Mapping[str, SeedStats], seeds: Sequence[object]) -> str:
     """One Markdown row per task: the mean over seeds of A - B with its t-interval (or the warning)."""
-    lines = [f"| Task | mean A − B over seeds {', '.join(str(s) for s in seeds)} | std | 95 % t-interval |",
-             "|---|--:|--:|--:|"]
-    for task, s in diffs.items():
-        interval = f"[{s.interval.low:+.2f}, {s.interval.high:+.2f}]" if s.interval else "–"
-        std = f"{s.std:.2f}" if s.std is not None else "–"
-        lines.append(f"| {_title(task)} | {s.mean:+.2f} | {std} | {interval} |")
+    rows = [[_title(task), f"{s.mean:+.2f}", "–" if s.std is None else f"{s.std:.2f}", _interval(s.interval)]
+            for task, s in diffs.items()]
+    lines = _table("Task", [f"mean A − B over seeds {', '.join(str(s) for s in seeds)}", "std", "95 % t-interval"],
+                   rows)
     warning = next((s.warning for s in diffs.values() if s.warning), None)
     if warning:
         lines += ["", f"Warning: {warning}."]

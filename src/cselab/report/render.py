@@ -12,14 +12,13 @@ run (``status=failed``) with its log tail.
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Sequence
 from typing import Any
 
 from cselab.evaluation.stats import seed_statistics
 from cselab.report.collect import Group, Report, Run
 from cselab.report.published import COLUMN_NAMES, SCORE_KEYS
+from cselab.tables import Column, Table, csv_text, latex, latex_escape, markdown, markdown_escape
 
 FORMATS: tuple[str, ...] = ("markdown", "latex", "csv")
 #: the report's columns: the 8 test columns, plus ``dev`` (STS-B dev) on request
@@ -86,10 +85,21 @@ def _failed_title(run: Run) -> str:
     return "/".join(names) + (f" [{extra}]" if extra else "")
 
 
+def _score_columns(titles: Sequence[str], align: str = "right") -> list[Column]:
+    """One column per score column (the tasks, Avg, STS-B dev), right-aligned (LaTeX: centred)."""
+    return [Column(t, align) for t in titles]
+
+
 # ------------------------------------------------------------------------------------------ markdown
 
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|")
+def _markdown_cell(g: Group, col: str) -> str:
+    part = cell_parts(g, col)
+    text = part["ours"]
+    if part["paper"] and text:
+        text += f" ({part['paper']}; {part['diff']})"
+    elif part["paper"]:
+        text = f"– ({part['paper']})"
+    return text or "–"
 
 
 def render_markdown(report: Report, dev: bool = False, comparisons: Sequence | None = None) -> str:
@@ -97,26 +107,18 @@ def render_markdown(report: Report, dev: bool = False, comparisons: Sequence | N
     pairs, per row over seeds, against the paper), the paired ``comparisons``
     (:func:`cselab.report.compare.compare_groups`) and the failed-run list."""
     cols = _columns(dev)
-    header = ["Method", "Backbone", "Setting", "Variant / overrides", "n",
-              *[COLUMN_TITLES[c] for c in cols], "Paper"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 5 + ["--:"] * len(cols) + ["---"]) + "|"]
+    rows = []
     for g in report.groups:
         name = _name(g)
         what = " ; ".join(x for x in (f"**{name['variant']}**" if name["variant"] else "", name["label"]) if x)
         n = f"{g.n}" + (f" (+{len(g.failed)} failed)" if g.failed else "")
-        cells = []
-        for c in cols:
-            part = cell_parts(g, c)
-            text = part["ours"]
-            if part["paper"] and text:
-                text += f" ({part['paper']}; {part['diff']})"
-            elif part["paper"]:
-                text = f"– ({part['paper']})"
-            cells.append(text or "–")
-        row = [name["method"], name["backbone"], name["setting"], _md_escape(what), n, *cells, _source(g)]
-        lines.append("| " + " | ".join(row) + " |")
+        rows.append([name["method"], name["backbone"], name["setting"], what, n,
+                     *[_markdown_cell(g, c) for c in cols], _source(g)])
+    table = Table([Column("Method"), Column("Backbone"), Column("Setting"),
+                   Column("Variant / overrides", format=markdown_escape), Column("n"),
+                   *_score_columns([COLUMN_TITLES[c] for c in cols]), Column("Paper")], rows)
     out = ["## STS results (Spearman × 100)", ""]
-    out += lines if report.groups else ["_no finished runs found_"]
+    out += markdown(table) if report.groups else ["_no finished runs found_"]
     out += ["", "Cell: ours, mean ± sample std (ddof=1) over the n seeds (std only when n > 1), then "
                 "(paper; ours − paper) when the paper reports the column. Paper: the published row matched on "
                 "(method, backbone, setting, variant)."]
@@ -130,7 +132,7 @@ def render_markdown(report: Report, dev: bool = False, comparisons: Sequence | N
             continue
         out += ["", f"### {title} ({len(runs)})", ""]
         for run in runs:
-            out.append(f"- `{run.path}` — {_md_escape(_failed_title(run))}: {run.error}")
+            out.append(f"- `{run.path}` — {markdown_escape(_failed_title(run))}: {run.error}")
             for log_name, tail in run.log_tail.items():
                 out += [f"  - last lines of `{log_name}`:", "", "    ```"]
                 out += [f"    {line}" for line in tail]
@@ -165,95 +167,56 @@ def interval_sections(report: Report, cols: Sequence[str], comparisons: Sequence
     * the paired comparisons (:func:`cselab.report.compare.compare_groups`), seed by seed and over seeds.
     """
     test_cols = [c for c in cols if c != DEV_COLUMN]
-    titles = [COLUMN_TITLES[c] for c in test_cols]
+    scores = _score_columns([COLUMN_TITLES[c] for c in test_cols])
+    row_title = Column("Row", format=lambda g: markdown_escape(_group_title(g)))
     out: list[str] = []
     runs = [(g, r) for g in report.groups for r in g.runs if any(r.interval(c) for c in test_cols)]
     if runs:
         info = next((r.results.get("test_ci_info") for _, r in runs if r.results.get("test_ci_info")), {}) or {}
+        rows = [[g, r.seed, *(_pairs_cell(r, c) for c in test_cols)] for g, r in runs]
         out += ["", f"### Per run: {100 * info.get('level', 0.95):g} % intervals over the test pairs", "",
-                "| Row | Seed | " + " | ".join(titles) + " |", "|---|---|" + "--:|" * len(test_cols)]
-        for g, r in runs:
-            cells = []
-            for c in test_cols:
-                score, ci = r.score(c), r.interval(c)
-                cells.append("–" if score is None else f"{score:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""))
-            out.append(f"| {_md_escape(_group_title(g))} | {r.seed} | " + " | ".join(cells) + " |")
-        out += ["", f"[low, high]: {info.get('method', 'bootstrap percentile')} interval, "
+                *markdown(Table([row_title, Column("Seed", format=str), *scores], rows)),
+                "", f"[low, high]: {info.get('method', 'bootstrap percentile')} interval, "
                     f"{info.get('n_resamples', '?')} resamples of the test pairs (seed {info.get('seed', '?')}); "
                     "the average's from the same resamples of every task.  It says how much the score of THIS "
                     "trained model would move on another test set drawn like this one; it does not cover the "
                     "variance over training seeds."]
     multi = [g for g in report.groups if g.runs]
     if multi:
-        out += ["", "### Per row: seed statistics (mean ± std [95 % t-interval of the mean])", "",
-                "| Row | n | Seeds | " + " | ".join(titles) + " |", "|---|--:|---|" + "--:|" * len(test_cols)]
         warnings = []
         for g in multi:
-            cells = []
-            for c in test_cols:
-                st = g.seed_stats(c)
-                if st.mean is None:
-                    cells.append("–")
-                    continue
-                text = f"{st.mean:.2f}"
-                if st.std is not None:
-                    text += f" ± {st.std:.2f} {_interval_text(st.interval)}"
-                cells.append(text)
             # the warning of a column the row has scores in (a run that tested a subset of the tasks has no avg:
             # its n=0 there is not the row's n)
             scored = [st for st in (g.seed_stats(c) for c in ("avg", *test_cols)) if st.n]
             warning = scored[0].warning if scored else seed_statistics([]).warning
             if warning:
-                warnings.append(f"- {_md_escape(_group_title(g))}: {warning}")
-            out.append(f"| {_md_escape(_group_title(g))} | {g.n} | {_seeds(g)} | " + " | ".join(cells) + " |")
-        out += ["", "Interval: mean ± t(0.975, n−1) · std / √n over the n seeds (runs that differ only in seed; "
+                warnings.append(f"- {markdown_escape(_group_title(g))}: {warning}")
+        rows = [[g, g.n, _seeds(g), *(_seed_cell(g, c) for c in test_cols)] for g in multi]
+        out += ["", "### Per row: seed statistics (mean ± std [95 % t-interval of the mean])", "",
+                *markdown(Table([row_title, Column("n", "right"), Column("Seeds"), *scores], rows)),
+                "", "Interval: mean ± t(0.975, n−1) · std / √n over the n seeds (runs that differ only in seed; "
                     "runs sharing a seed are refused).  It covers the variance over training seeds on THIS test "
                     "set, not the test-set sampling of the per-run intervals."]
         if warnings:
             out += ["", "Warnings:", "", *warnings]
     papers = [g for g in multi if g.published is not None and any(g.paper(c) is not None for c in test_cols)]
     if papers:
+        rows = [[g, _source(g), g.n, *(_inside_cell(g, c) for c in test_cols)] for g in papers]
         out += ["", "### Against the paper: is the published number inside our seed interval?", "",
-                "| Row | Paper | n | " + " | ".join(titles) + " |", "|---|---|--:|" + "--:|" * len(test_cols)]
-        for g in papers:
-            cells = []
-            for c in test_cols:
-                paper, inside = g.paper(c), g.paper_inside(c)
-                if paper is None:
-                    cells.append("–")
-                elif inside is None:
-                    cells.append(f"{paper:.2f} (n<2: no interval)")
-                else:
-                    cells.append(f"{paper:.2f} {'inside' if inside else 'outside'}")
-            out.append(f"| {_md_escape(_group_title(g))} | {_source(g)} | {g.n} | " + " | ".join(cells) + " |")
+                *markdown(Table([row_title, Column("Paper"), Column("n", "right"), *scores], rows))]
     for gc in comparisons or []:
-        out += ["", f"### Paired comparison: A = {_md_escape(_group_title(gc.a))} vs B = "
-                    f"{_md_escape(_group_title(gc.b))}", ""]
+        out += ["", f"### Paired comparison: A = {markdown_escape(_group_title(gc.a))} vs B = "
+                    f"{markdown_escape(_group_title(gc.b))}", ""]
         if not gc.by_seed:
             out += [f"_not compared: {'; '.join(gc.skipped) or 'no seed in common'}_"]
             continue
         tasks = list(next(iter(gc.by_seed.values())).tasks)
-        out += ["| Seed | " + " | ".join(COLUMN_TITLES.get(t, t) for t in tasks) + " |",
-                "|---|" + "--:|" * len(tasks)]
-        for seed, cmp in gc.by_seed.items():
-            cells = []
-            for t in tasks:
-                c = cmp.tasks[t]
-                p = c.p if c.p_holm is None else c.p_holm
-                cells.append(f"{c.diff:+.2f} [{c.interval.low:+.2f}, {c.interval.high:+.2f}] p={p:.3f}"
-                             + ("*" if cmp.significant(t) else ""))
-            out.append(f"| {seed} | " + " | ".join(cells) + " |")
-        cells = []
-        for t in tasks:
-            st = gc.over_seeds.get(t)
-            if st is None or st.mean is None:
-                cells.append("–")
-            else:
-                cells.append(f"{st.mean:+.2f}" + (f" [{st.interval.low:+.2f}, {st.interval.high:+.2f}]"
-                                                   if st.interval else ""))
-        out.append(f"| mean over {len(gc.by_seed)} seeds | " + " | ".join(cells) + " |")
+        rows = [[seed, *(_paired_cell(cmp, t) for t in tasks)] for seed, cmp in gc.by_seed.items()]
+        rows.append([f"mean over {len(gc.by_seed)} seeds", *(_over_seeds_cell(gc.over_seeds.get(t)) for t in tasks)])
         cmp0 = next(iter(gc.by_seed.values()))
-        out += ["", f"Per seed: A − B (Spearman × 100 points) on the same test pairs, [paired bootstrap "
+        out += [*markdown(Table([Column("Seed", format=str), *_score_columns([COLUMN_TITLES.get(t, t) for t in tasks])],
+                                rows)),
+                "", f"Per seed: A − B (Spearman × 100 points) on the same test pairs, [paired bootstrap "
                     f"{cmp0.method} interval, {cmp0.n_resamples} resamples], p = paired permutation test, "
                     f"Holm-adjusted across the tasks (Avg: unadjusted), * below {cmp0.alpha:g}.  Mean over "
                     "seeds: the per-seed differences' mean [t-interval over seeds]."]
@@ -262,16 +225,46 @@ def interval_sections(report: Report, cols: Sequence[str], comparisons: Sequence
     return out
 
 
+def _pairs_cell(run: Run, col: str) -> str:
+    """``score [low, high]``: a run's score and its interval over the test pairs."""
+    score, ci = run.score(col), run.interval(col)
+    return "–" if score is None else f"{score:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+
+def _seed_cell(g: Group, col: str) -> str:
+    """``mean ± std [low, high]`` over a row's seeds (the mean alone for one seed)."""
+    st = g.seed_stats(col)
+    if st.mean is None:
+        return "–"
+    return f"{st.mean:.2f}" + (f" ± {st.std:.2f} {_interval_text(st.interval)}" if st.std is not None else "")
+
+
+def _inside_cell(g: Group, col: str) -> str:
+    """The published number and whether it lies inside the row's seed interval."""
+    paper, inside = g.paper(col), g.paper_inside(col)
+    if paper is None:
+        return "–"
+    if inside is None:
+        return f"{paper:.2f} (n<2: no interval)"
+    return f"{paper:.2f} {'inside' if inside else 'outside'}"
+
+
+def _paired_cell(cmp, task: str) -> str:
+    """One seed's A − B with its paired bootstrap interval and (Holm-adjusted) p, ``*`` when significant."""
+    c = cmp.tasks[task]
+    p = c.p if c.p_holm is None else c.p_holm
+    return (f"{c.diff:+.2f} [{c.interval.low:+.2f}, {c.interval.high:+.2f}] p={p:.3f}"
+            + ("*" if cmp.significant(task) else ""))
+
+
+def _over_seeds_cell(st) -> str:
+    """The mean over seeds of the per-seed differences, with its t-interval."""
+    if st is None or st.mean is None:
+        return "–"
+    return f"{st.mean:+.2f}" + (f" [{st.interval.low:+.2f}, {st.interval.high:+.2f}]" if st.interval else "")
+
+
 # ------------------------------------------------------------------------------------------ latex
-
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-
-
-def latex_escape(text: str) -> str:
-    """Escape LaTeX's special characters in plain text."""
-    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
-
 
 def _latex_cell(g: Group, col: str) -> str:
     stat = g.stat(col)
@@ -290,24 +283,17 @@ def _latex_cell(g: Group, col: str) -> str:
 def render_latex(report: Report, dev: bool = False) -> str:
     """The report as a booktabs ``tabular`` (needs ``\\usepackage{booktabs}``); failed runs as ``%`` comments."""
     cols = _columns(dev)
-    spec = "lllll" + "c" * len(cols) + "l"
-    head = ["Method", "Backbone", "Setting", "Variant", "$n$", *[latex_escape(COLUMN_TITLES[c]) for c in cols],
-            "Paper"]
-    out = [
-        "% STS results, Spearman x 100: ours = mean $\\pm$ sample std (ddof=1) over n seeds;",
-        "% (paper; ours - paper) in small type when the paper reports the column.",
-        "\\begin{tabular}{" + spec + "}",
-        "\\toprule",
-        " & ".join(head) + " \\\\",
-        "\\midrule",
-    ]
+    rows = []
     for g in report.groups:
         name = _name(g)
         what = "; ".join(x for x in (name["variant"], name["label"]) if x)
-        row = [latex_escape(name["method"]), latex_escape(name["backbone"]), latex_escape(name["setting"]),
-               latex_escape(what), str(g.n), *[_latex_cell(g, c) for c in cols], latex_escape(_source(g))]
-        out.append(" & ".join(row) + " \\\\")
-    out += ["\\bottomrule", "\\end{tabular}"]
+        rows.append([name["method"], name["backbone"], name["setting"], what, g.n, *[_latex_cell(g, c) for c in cols],
+                     _source(g)])
+    plain = [Column(h, format=latex_escape) for h in ("Method", "Backbone", "Setting", "Variant")]
+    table = Table([*plain, Column("$n$"), *_score_columns([latex_escape(COLUMN_TITLES[c]) for c in cols], "center"),
+                   Column("Paper", format=latex_escape)], rows)
+    out = ["% STS results, Spearman x 100: ours = mean $\\pm$ sample std (ddof=1) over n seeds;",
+           "% (paper; ours - paper) in small type when the paper reports the column.", *latex(table)]
     for note in _notes(report.groups):
         out.append(f"% paper note: {note}")
     for run in report.failed:
@@ -369,13 +355,7 @@ def table_records(report: Report) -> tuple[list[str], list[list[Any]]]:
 def render_csv(report: Report, dev: bool = True) -> str:
     """The report as CSV (``csv`` module, header row first; empty field = missing).  ``dev`` is ignored:
     the CSV always carries the STS-B dev columns."""
-    columns, rows = table_records(report)
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow(["" if v is None else v for v in row])
-    return buf.getvalue()
+    return csv_text(Table.of(*table_records(report)))
 
 
 def render(report: Report, fmt: str = "markdown", dev: bool = False, comparisons: Sequence | None = None) -> str:

@@ -18,6 +18,7 @@ import yaml
 
 from cselab.data.transfer import PAPER_NAMES, TRANSFER_TASKS
 from cselab.report.published import PublishedDataError, config_value, variant_of
+from cselab.tables import Column, Table, markdown
 
 __all__ = ["TransferRow", "load_published_transfer", "transfer_rows_of_runs", "render_transfer_tables"]
 
@@ -125,13 +126,15 @@ def render_transfer_tables(ours: Sequence[TransferRow], published: Sequence[Tran
     published = list(published if published is not None else load_published_transfer())
     if not ours:
         return ""
-    header = "| row | n | mode | " + " | ".join(PAPER_NAMES[t] for t in TRANSFER_TASKS) + " | Avg |\n"
-    header += "|---|---|---|" + "---|" * (len(COLUMNS)) + "\n"
+    columns = [Column("row"), Column("n", format=lambda n: str(n) if n else "paper"),
+               Column("mode", format=lambda mode: mode or "-"),
+               *(Column(PAPER_NAMES[t], format=_cell) for t in TRANSFER_TASKS), Column("Avg", format=_cell)]
 
-    def line(row: TransferRow, label: str) -> str:
-        n = str(row.n) if row.n else "paper"
-        return (f"| {label} | {n} | {row.mode or '-'} | "
-                + " | ".join(_cell(row.scores.get(c)) for c in COLUMNS) + " |\n")
+    def table(rows: list[tuple[TransferRow, str]]) -> str:
+        """A Markdown table of ``(row, label)``, each line ending in a newline."""
+        lines = markdown(Table(columns, [[label, r.n, r.mode, *(r.scores.get(c) for c in COLUMNS)]
+                                         for r, label in rows]))
+        return "".join(f"{line}\n" for line in lines)
 
     def key(row: TransferRow) -> tuple:
         return (row.method, row.backbone, row.setting, row.variant)
@@ -139,18 +142,17 @@ def render_transfer_tables(ours: Sequence[TransferRow], published: Sequence[Tran
     used: set[int] = set()
     out = []
     for paper, title in TABLES.items():
-        rows = [r for r in published if r.paper == paper]
-        matched = [(r, [i for i, o in enumerate(ours) if r.method and key(o) == key(r)]) for r in rows]
+        printed = [r for r in published if r.paper == paper]
+        matched = [(r, [i for i, o in enumerate(ours) if r.method and key(o) == key(r)]) for r in printed]
         if not any(m for _, m in matched):
             continue
-        text = f"### {title}\n\n{header}"
+        rows = []
         for row, idx in matched:
-            text += line(row, f"{row.name} ({row.setting}{', quoted' if row.quoted else ''})")
-            for i in idx:
-                used.add(i)
-                text += line(ours[i], f"&nbsp;&nbsp;{ours[i].name}")
-        out.append(text)
+            rows.append((row, f"{row.name} ({row.setting}{', quoted' if row.quoted else ''})"))
+            rows += [(ours[i], f"&nbsp;&nbsp;{ours[i].name}") for i in idx]
+            used.update(idx)
+        out.append(f"### {title}\n\n{table(rows)}")
     rest = [o for i, o in enumerate(ours) if i not in used]
     if rest:
-        out.append("### Our transfer results (no published row)\n\n" + header + "".join(line(o, o.name) for o in rest))
+        out.append("### Our transfer results (no published row)\n\n" + table([(o, o.name) for o in rest]))
     return "\n".join(out)
