@@ -17,6 +17,7 @@ import contextlib
 import logging
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import hydra
@@ -43,7 +44,9 @@ log = logging.getLogger("cselab")
 def main(cfg: DictConfig) -> float | None:
     # (importing cselab.pipeline imports Lightning, which adds its console handler)
     from cselab.config_keys import check_added_keys
-    from cselab.pipeline import ConfigError, RunFinished, finished_run_changes, record_failure, run
+    from cselab.pipeline import ConfigError, RunFinished, finished_run_changes, record_failure
+    from cselab.run.flow import run
+    from cselab.run.spec import RunSpec
     from cselab.run_lock import RunDirInUse, hold_run_dir, release_run_dir
 
     one_line_per_event()  # Hydra has configured the job's logging: Lightning's records go through it, once
@@ -63,7 +66,9 @@ def main(cfg: DictConfig) -> float | None:
             raise ConfigError("resume=... continues one run; to continue a -m sweep, re-run the sweep's command")
         check_added_keys(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices.keys())  # +optim.lrr
         hold_run_dir(output_dir)  # a second process into the same directory is refused
-        results = run(cfg, output_dir)
+        start = time.perf_counter()
+        spec = RunSpec.from_config(cfg, output_dir)  # the config, read once: every rule checked, nothing loaded
+        results = run(spec, output_dir, start)
     except RunFinished as done:  # re-running a finished run (or a sweep's finished job): nothing to do
         changed = finished_run_changes(done.results, cfg, output_dir)
         if changed and not multirun:  # resume=<finished run> optim.lr=...: say that nothing changes

@@ -6,6 +6,7 @@ The run itself: :func:`cselab.run.flow.run` (docs/architecture.md, "The run").
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,10 @@ from cselab.callbacks.run_config import finished_run_changes as _finished
 from cselab.config import has_templates
 from cselab.methods.checks import ConfigError
 from cselab.methods.registry import method_target
-from cselab.run import assemble
+from cselab.run import assemble, flow
 from cselab.run.assemble import _short_tag, runtime_arguments, start_loggers
 from cselab.run.failure import disk_full_record, record_failure
-from cselab.run.flow import execute, fit_and_test, prepare, run, validate_at_end
+from cselab.run.flow import execute, fit_and_test, prepare, validate_at_end
 from cselab.run.inputs import check_inputs
 from cselab.run.pieces import resolve_precision
 from cselab.run.results import (
@@ -47,6 +48,18 @@ __all__ = ["DEV_ENCODER_WORDS", "ConfigError", "Outcome", "RunFinished", "RunSpe
            "method_target", "prepare", "print_results", "prompt_config", "record_failure", "resolve_ckpt_path",
            "resolve_precision", "resumable_checkpoint", "run", "runtime_arguments", "start_loggers",
            "test_backbone", "tested_weights", "validate", "validate_at_end"]
+
+
+def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
+    """``run.py``'s two steps in one call (tests, notebooks): the config read into a :class:`RunSpec`, then
+    :func:`cselab.run.flow.run`.
+
+    Raises:
+        RunFinished: ``output_dir`` holds ``results.json`` and ``overwrite`` is false.
+        ConfigError: what :meth:`RunSpec.from_config` or :func:`cselab.run.flow.prepare` refuses.
+    """
+    start = time.perf_counter()
+    return flow.run(RunSpec.from_config(cfg, output_dir), output_dir, start)
 
 
 def validate(cfg: DictConfig) -> RunSpec:

@@ -1,7 +1,7 @@
 """One run, end to end: the config read once into a :class:`~cselab.run.spec.RunSpec`, then its steps.
 
-1. :meth:`RunSpec.from_config`: the run directory (a finished run refused), every config rule (names the
-   offending keys); :func:`prepare`: every input file, the checkpoint to resume from and the new command against
+1. :meth:`RunSpec.from_config` (called by ``run.py``; the one place that reads the config): the run directory (a
+   finished run refused), every config rule (names the offending keys); then :func:`run`: :func:`prepare`: every input file, the checkpoint to resume from and the new command against
    that checkpoint's config (``resume.allow_changed``, :mod:`cselab.callbacks.run_config`), all before the
    backbone loads;
 2. build the method (loads the backbone) and, when training, its DataModule with the method's collate;
@@ -31,15 +31,17 @@ from cselab.run.spec import RunSpec
 log = logging.getLogger(__name__)
 
 
-def run(cfg, output_dir: str | Path) -> dict[str, Any]:
-    """Train (if ``method.train``) and evaluate one configuration; returns the results dict also written to disk.
+def run(spec: RunSpec, output_dir: str | Path, start: float | None = None) -> dict[str, Any]:
+    """Train (if ``spec.train``) and evaluate the run that ``spec`` describes; returns the results dict also
+    written to disk.  ``spec`` comes from :meth:`RunSpec.from_config` (``run.py``), the one reader of the config;
+    ``start`` (``time.perf_counter()``) is when the command began, for the results' wall time (default: now).
 
     Raises:
-        RunFinished: ``output_dir`` holds ``results.json`` and ``overwrite`` is false.
-        ConfigError: what :meth:`RunSpec.from_config` refuses; a ``resume`` directory without a checkpoint.
+        ConfigError: a ``resume`` directory without a checkpoint; a changed key on resume
+            (:func:`prepare`).
     """
-    start, output_dir = time.perf_counter(), Path(output_dir)
-    spec = RunSpec.from_config(cfg, output_dir)
+    start = time.perf_counter() if start is None else start
+    output_dir = Path(output_dir)
     return execute(spec, prepare(spec, output_dir, start))
 
 

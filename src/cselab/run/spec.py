@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -62,7 +63,7 @@ class RunSpec:
         return self.training is not None
 
     @classmethod
-    def from_config(cls, cfg: DictConfig, output_dir=None) -> RunSpec:
+    def from_config(cls, cfg: DictConfig, output_dir: str | Path | None = None) -> RunSpec:
         """Read and check the composed config; with ``output_dir``, its directory is checked first
         (:meth:`ResumeSpec.check_directory`: a finished run, a ``resume`` directory without a checkpoint).
 
@@ -74,7 +75,7 @@ class RunSpec:
         resume = ResumeSpec(ckpt_path=cfg.ckpt_path, dir=cfg.resume.dir, overwrite=bool(cfg.overwrite),
                             allow_changed=tuple(str(k) for k in cfg.resume.allow_changed or ()))
         if output_dir is not None:
-            resume.check_directory(output_dir, train)
+            resume.check_directory(Path(output_dir), train)
         moved = [key for key in MOVED_KEYS if "." in key and OmegaConf.select(cfg, key, default=None) is not None]
         if moved:  # a YAML (an experiment, a sweep) that still uses an old spelling
             raise ConfigError(f"{moved[0]} moved: it is {MOVED_KEYS[moved[0]]} now (conf/config.yaml)")
