@@ -53,6 +53,13 @@ class PromptModules:
         self.max_positions -= int(pre_seq_len) if positions == "shifted" else 0
 
     @property
+    def prompt_kind(self) -> str:
+        """The prompt module, as a model card names it: ``none`` | ``prefix`` | ``input_layer`` | ``soft`` | ``lora``."""
+        if self.tuning == "prefix":
+            return "input_layer" if self.prefix_variant == "input_layer" else "prefix"
+        return {"soft_prompt": "soft", "lora": "lora"}.get(self.tuning, "none")
+
+    @property
     def prompt_draw(self):
         """The :class:`cselab.model.prefix.PrefixDraw` of ``tuning=prefix`` (every variant), else None."""
         if self.tuning != "prefix":
