@@ -30,7 +30,7 @@ from .backbone import Encoder
 from .collates import build_collate
 from .description import describe_model
 from .embedding_folder import load_folder, save_folder
-from .encode_loop import TokenCache, eval_autocast, eval_batch_size, eval_mode, in_length_order  # noqa: F401 (re-exported)
+from .encode_loop import TokenCache, eval_autocast, eval_batch_size, eval_mode, in_length_order
 from .heads import MLMTransformHead, ProjectionMLP
 from .pooling import needs_hidden_states, pool
 from .spec import EmbeddingSpec, TuningSpec
