@@ -10,7 +10,7 @@ decay, no warm-up and weight decay 0, as all the official implementations.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -29,16 +29,19 @@ from cselab.methods.checks import (
 )
 from cselab.methods.gather import gather_embeddings
 from cselab.methods.mlm import AuxiliaryMLM, mlm_head_own_parameters
-from cselab.methods.nonfinite import NonFinitePolicy
+from cselab.methods.model_access import EmbeddingModelAccess
+from cselab.methods.nonfinite import NonFiniteHooks, NonFinitePolicy
 from cselab.methods.optim import FUSED_CHOICES, FUSED_DEVICES, clip_fused, configure_adamw, fused_adamw  # noqa: F401 (re-exported)
 from cselab.model.factory import build_embedding_model
 from cselab.model.spec import ConfigError, EmbeddingSpec, TuningSpec
 from cselab.model.template_input import ViewSpec
-from cselab.progress import is_logging_step
 
 
-class ContrastiveMethod(L.LightningModule):
-    """Base of all methods: an embedding model (``self.model``, built from its spec) trained by a loss.
+class ContrastiveMethod(EmbeddingModelAccess, NonFiniteHooks, L.LightningModule):
+    """Base of all methods: an embedding model (``self.model``, built from its spec) trained by a loss.  Its parts,
+    template inputs, evaluation settings and ``encode`` / ``embed`` / ``represent`` / ``describe`` read through
+    the method (``method.encoder``, ``method.eval_collate`` ...) are :class:`~cselab.methods.model_access.EmbeddingModelAccess`'s;
+    the hooks that read the non-finite flags (``self.nonfinite``) are :class:`~cselab.methods.nonfinite.NonFiniteHooks`.
 
     Args:
         backbone: ``{"name_or_path": str, "family": "bert"|"roberta"|"decoder"}`` and the decoders' optional
@@ -145,38 +148,6 @@ class ContrastiveMethod(L.LightningModule):
             return train, ViewSpec("text")
         return train, ViewSpec("text", template_of(prompt, family, prompt.get("eval_view", "view1")))
 
-    # ----------------------------------------------------------------- the embedding model's parts
-    encoder = property(lambda self: self.model.backbone, doc="The backbone module of :attr:`model`.")
-    head = property(lambda self: self.model.head, doc="The projection head of :attr:`model` (or None).")
-    tokenizer = property(lambda self: self.model.tokenizer, doc="The backbone's tokenizer.")
-    spec = property(lambda self: self.model.spec, doc="What the embedding model is (:class:`EmbeddingSpec`).")
-    tuning = property(lambda self: self.model.spec.tuning, doc="The prompt module and what trains.")
-    max_seq_len = property(lambda self: self.model.spec.max_seq_len, doc="Training truncation (tokens).")
-    representation_pooler = property(lambda self: self.model.representation_pooler,
-                                     doc="The pooler applied to the backbone output.")
-    train_collate = property(lambda self: self.model.collate("train"), doc="The DataModule's collate.")
-    eval_collate = property(lambda self: self.model.collate("test"), doc="The test encoder's collate.")
-    dev_collate = property(lambda self: self.model.collate("dev"), doc="The dev encoder's collate.")
-    skipped_nonfinite = property(lambda self: self.nonfinite.skipped, doc="Steps skipped for a NaN / inf loss.")
-
-    @property
-    def eval_batch_size(self) -> int | None:
-        """Sentences per forward pass in :meth:`encode` (None: 256 on a GPU, 128 on CPU); settable."""
-        return self.model.spec.eval_batch_size
-
-    @eval_batch_size.setter
-    def eval_batch_size(self, value: int | None) -> None:
-        self.model.respec(eval_batch_size=value)
-
-    @property
-    def eval_precision(self) -> str:
-        """:meth:`encode`'s arithmetic: ``auto`` | ``32`` | ``bf16``; settable."""
-        return self.model.spec.eval_precision
-
-    @eval_precision.setter
-    def eval_precision(self, value: str) -> None:
-        self.model.respec(eval_precision=str(value))
-
     def _freeze_unused_layers(self) -> None:
         """Freeze the layers no training step uses, so that every trainable parameter gets a gradient: the
         backbone's pooler layer (used only by ``method.pooler=cls`` without a head) and the MLM head's own layers without
@@ -209,14 +180,6 @@ class ContrastiveMethod(L.LightningModule):
         return template_of(self.prompt, self.model.spec.family, view)
 
     # ----------------------------------------------------------------- training step
-    def represent(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Representations before the head (B, V, D), template bias subtracted."""
-        return self.model.represent(batch)
-
-    def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Embeddings (B, V, D) of a collated batch (:meth:`cselab.model.embedding.EmbeddingModel.forward`)."""
-        return self.model(batch)
-
     def gather_embeddings(self, z: torch.Tensor) -> torch.Tensor:
         """The embeddings the loss sees (:func:`cselab.methods.gather.gather_embeddings`; the ranks' batch sizes
         are exchanged only when the DataModule does not guarantee them equal: ``equal_rank_batches``)."""
@@ -278,36 +241,12 @@ class ContrastiveMethod(L.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None)
         self.equal_rank_batches = bool(getattr(datamodule, "equal_rank_batches", False))
 
-    # ----------------------------------------------------------------- non-finite steps, read on logging steps
-    def on_before_optimizer_step(self, optimizer) -> None:
-        """The gradients' non-finite check, on the device (:meth:`NonFinitePolicy.check_gradients`)."""
-        self.nonfinite.check_gradients(p for p in self.parameters() if p.requires_grad)
-
-    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
-        """On logging steps only: the recorded non-finite flags read on the host (:meth:`NonFinitePolicy.check`)."""
-        if is_logging_step(self.trainer):
-            self.nonfinite.check(self, log=True)
-
-    def on_validation_start(self) -> None:
-        """Before a validation (and the checkpoint it selects): the pending non-finite flags read."""
-        if self.trainer.state.fn == "fit":
-            self.nonfinite.check(self, log=False)
-
-    def on_train_end(self) -> None:
-        """The last steps' non-finite flags read."""
-        self.nonfinite.check(self, log=False)
-
     # The STS callback does the evaluation; Lightning's loops only provide the schedule (val_check_interval).
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         return None
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
         return None
-
-    def encode(self, sentences: Sequence[str], batch_size: int | None = None, encoder: str = "test") -> torch.Tensor:
-        """(N, D) float32 CPU embeddings in input order (:meth:`cselab.model.embedding.EmbeddingModel.encode`;
-        ``encoder="dev"``: the checkpoint-selection encoder)."""
-        return self.model.encode(sentences, batch_size=batch_size, encoder=encoder)
 
     def configure_optimizers(self):
         """AdamW + the linear schedule of ``optim`` (:func:`cselab.methods.optim.configure_adamw`)."""
@@ -321,10 +260,6 @@ class ContrastiveMethod(L.LightningModule):
     def num_trainable_parameters(self) -> int:
         """Number of parameters the optimizer updates."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
-
-    def describe(self) -> dict[str, Any]:
-        """What the model does at test (:meth:`cselab.model.embedding.EmbeddingModel.describe`)."""
-        return self.model.describe()
 
 
 def template_of(prompt: Mapping[str, Any] | None, family: str, view: str) -> str:

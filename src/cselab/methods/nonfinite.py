@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from cselab.files import atomic_write_text
+from cselab.progress import is_logging_step
 
 POLICIES = ("stop", "skip")
 
@@ -164,3 +165,30 @@ def save_batch(module, step: int, loss: torch.Tensor, ids: torch.Tensor, mask: t
              for i, m in zip(ids.cpu(), mask.cpu(), strict=True)]
     atomic_write_text(path, json.dumps({"step": int(step), "loss": str(loss.item()), "sentences": texts}, indent=1))
     return path
+
+
+class NonFiniteHooks:
+    """The Lightning hooks of a method (:class:`cselab.methods.base.ContrastiveMethod` mixes it in) that apply its
+    :class:`NonFinitePolicy` (``self.nonfinite``) around the step: the gradients' check before each optimizer
+    step, on the device; the recorded flags read on the host on logging steps only, before a validation (and the
+    checkpoint it selects) and at the end of training."""
+
+    skipped_nonfinite = property(lambda self: self.nonfinite.skipped, doc="Steps skipped for a NaN / inf loss.")
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """The gradients' non-finite check, on the device (:meth:`NonFinitePolicy.check_gradients`)."""
+        self.nonfinite.check_gradients(p for p in self.parameters() if p.requires_grad)
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        """On logging steps only: the recorded non-finite flags read on the host (:meth:`NonFinitePolicy.check`)."""
+        if is_logging_step(self.trainer):
+            self.nonfinite.check(self, log=True)
+
+    def on_validation_start(self) -> None:
+        """Before a validation (and the checkpoint it selects): the pending non-finite flags read."""
+        if self.trainer.state.fn == "fit":
+            self.nonfinite.check(self, log=False)
+
+    def on_train_end(self) -> None:
+        """The last steps' non-finite flags read."""
+        self.nonfinite.check(self, log=False)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -28,30 +28,17 @@ from torch import nn
 
 from .backbone import Encoder
 from .collates import build_collate
+from .description import describe_model
 from .embedding_folder import load_folder, save_folder
+from .encode_loop import TokenCache, eval_autocast, eval_batch_size, eval_mode, in_length_order
 from .heads import MLMTransformHead, ProjectionMLP
 from .pooling import needs_hidden_states, pool
 from .spec import EmbeddingSpec, TuningSpec
 from .template_input import ViewCollate
-from .whitening import Whitening, checked_whitening, describe_whitening, install_on_load
+from .tuning_setup import add_prompt_module
+from .whitening import Whitening, checked_whitening, install_on_load
 
 ENCODERS = ("test", "dev")
-
-
-def in_length_order(tokens: Sequence[Sequence[int]], batch_size: int,
-                    run: Callable[[list[int]], torch.Tensor]) -> torch.Tensor | None:
-    """cselab's one sort-batch-unsort loop: the sentences' indices sorted by token length (less padding), cut into
-    batches of ``batch_size``, ``run(indices)`` -> (b, ...) rows for each batch, the rows put back in input order:
-    (N, ...) on ``run``'s device, or None for no sentence.  Used by :meth:`EmbeddingModel.encode` and the
-    representations that are not the embedding model (:mod:`cselab.representations`)."""
-    order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
-    chunks = [run(order[start : start + batch_size]) for start in range(0, len(order), batch_size)]
-    if not chunks:
-        return None
-    out = torch.cat(chunks)
-    result = torch.empty_like(out)
-    result[torch.tensor(order, dtype=torch.long, device=out.device)] = out
-    return result
 
 
 class EmbeddingModel(nn.Module):
@@ -80,7 +67,7 @@ class EmbeddingModel(nn.Module):
         self.whitening: Whitening | None = None
         self.register_load_state_dict_pre_hook(install_on_load)  # whitening.* in a state dict installs one
         self._collates: dict[str, ViewCollate] = {}
-        self._token_cache: dict = {}
+        self._token_cache = TokenCache(4)
         if apply_tuning:
             self.add_prompt(spec.tuning)
 
@@ -96,25 +83,13 @@ class EmbeddingModel(nn.Module):
 
     # ----------------------------------------------------------------------------------------- prompt module
     def add_prompt(self, tuning: TuningSpec) -> None:
-        """Add the prompt module of ``tuning`` to the untouched backbone (and freeze it unless ``full``).
+        """Add the prompt module of ``tuning`` to the untouched backbone, frozen unless ``full``
+        (:func:`.tuning_setup.add_prompt_module`; ``soft_prompt``: the slots of the train collate's templates).
 
         Raises:
             ValueError: a prefix option the backbone cannot take (names the ``tuning.*`` key).
         """
-        name = tuning.name
-        if name == "frozen":
-            self.backbone.freeze_backbone()
-        elif name == "prefix":
-            self.backbone.add_prefix(tuning.pre_seq_len, variant=tuning.variant, positions=tuning.prefix_positions,
-                                     prefix_projection=tuning.prefix_projection,
-                                     prefix_hidden_size=tuning.prefix_hidden_size, dropout=tuning.dropout_value)
-        elif name == "soft_prompt":
-            self.backbone.add_soft_template(self.collate("train").soft_init_ids)
-        elif name == "lora":
-            target = tuning.target_modules
-            self.backbone.add_lora(r=tuning.r, alpha=tuning.alpha, dropout=tuning.dropout_value,
-                                   target_modules=list(target) if isinstance(target, tuple) else target,
-                                   bias=tuning.bias)
+        add_prompt_module(self.backbone, tuning, lambda: self.collate("train").soft_init_ids)
 
     def merge_lora(self) -> None:
         """Fold the LoRA adapters into the backbone (:meth:`.backbone.Encoder.merge_lora`); ``tuning`` becomes
@@ -230,13 +205,10 @@ class EmbeddingModel(nn.Module):
         """
         if encoder not in ENCODERS:
             raise ValueError(f"encode(encoder={encoder!r}): expected 'test' or 'dev'")
-        collate = self.collate(encoder)
-        device = self.device
-        batch_size = batch_size or self.spec.eval_batch_size or (256 if device.type == "cuda" else 128)
+        collate, device = self.collate(encoder), self.device
+        batch_size = eval_batch_size(batch_size or self.spec.eval_batch_size, device)
         tokens = self._tokenized(collate, tuple(sentences))
-        precision = self.spec.eval_precision
-        bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
-        autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
+        autocast = eval_autocast(self.spec.eval_precision, device)
 
         whitening = self.whitening if encoder == "test" else None
         if whitening is not None and whitening.kernel.device != device:
@@ -249,13 +221,8 @@ class EmbeddingModel(nn.Module):
                 z = self(batch)[:, 0].float()
             return (z if whitening is None else whitening(z)).cpu()  # float32, outside autocast
 
-        modes = [(m, m.training) for m in self.modules()]  # restored module by module (a shared backbone too)
-        self.eval()
-        try:
+        with eval_mode(self):  # every submodule's mode restored after (a shared backbone too)
             out = in_length_order(tokens, batch_size, run)
-        finally:
-            for module, mode in modes:
-                module.training = mode
         if out is None:
             return torch.zeros(0, self.embedding_dim if whitening is None else whitening.out_features)
         return out
@@ -275,36 +242,16 @@ class EmbeddingModel(nn.Module):
         return int(self.backbone.hidden_size)
 
     def _tokenized(self, collate: ViewCollate, sentences: tuple[str, ...]) -> list[list[int]]:
-        """Token ids per sentence for ``encode``, from a cache of the last 4 sentence lists."""
-        key = (id(collate), sentences)
-        hit = self._token_cache.get(key)
-        if hit is None or hit[0] is not collate:  # the collate itself is kept, so its id is never reused
-            hit = self._token_cache[key] = (collate, collate.tokenize(list(sentences)))
-            while len(self._token_cache) > 4:
-                self._token_cache.pop(next(iter(self._token_cache)))
-        return hit[1]
+        """Token ids per sentence for ``encode``, from a cache of the last 4 sentence lists (:class:`TokenCache`)."""
+        return self._token_cache.tokens(collate, sentences)
 
     def num_trainable_parameters(self) -> int:
         """Number of parameters with ``requires_grad`` (the prompt module and head of a frozen backbone)."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
     def describe(self) -> dict[str, Any]:
-        """What the model does at test: ``{"pooler", "head", "use_head", "head_on", "denoise", "prompt_kind"
-        (none | prefix | input_layer | soft | lora), "template", "add_period", "pool_layer", "whitening"}`` (model
-        cards, the export's report; ``whitening``: None or ``{"dim": D, "k": k, "normalize": bool}``)."""
-        collate, encoder = self.collate("test"), self.backbone
-        kind = "none"
-        if encoder.tuning == "prefix":
-            kind = "input_layer" if encoder.prefix_variant == "input_layer" else "prefix"
-        elif encoder.tuning in ("soft_prompt", "lora"):
-            kind = "soft" if encoder.tuning == "soft_prompt" else "lora"
-        return {"pooler": self.representation_pooler,
-                "head": "none" if self.head is None else type(self.head).__name__,
-                "use_head": self.head is not None and self.spec.use_head_at_eval,
-                "head_on": self.spec.head_on, "denoise": collate.denoise, "prompt_kind": kind,
-                "template": collate.views[0].template, "add_period": collate.add_period,
-                "pool_layer": self.spec.pool_layer,
-                "whitening": describe_whitening(self.whitening)}
+        """What the model does at test (model cards, the export's report: :func:`.description.describe_model`)."""
+        return describe_model(self)
 
     # ----------------------------------------------------------------------------------------- save / load
     def save(self, folder: str | os.PathLike) -> None:

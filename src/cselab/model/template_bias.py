@@ -20,6 +20,8 @@ Modes (config key ``denoise``):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import torch
 
 from .template import TokenizedTemplate
@@ -78,3 +80,57 @@ def bias_inputs(
         attention[r, : len(row)] = 1
     rep = [template.rep_position(length) for length in lengths]
     return {"input_ids": input_ids, "attention_mask": attention, "rep_index": torch.tensor(rep, dtype=torch.long)}
+
+
+def bias_table(templates: Sequence[TokenizedTemplate], sent_len: torch.Tensor, mode: str, pad_token_id: int,
+               position_offset: int, padded_width: Callable[[int], int],
+               rows: int | None = None) -> dict[str, torch.Tensor]:
+    """A batch's template-bias inputs: one template-only row (:func:`bias_inputs`) per (distinct template,
+    distinct sentence length) of the batch; views sharing a template share its rows.
+
+    Args:
+        templates: the tokenized template of each view (V of them).
+        sent_len: (B, V) sentence lengths in tokens.
+        mode, pad_token_id, position_offset: as :func:`bias_inputs`.
+        padded_width: the width Tb of the rows from the widest part's (the collate's ``pad_to_multiple_of``).
+        rows: a fixed row count R (copies of row 0, which no ``bias_row`` points to, fill it up) or None.
+
+    Returns:
+        ``bias_input_ids`` (R, Tb), ``bias_attention_mask`` (R, Tb), ``bias_rep_index`` (R,), ``bias_row`` (B, V)
+        the row of each (example, view), and for ``position`` mode ``bias_position_ids`` (R, Tb).
+    """
+    parts: list[dict[str, torch.Tensor]] = []
+    bias_row = torch.zeros_like(sent_len)
+    start = 0
+    groups: dict[TokenizedTemplate, list[int]] = {}
+    for v, tt in enumerate(templates):
+        groups.setdefault(tt, []).append(v)
+    for tt, views in groups.items():
+        lengths = sorted(set(sent_len[:, views].flatten().tolist()))
+        parts.append(bias_inputs(tt, lengths, mode, pad_token_id, position_offset))
+        lookup = torch.full((int(max(lengths)) + 1,), -1, dtype=torch.long)
+        lookup[torch.tensor(lengths)] = torch.arange(start, start + len(lengths))
+        bias_row[:, views] = lookup[sent_len[:, views]]
+        start += len(lengths)
+    width = padded_width(max(p["input_ids"].shape[1] for p in parts))
+    extra = rows - start if rows is not None else 0
+
+    def table(key: str, value: int | None) -> torch.Tensor:
+        """The parts' ``key`` tensors stacked (widths padded with ``value``), then ``extra`` copies of row 0."""
+        t = torch.cat([p[key] if value is None else pad_to(p[key], width, value) for p in parts])
+        return torch.cat([t, t[:1].expand(extra, *t.shape[1:])]) if extra > 0 else t
+
+    out = {
+        "bias_input_ids": table("input_ids", pad_token_id),
+        "bias_attention_mask": table("attention_mask", 0),
+        "bias_rep_index": table("rep_index", None),
+        "bias_row": bias_row,
+    }
+    if mode == "position":
+        out["bias_position_ids"] = table("position_ids", position_offset)
+    return out
+
+
+def pad_to(t: torch.Tensor, width: int, value: int) -> torch.Tensor:
+    """(R, T) -> (R, width): ``t`` padded on the right with ``value``."""
+    return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)

@@ -9,14 +9,15 @@ sentence length (see :mod:`cselab.model.template_bias`).
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from .mlm_masking import mask_tokens
+from .soft_slots import SlotTable, check_soft_views, soft_slot_table, template_index
 from .template import Template, TokenizedTemplate, period_rule, tokenize_template
-from .template_bias import DENOISE_MODES, bias_inputs
+from .template_bias import DENOISE_MODES, bias_table, pad_to  # noqa: F401 (pad_to re-exported)
 
 #: ``train_tokenization`` values (:class:`ViewCollate`)
 TRAIN_TOKENIZATIONS = ("promptbert", "sncse")
@@ -154,31 +155,12 @@ class ViewCollate:
         self.fields = list(dict.fromkeys(v.field for v in self.views))
         self.mlm_probability = float(mlm_probability)
         self.mlm_seed = int(mlm_seed)
-        self.soft_slots: dict[str, tuple[int, list[int], list[int]]] = {}
+        #: the continuous template's slot table and the token id of every slot (:mod:`.soft_slots`), or empty
+        self.soft_slots: SlotTable = {}
         self.soft_init_ids: list[int] = []
         if soft_templates:
-            self._build_soft_slots(list(soft_templates), mask_index)
-            for view, tt in zip(self.views, self.templates, strict=True):
-                trained = tokenize_template(Template.parse(view.template, mask_index), tokenizer)
-                if (tt.prefix_ids, tt.suffix_ids) != (trained.prefix_ids, trained.suffix_ids):
-                    raise ValueError(
-                        f"official_test_tokenization=True changes the ids of continuous template {view.template!r} "
-                        "(trailing whitespace after the last template token); its slot table is built from the "
-                        "training ids -- remove the trailing whitespace from the template"
-                    )
-
-    def _build_soft_slots(self, templates: list[str], mask_index: int) -> None:
-        """Slot table of the continuous template: (offset, prefix positions, suffix positions) per template."""
-        mask_id = self.tokenizer.mask_token_id
-        for source in dict.fromkeys(templates):
-            tt = tokenize_template(Template.parse(source, mask_index), self.tokenizer)
-            pre = [i for i in range(1, len(tt.prefix_ids)) if tt.prefix_ids[i] != mask_id]
-            suf = [j for j in range(len(tt.suffix_ids) - 1) if tt.suffix_ids[j] != mask_id]
-            self.soft_slots[source] = (len(self.soft_init_ids), pre, suf)
-            self.soft_init_ids += [tt.prefix_ids[i] for i in pre] + [tt.suffix_ids[j] for j in suf]
-        for view in self.views:
-            if view.template is None or view.template not in self.soft_slots:
-                raise ValueError(f"view {view} has no slots in the continuous template table {templates}")
+            self.soft_slots, self.soft_init_ids = soft_slot_table(list(soft_templates), tokenizer, mask_index)
+            check_soft_views(self.views, self.templates, self.soft_slots, list(soft_templates), tokenizer, mask_index)
 
     def _budget(self, view: int) -> int:
         tt = self.templates[view]
@@ -241,7 +223,8 @@ class ViewCollate:
                 attention[b, v, : len(seq)] = 1
         out = {"input_ids": input_ids, "attention_mask": attention, "rep_index": rep_index, "sent_len": sent_len}
         if self.soft_slots:
-            out["template_index"] = self._template_index(input_ids.shape, sent_len)
+            out["template_index"] = template_index(input_ids.shape, sent_len, self.views, self.templates,
+                                                   self.soft_slots)
         if self.mlm_probability > 0:
             out.update(self._mlm(input_ids, sent_len))
         if self.denoise != "none":
@@ -265,20 +248,6 @@ class ViewCollate:
             budgets[tt] = max(budgets.get(tt, 0), self._budget(v))
         return sum(b + 1 for b in budgets.values())
 
-    def _template_index(self, shape: torch.Size, sent_len: torch.Tensor) -> torch.Tensor:
-        """(B, V, T): the continuous-template slot of each template token, -1 on sentence / special tokens."""
-        index = torch.full(shape, -1, dtype=torch.long)
-        for v, view in enumerate(self.views):
-            offset, pre, suf = self.soft_slots[view.template]
-            p = len(self.templates[v].prefix_ids)
-            for b in range(shape[0]):
-                base = p + int(sent_len[b, v])
-                for k, i in enumerate(pre):
-                    index[b, v, i] = offset + k
-                for k, j in enumerate(suf):
-                    index[b, v, base + j] = offset + len(pre) + k
-        return index
-
     def _sentence_mask(self, shape: torch.Size, sent_len: torch.Tensor) -> torch.Tensor:
         """(B, V, T) bool: True on the sentence's own tokens (never on template or special tokens)."""
         mask = torch.zeros(shape, dtype=torch.bool)
@@ -289,57 +258,14 @@ class ViewCollate:
         return mask
 
     def _mlm(self, input_ids: torch.Tensor, sent_len: torch.Tensor) -> dict[str, torch.Tensor]:
-        """BERT masking on sentence tokens: ``mlm_probability`` selected; 80 % [MASK], 10 % random, 10 % kept;
-        drawn from a generator seeded by ``mlm_seed`` and the batch's token ids."""
-        # CPU generators keep 32 bits of a seed (mt19937): the CRC-32 of the batch, started from the seed's CRC
-        seed = zlib.crc32(input_ids.contiguous().numpy().tobytes(), zlib.crc32(str(self.mlm_seed).encode()))
-        gen = torch.Generator().manual_seed(seed)
+        """BERT masking on sentence tokens, seeded by ``mlm_seed`` and the batch (:func:`.mlm_masking.mask_tokens`)."""
         eligible = self._sentence_mask(input_ids.shape, sent_len)
-        prob = torch.full(input_ids.shape, self.mlm_probability) * eligible
-        selected = torch.bernoulli(prob, generator=gen).bool()
-        labels = torch.where(selected, input_ids, torch.full_like(input_ids, -100))
-        masked = input_ids.clone()
-        replace = torch.bernoulli(torch.full(input_ids.shape, 0.8), generator=gen).bool() & selected
-        masked[replace] = self.tokenizer.mask_token_id
-        random = torch.bernoulli(torch.full(input_ids.shape, 0.5), generator=gen).bool() & selected & ~replace
-        tokens = torch.randint(len(self.tokenizer), input_ids.shape, dtype=torch.long, generator=gen)
-        masked[random] = tokens[random]
-        return {"mlm_input_ids": masked, "mlm_labels": labels}
+        return mask_tokens(input_ids, eligible, self.mlm_probability, self.mlm_seed, self.tokenizer.mask_token_id,
+                           len(self.tokenizer))
 
     def _bias(self, sent_len: torch.Tensor) -> dict[str, torch.Tensor]:
-        """One template-only row per (distinct template, distinct length) in the batch."""
-        parts: list[dict[str, torch.Tensor]] = []
-        bias_row = torch.zeros_like(sent_len)
-        start = 0
-        groups: dict[TokenizedTemplate, list[int]] = {}  # views sharing a template share its rows
-        for v, tt in enumerate(self.templates):
-            groups.setdefault(tt, []).append(v)
-        for tt, views in groups.items():
-            lengths = sorted(set(sent_len[:, views].flatten().tolist()))
-            parts.append(bias_inputs(tt, lengths, self.denoise, self.pad_id, self.position_offset))
-            lookup = torch.full((int(max(lengths)) + 1,), -1, dtype=torch.long)
-            lookup[torch.tensor(lengths)] = torch.arange(start, start + len(lengths))
-            bias_row[:, views] = lookup[sent_len[:, views]]
-            start += len(lengths)
-        width = self._padded_width(max(p["input_ids"].shape[1] for p in parts))
-        extra = self.max_bias_rows - start if self.pad_to_multiple_of else 0  # a fixed count of rows
-
-        def table(key: str, value: int | None) -> torch.Tensor:
-            """The parts' ``key`` tensors stacked (widths padded with ``value``), then ``extra`` copies of row 0."""
-            t = torch.cat([p[key] if value is None else pad_to(p[key], width, value) for p in parts])
-            return torch.cat([t, t[:1].expand(extra, *t.shape[1:])]) if extra > 0 else t
-
-        out = {
-            "bias_input_ids": table("input_ids", self.pad_id),
-            "bias_attention_mask": table("attention_mask", 0),
-            "bias_rep_index": table("rep_index", None),
-            "bias_row": bias_row,
-        }
-        if self.denoise == "position":
-            out["bias_position_ids"] = table("position_ids", self.position_offset)
-        return out
-
-
-def pad_to(t: torch.Tensor, width: int, value: int) -> torch.Tensor:
-    """(R, T) -> (R, width): ``t`` padded on the right with ``value``."""
-    return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
+        """One template-only row per (distinct template, distinct length) in the batch
+        (:func:`.template_bias.bias_table`); with ``pad_to_multiple_of``, :attr:`max_bias_rows` rows."""
+        rows = self.max_bias_rows if self.pad_to_multiple_of else None
+        return bias_table(self.templates, sent_len, self.denoise, self.pad_id, self.position_offset,
+                          self._padded_width, rows)
