@@ -7,8 +7,8 @@ A key added with ``+`` / ``++`` is accepted when something reads it:
   ``data.datamodule``, ``loss`` ...: the class's constructor takes or refuses it), or under ``callbacks`` (a new
   callback, ``+callbacks.<name>._target_=...``) or ``hydra``;
 * the config names it in an interpolation (``${oc.select:method.head_init,null}``, ``backbone.dtype`` ...);
-* its last part is a name the cselab code reads (a string literal such as ``cfg.get("decay_steps")``, an attribute
-  ``cfg.data.streaming``, a dataclass field or keyword argument; this file's examples excepted): :func:`code_names`.
+* its last part is a name the cselab code reads (a string literal such as ``node.get("decay_steps")``, an attribute
+  ``node.data.streaming``, a dataclass field or keyword argument; this file's examples excepted): :func:`code_names`.
 
 Anything else is refused before any weights load with the closest known key (``optim.lrr`` -> ``optim.lr``).
 Group selections (``+experiment=demo``) are Hydra's and pass.

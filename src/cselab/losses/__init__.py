@@ -19,7 +19,7 @@ LOSSES: dict[str, type[nn.Module]] = {
 }
 
 
-def build_loss(cfg: dict) -> nn.Module:
+def build_loss(node: dict) -> nn.Module:
     """Instantiate a loss from ``{"_target_": "pkg.module.Class", "name": ..., "groups": G, **its arguments}``
     (``_target_`` absent: the built-in loss of that ``name``, :data:`LOSSES`).
 
@@ -29,10 +29,10 @@ def build_loss(cfg: dict) -> nn.Module:
     Raises:
         ValueError: unknown loss name (lists the known ones) or bad arguments (names the key).
     """
-    cfg = dict(cfg)
-    name = cfg.pop("name", "infonce")
-    groups = cfg.pop("groups", 1)
-    target = cfg.pop("_target_", None)
+    args = dict(node)
+    name = args.pop("name", "infonce")
+    groups = args.pop("groups", 1)
+    target = args.pop("_target_", None)
     if target is not None:
         from hydra.utils import get_class
 
@@ -45,7 +45,7 @@ def build_loss(cfg: dict) -> nn.Module:
     else:
         raise ValueError(f"loss.name={name!r} without loss._target_: expected one of {sorted(LOSSES)}")
     try:
-        loss = cls(**cfg)
+        loss = cls(**args)
     except TypeError as err:
-        raise ValueError(f"loss={name}: bad arguments {sorted(cfg)} ({err})") from err
+        raise ValueError(f"loss={name}: bad arguments {sorted(args)} ({err})") from err
     return loss if int(groups) == 1 else GroupedLoss(loss, int(groups))

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from cselab.methods.mlm import MLMOptions
 from cselab.methods.nonfinite import POLICIES
 from cselab.model.spec import ConfigError, EmbeddingSpec
 
@@ -66,8 +67,20 @@ def embedding_spec(method_cls: type, backbone: Mapping[str, Any], model: Mapping
                        f"prompt=none (choose a prompt: prompt=promptbert ...); {message}")
         raise ConfigError(message) from err
     return EmbeddingSpec.from_config(model, family=family, train_views=train_views, eval_view=eval_view,
-                                     mlm_probability=float(mlm.get("probability", 0.15)) if mlm else 0.0,
+                                     mlm_probability=float(_mlm_options(mlm).probability) if mlm else 0.0,
                                      decode_cleanup=backbone.get("decode_cleanup"))
+
+
+def _mlm_options(mlm: Mapping[str, Any]) -> MLMOptions:
+    """The typed ``method.mlm`` node (:class:`cselab.methods.mlm.MLMOptions`).
+
+    Raises:
+        ConfigError: what the options refuse (names ``method.mlm.<key>``).
+    """
+    try:
+        return MLMOptions.from_mapping(mlm)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
 
 
 def check_method(method_cls: type, *, family: str, tuning: str, setting: str, train: bool, negatives: str,

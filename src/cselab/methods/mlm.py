@@ -7,11 +7,64 @@ trainable copy).  The masked inputs are the training collate's ``mlm_input_ids``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 
 LM_HEADS = ("untied", "tied")
+
+
+@dataclass(frozen=True)
+class MLMOptions:
+    """The ``method.mlm`` node, typed; its defaults are DCPCSE's (``run.sh``: ``--do_mlm --mlm_weight 0.1``;
+    ``conf/method/dcpcse.yaml``'s ``mlm_config``).
+
+    Attributes:
+        weight: the MLM term's weight at step 0 (``mlm_weight``).
+        decay: its decay per ``decay_steps`` optimizer steps: ``weight * decay ** (step / decay_steps)``.
+        decay_steps: optimizer steps per decay factor (> 0).
+        probability: the share of eligible tokens the training collate masks, in [0, 1).
+        lm_head: ``untied`` (official: a trainable copy of the pretrained decoder) or ``tied``.
+
+    Raises:
+        ValueError: a key the node does not have, a value out of range, an unknown ``lm_head`` (each names
+            ``method.mlm.<key>``).
+    """
+
+    weight: float = 0.1
+    decay: float = 0.95
+    decay_steps: float = 100
+    probability: float = 0.15
+    lm_head: str = "untied"
+
+    def __post_init__(self) -> None:
+        if self.lm_head not in LM_HEADS:
+            raise ValueError(f"method.mlm.lm_head={self.lm_head!r}: expected 'untied' or 'tied'")
+        if not float(self.weight) >= 0:
+            raise ValueError(f"method.mlm.weight={self.weight}: expected >= 0")
+        if not float(self.decay) > 0:
+            raise ValueError(f"method.mlm.decay={self.decay}: expected > 0")
+        if not float(self.decay_steps) > 0:
+            raise ValueError(f"method.mlm.decay_steps={self.decay_steps}: expected > 0")
+
+    @classmethod
+    def from_mapping(cls, node: Mapping[str, Any]) -> MLMOptions:
+        """The options of a ``method.mlm`` mapping (absent keys: the defaults).
+
+        Raises:
+            ValueError: a key that is not a field (names it and the known ones), or what the fields refuse.
+        """
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(node) - set(known))
+        if unknown:
+            raise ValueError(f"method.mlm.{unknown[0]}: not an option of the MLM auxiliary loss; expected {known}")
+        return cls(**{k: v for k, v in node.items() if v is not None})
+
+    def weight_at(self, step: int) -> float:
+        """``weight * decay ** (step / decay_steps)`` (DCPCSE ``cl_forward``'s ``mlm_weight``, decayed)."""
+        return float(self.weight) * float(self.decay) ** (step / float(self.decay_steps))
 
 
 def mlm_head(mlm: torch.nn.Module) -> torch.nn.Module:
@@ -43,7 +96,7 @@ class AuxiliaryMLM:
     """The MLM auxiliary task of a method (``method.mlm``), on the backbone's MLM model (``encoder.mlm``).
 
     Args:
-        config: ``{"weight": 0.1, "decay": 0.95, "decay_steps": 100, "probability": 0.15, "lm_head": "untied"}``.
+        config: the ``method.mlm`` node (:class:`MLMOptions`, or a mapping of its fields).
         encoder: the :class:`cselab.model.backbone.Encoder`, loaded with its MLM head.
         tuning: ``tuning.name``; on a frozen backbone (anything but ``full``) the head's own layers still train.
 
@@ -51,17 +104,14 @@ class AuxiliaryMLM:
     pretrained one) or ``tied`` (the decoder stays tied to the frozen word embeddings).
 
     Raises:
-        ValueError: the backbone has no MLM head, or an unknown ``lm_head`` (names ``method.mlm.lm_head``).
+        ValueError: the backbone has no MLM head, or what :class:`MLMOptions` refuses (names ``method.mlm.<key>``).
     """
 
-    def __init__(self, config: dict[str, Any], encoder, tuning: str = "full") -> None:
-        self.config = dict(config)
+    def __init__(self, config: MLMOptions | Mapping[str, Any], encoder, tuning: str = "full") -> None:
+        self.options = config if isinstance(config, MLMOptions) else MLMOptions.from_mapping(config)
         if encoder.mlm is None:
             raise ValueError("method.mlm needs the backbone's MLM head")
-        lm_head = self.config.get("lm_head", "untied")
-        if lm_head not in LM_HEADS:
-            raise ValueError(f"method.mlm.lm_head={lm_head!r}: expected 'untied' or 'tied'")
-        if lm_head == "untied":
+        if self.options.lm_head == "untied":
             self._untie_decoder(encoder)
         if tuning != "full":  # the head's own layers train (untied: the decoder copy too)
             for p in mlm_head_own_parameters(encoder):
@@ -79,10 +129,8 @@ class AuxiliaryMLM:
         encoder.mlm.config.tie_word_embeddings = False
 
     def weight(self, step: int) -> float:
-        """``weight * decay ** (step / decay_steps)``."""
-        cfg = self.config
-        return float(cfg.get("weight", 0.1)) * float(cfg.get("decay", 0.95)) ** (
-            step / float(cfg.get("decay_steps", 100)))
+        """``weight * decay ** (step / decay_steps)`` at optimizer step ``step`` (:meth:`MLMOptions.weight_at`)."""
+        return self.options.weight_at(step)
 
     def loss(self, encoder, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Masked-LM cross-entropy on the masked copies of the views (prompts applied), mean over the masked

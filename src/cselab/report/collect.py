@@ -285,13 +285,13 @@ def _ignored(key: str) -> bool:
     return key in IGNORED_OVERRIDE_KEYS or key == "hydra" or key.startswith(IGNORED_PREFIXES)
 
 
-def _flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(cfg, Mapping):
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, Mapping):
         out: dict[str, Any] = {}
-        for k, v in cfg.items():
+        for k, v in node.items():
             out.update(_flatten(v, f"{prefix}{k}."))
         return out
-    return {prefix[:-1]: cfg}
+    return {prefix[:-1]: node}
 
 
 def _hashable(value: Any) -> Any:
