@@ -17,16 +17,17 @@ from cselab.report.published import (
     COLUMN_NAMES,
     SCORE_KEYS,
     TASKS,
-    config_value,
     load_published,
     lookup,
     variant_of,
 )
+from cselab.report.saved_config import SavedRunConfig, config_value
 from cselab.tables import Column, Table, markdown
 
 __all__ = ["CONFIG_KEYS", "find_results", "model_card", "sts_table"]
 
-#: the config keys the card lists (dotted; those absent from the run's config are skipped)
+#: the config keys the card lists (dotted, printed as the key column of its Configuration table, so they stay
+#: dotted strings read with :func:`config_value`; those absent from the run's config are skipped)
 CONFIG_KEYS: tuple[str, ...] = (
     "method.name", "setting.name", "backbone.name", "backbone.name_or_path", "method.pooler", "prompt.name",
     "prompt.template", "method.denoise", "loss.name", "loss.temperature", "tuning.name", "tuning.pre_seq_len",
@@ -99,10 +100,10 @@ def model_card(
     from huggingface_hub import ModelCardData
 
     config = (results or {}).get("config") or {}
-    method = config_value(config, "method.name") or method_class.lower()
-    setting = config_value(config, "setting.name")
-    backbone_name = config_value(config, "backbone.name")
-    name_or_path = str(backbone.get("name_or_path") or config_value(config, "backbone.name_or_path") or "")
+    saved = SavedRunConfig.from_config(config)
+    method = saved.method or method_class.lower()
+    setting, backbone_name = saved.setting, saved.backbone
+    name_or_path = str(backbone.get("name_or_path") or saved.backbone_name_or_path or "")
     is_hub_id = bool(name_or_path) and not Path(name_or_path).exists() and \
         not name_or_path.startswith(("package:", "/", ".", "~"))
     base_model = name_or_path if is_hub_id else None  # a Hugging Face id (not a folder, not a package)
@@ -154,12 +155,12 @@ def model_card(
     test = (results or {}).get("test") or {}
     if test:
         rows = load_published() if published is None else published
-        paper = lookup(rows, method, backbone_name, setting, variant_of(config)) if backbone_name and setting \
+        paper = lookup(rows, method, backbone_name, setting, variant_of(saved)) if backbone_name and setting \
             else None
         lines += [sts_table(test, paper), ""]
         if paper is None:
             lines += [f"No published row for (`{method}`, `{backbone_name}`, `{setting}`, variant "
-                      f"`{variant_of(config)}`) in cselab's `published.yaml`.", ""]
+                      f"`{variant_of(saved)}`) in cselab's `published.yaml`.", ""]
         dev = ((results or {}).get("dev") or {}).get("stsb")
         lines += ["Cosine similarity, SentEval's protocol (STS12-16 \"all\", STS-B and SICK-R test); model "
                   "selection on STS-B dev" + (f" ({float(dev):.2f})" if dev is not None else "") + ".", ""]

@@ -37,15 +37,16 @@ from cselab.report.published import (
     SETTINGS,
     TASKS,
     PublishedRow,
-    config_value,
     load_published,
     lookup,
     variant_of,
 )
+from cselab.report.saved_config import SavedRunConfig, config_value
 
 RESULTS_FILE = "results.json"
 HYDRA_DIR = ".hydra"
-#: the three names every grouping key starts with
+#: the three names every grouping key starts with (dotted keys: they name the key's parts and are the
+#: ``--group-by`` spelling, so they are read with :func:`config_value`, like a user's ``--group-by`` keys)
 BASE_KEYS: tuple[str, ...] = ("method.name", "backbone.name", "setting.name")
 #: override keys that never split a group (besides ``hydra.*``): the seed, output-only settings, the data path,
 #: and the config-group choices whose names are already in :data:`BASE_KEYS`
@@ -78,6 +79,11 @@ class Run:
         if self.ok:
             return "ok"
         return "unfinished" if (self.error or "").startswith("unfinished") else "failed"
+
+    @property
+    def saved(self) -> SavedRunConfig:
+        """The fields the report reads from :attr:`config` (:class:`SavedRunConfig`: old layouts and defaults)."""
+        return SavedRunConfig.from_config(self.config)
 
     @property
     def seed(self) -> Any:
@@ -157,29 +163,30 @@ class Group:
     label: str = ""                        # the distinguishing settings beyond method/backbone/setting
     published: PublishedRow | None = None
 
-    def _uniform(self, dotted: str) -> Any:
-        values = {json.dumps(config_value(r.config, dotted), sort_keys=True, default=str) for r in self.runs}
-        return config_value(self.runs[0].config, dotted) if len(values) == 1 and self.runs else None
+    def _uniform(self, name: str) -> Any:
+        """Field ``name`` of :class:`SavedRunConfig` when every run has the same value, else ``None``."""
+        values = {json.dumps(getattr(r.saved, name), sort_keys=True, default=str) for r in self.runs}
+        return getattr(self.runs[0].saved, name) if len(values) == 1 and self.runs else None
 
     @property
     def method(self) -> str | None:
         """``method.name`` shared by every run (``None`` if they differ, possible only with ``group_by``)."""
-        return self._uniform("method.name")
+        return self._uniform("method")
 
     @property
     def backbone(self) -> str | None:
         """``backbone.name`` shared by every run (else ``None``)."""
-        return self._uniform("backbone.name")
+        return self._uniform("backbone")
 
     @property
     def setting(self) -> str | None:
         """``setting.name`` shared by every run (else ``None``)."""
-        return self._uniform("setting.name")
+        return self._uniform("setting")
 
     @property
     def variant(self) -> str | None:
         """The published variant (:func:`variant_of`) shared by every run, else ``None``."""
-        variants = {variant_of(r.config) for r in self.runs}
+        variants = {variant_of(r.saved) for r in self.runs}
         return variants.pop() if len(variants) == 1 else None
 
     @property

@@ -32,6 +32,8 @@ from typing import Any
 
 import yaml
 
+from cselab.report.saved_config import SavedRunConfig
+
 #: the seven STS test tasks, in the papers' column order (same as ``cselab.evaluation.sts.TEST_TASKS``)
 TASKS: tuple[str, ...] = ("sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr")
 #: the eight score columns: the seven tasks and their plain mean
@@ -261,16 +263,6 @@ def avg_mismatch(row: PublishedRow) -> float | None:
 
 # ------------------------------------------------------------------------------------ config -> variant
 
-def config_value(cfg: Mapping | None, dotted: str, default: Any = None) -> Any:
-    """``cfg["a"]["b"]`` for ``"a.b"``, or ``default`` when a level is missing or not a mapping."""
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return default
-        node = node[part]
-    return node
-
-
 #: prompt config names (``prompt.name``) that ARE an ablation row, per method.  Future prompt files for the
 #: CoT-BERT Table 3 templates should use these names (or add theirs here).
 PROMPT_VARIANTS: dict[tuple[str, str], str] = {
@@ -304,32 +296,34 @@ PROMPT_TYPE_VARIANTS: dict[str, str] = {
 WHITENING_FIT_NAMES: dict[str, str] = {"nli": "NLI", "target": "target", "wiki": "wiki"}
 
 
-def whitening_variant(config: Mapping[str, Any]) -> str | None:
+def whitening_variant(config: Mapping[str, Any] | SavedRunConfig | None) -> str | None:
     """``"whitening (<corpus>)"`` (``, k=<k>`` when it keeps fewer dimensions) for a run with ``eval.whitening``
-    enabled, else None."""
-    node = config_value(config, "eval.whitening")
-    if not isinstance(node, Mapping) or not node.get("enabled"):
+    enabled, else None.  ``config``: a saved run config or its :class:`SavedRunConfig`."""
+    saved = SavedRunConfig.from_config(config)
+    if not saved.whitening:
         return None
-    fit_on = node.get("fit_on", "nli")
-    k = node.get("k")
+    fit_on, k = saved.whitening_fit_on, saved.whitening_k
     return f"whitening ({WHITENING_FIT_NAMES.get(fit_on, fit_on)})" + (f", k={k}" if k else "")
 
 
-def variant_of(config: Mapping[str, Any]) -> str | None:
-    """The published ``variant`` a resolved run config reproduces (:func:`recipe_variant`), followed by
-    ``" + whitening (<corpus>)"`` for a run with ``eval.whitening`` enabled (BERT-whitening rows:
-    ``"first-last avg. (layer 1) + whitening (NLI)"``; a whitened SimCSE run: ``"whitening (NLI)"``)."""
-    recipe, whitening = recipe_variant(config), whitening_variant(config)
+def variant_of(config: Mapping[str, Any] | SavedRunConfig | None) -> str | None:
+    """The published ``variant`` a resolved run config (or its :class:`SavedRunConfig`) reproduces
+    (:func:`recipe_variant`), followed by ``" + whitening (<corpus>)"`` for a run with ``eval.whitening`` enabled
+    (BERT-whitening rows: ``"first-last avg. (layer 1) + whitening (NLI)"``; a whitened SimCSE run:
+    ``"whitening (NLI)"``)."""
+    saved = SavedRunConfig.from_config(config)
+    recipe, whitening = recipe_variant(saved), whitening_variant(saved)
     if whitening is None:
         return recipe
     return whitening if recipe is None else f"{recipe} + {whitening}"
 
 
-def recipe_variant(config: Mapping[str, Any]) -> str | None:
+def recipe_variant(config: Mapping[str, Any] | SavedRunConfig | None) -> str | None:
     """The published ``variant`` of a run config's recipe (whitening aside); ``None`` = the paper's default recipe.
 
     Args:
-        config: the resolved Hydra config as stored in ``results.json`` ("config") or ``.hydra/config.yaml``.
+        config: the resolved Hydra config as stored in ``results.json`` ("config") or ``.hydra/config.yaml``, or
+            its :class:`cselab.report.saved_config.SavedRunConfig` (which reads old layouts' keys too).
 
     Rules, in order (first match wins; extend here when a method gains an ablation switch):
 
@@ -348,54 +342,46 @@ def recipe_variant(config: Mapping[str, Any]) -> str | None:
       ``denoise`` ``none`` / ``position`` -> ``"without denoise"`` / ``"position denoise"`` (Table 6).
     * promptbert (unsup): the two training views equal -> ``"same template (dropout)"``; different views
       without denoising -> ``"different templates"`` (Table 8).
-    * dcpcse / promcse: ``method.prompt_type`` in :data:`PROMPT_VARIANTS` (PromCSE Table 3);
+    * dcpcse / promcse: ``tuning.variant`` in :data:`PROMPT_TYPE_VARIANTS` (PromCSE Table 3);
       ``method.mlm`` differing from the paper default -> ``"w/ MLM"`` / ``"w/o MLM"`` (DCPCSE Table 2);
-      ``method.pre_seq_len == 1`` -> ``"prompt length 1"`` (the only length the texts state).
+      ``tuning.pre_seq_len == 1`` -> ``"prompt length 1"`` (the only length the texts state).
 
     A config that deviates from the paper in a way not listed here (e.g. ``trainer.max_steps=20``) still maps
     to ``None``: the report shows its overrides beside the row.  Never raises on missing keys.
     """
-    method = config_value(config, "method.name")
-    setting = config_value(config, "setting.name")
-    backbone = config_value(config, "backbone.name")
-    loss = config_value(config, "loss.name")
-    denoise = config_value(config, "method.denoise", config_value(config, "denoise"))  # (old runs: top-level)
-    prompt = config_value(config, "prompt.name")
+    c = SavedRunConfig.from_config(config)
+    method, setting, backbone, denoise, prompt = c.method, c.setting, c.backbone, c.denoise, c.prompt
 
-    if loss in ("infonce_eh", "energy_hinge"):
-        margin = config_value(config, "loss.margin", 0.2)
-        try:
-            margin = float(margin)
-        except (TypeError, ValueError):
+    if c.loss in ("infonce_eh", "energy_hinge"):
+        if c.loss_margin is None:  # not a number
             return "+EH"
-        return "+EH" if math.isclose(margin, 0.2) else f"+EH (m={margin:g})"
+        return "+EH" if math.isclose(c.loss_margin, 0.2) else f"+EH (m={c.loss_margin:g})"
 
     if method == "baseline":
-        pooler = config_value(config, "method.pooler", config_value(config, "pooler"))
+        pooler = c.pooler
         if pooler == "mask" and prompt:
             if prompt == "promptbert_manual":
                 return "prompt (manual)" + (" + denoising" if denoise not in (None, "none") else "")
             if prompt == "custom":  # prompt search: the template string itself (Table 4 rows)
-                return f"template: {config_value(config, 'prompt.template')}"
+                return f"template: {c.prompt_template}"
             return f"template: {prompt}"
         if pooler == "topk":  # Table 9 reports k = 200
-            k = config_value(config, "method.topk", 200)
-            return f"top-{k} tokens" + (" + denoising" if config_value(config, "method.topk_denoise") else "")
+            return f"top-{c.topk} tokens" + (" + denoising" if c.topk_denoise else "")
         return BASELINE_POOLER_VARIANTS.get(pooler)
 
     if method == "prompteol":
-        if config_value(config, "method.train", config_value(config, "train", True)) is False:
+        if not c.train:
             return f"no fine-tuning: {prompt}"
         return f"template: {prompt}" if prompt not in (None, "prompteol") else None
 
-    if method == "rankcse" and config_value(config, "loss.ranking", "listnet") == "listmle":
+    if method == "rankcse" and c.ranking == "listmle":
         return "listMLE"  # CoT-BERT Table 2 prints RankCSE_listNet (the default, loss=rankcse_listnet)
 
     if (method, prompt) in PROMPT_VARIANTS:
         return PROMPT_VARIANTS[(method, prompt)]
 
     if method == "cot_bert":
-        if config_value(config, "loss.positive_negative_term", True) is False:
+        if not c.positive_negative_term:
             return "without a(i+,j-)"
         if denoise == "none":
             return "without denoise"
@@ -404,7 +390,7 @@ def recipe_variant(config: Mapping[str, Any]) -> str | None:
         return None
 
     if method == "promptbert" and setting == "unsup":
-        views = config_value(config, "prompt.train_views")
+        views = c.train_views
         if isinstance(views, list | tuple) and len(views) == 2 and views[0] == views[1]:
             return "same template (dropout)"
         if denoise == "none":
@@ -412,13 +398,10 @@ def recipe_variant(config: Mapping[str, Any]) -> str | None:
         return None
 
     if method in ("dcpcse", "promcse"):
-        prompt_type = config_value(config, "tuning.variant")
-        if prompt_type in PROMPT_TYPE_VARIANTS:
-            return PROMPT_TYPE_VARIANTS[prompt_type]
-        mlm = config_value(config, "method.mlm")
-        mlm = bool(mlm) if mlm is None or isinstance(mlm, Mapping | bool) else mlm
-        if isinstance(mlm, bool) and mlm != _MLM_DEFAULT.get((setting, backbone), False):
-            return "w/ MLM" if mlm else "w/o MLM"
-        if config_value(config, "tuning.pre_seq_len") == 1:
+        if c.tuning_variant in PROMPT_TYPE_VARIANTS:
+            return PROMPT_TYPE_VARIANTS[c.tuning_variant]
+        if c.mlm is not None and c.mlm != _MLM_DEFAULT.get((setting, backbone), False):
+            return "w/ MLM" if c.mlm else "w/o MLM"
+        if c.pre_seq_len == 1:
             return "prompt length 1"
     return None

@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 
 from cselab.data.transfer import PAPER_NAMES, TRANSFER_TASKS
-from cselab.report.published import PublishedDataError, config_value, variant_of
+from cselab.report.published import PublishedDataError, variant_of
+from cselab.report.saved_config import SavedRunConfig
 from cselab.tables import Column, Table, markdown
 
 __all__ = ["TransferRow", "load_published_transfer", "transfer_rows_of_runs", "render_transfer_tables"]
@@ -96,9 +97,9 @@ def transfer_rows_of_runs(results: Iterable[tuple[str, Mapping[str, Any]]]) -> l
         transfer = res.get("transfer") if isinstance(res, Mapping) else None
         if not transfer:
             continue
-        cfg = res.get("config") or {}
-        key = (config_value(cfg, "method.name"), config_value(cfg, "backbone.name"),
-               config_value(cfg, "setting.name", "unsup"), variant_of(cfg),
+        saved = SavedRunConfig.from_config(res.get("config") or {})
+        setting = "unsup" if saved.setting is None else saved.setting  # a run saved without setting.name: unsup
+        key = (saved.method, saved.backbone, setting, variant_of(saved),
                (res.get("transfer_protocol") or {}).get("mode"))
         groups.setdefault(key, []).append((run_dir, transfer))
     rows = []
