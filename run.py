@@ -42,10 +42,13 @@ log = logging.getLogger("cselab")
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
-    # (importing cselab.pipeline imports Lightning, which adds its console handler)
+    # (importing cselab.run imports Lightning, which adds its console handler)
+    from cselab.callbacks.run_config import finished_run_changes
     from cselab.config_keys import check_added_keys
-    from cselab.pipeline import ConfigError, RunFinished, finished_run_changes, record_failure
+    from cselab.methods.checks import ConfigError
+    from cselab.run.failure import record_failure
     from cselab.run.flow import run
+    from cselab.run.resume import RunFinished
     from cselab.run.spec import RunSpec
     from cselab.run_lock import RunDirInUse, hold_run_dir, release_run_dir
 
@@ -70,7 +73,7 @@ def main(cfg: DictConfig) -> float | None:
         spec = RunSpec.from_config(cfg, output_dir)  # the config, read once: every rule checked, nothing loaded
         results = run(spec, output_dir, start)
     except RunFinished as done:  # re-running a finished run (or a sweep's finished job): nothing to do
-        changed = finished_run_changes(done.results, cfg, output_dir)
+        changed = finished_run_changes(done.results, done.config or {}, done.copies, output_dir)
         if changed and not multirun:  # resume=<finished run> optim.lr=...: say that nothing changes
             sys.exit(f"cselab: {changed}")
         if changed:

@@ -21,7 +21,7 @@ from cselab.methods.registry import method_target
 from cselab.run import assemble, flow
 from cselab.run.assemble import _short_tag, runtime_arguments, start_loggers
 from cselab.run.failure import disk_full_record, record_failure
-from cselab.run.flow import execute, fit_and_test, prepare, validate_at_end
+from cselab.run.flow import Run, validate_at_end
 from cselab.run.inputs import check_inputs
 from cselab.run.pieces import resolve_precision
 from cselab.run.results import (
@@ -42,12 +42,12 @@ from cselab.run.spec import (
     resolved_config,
 )
 
-__all__ = ["DEV_ENCODER_WORDS", "ConfigError", "Outcome", "RunFinished", "RunSpec", "RunState", "_short_tag",
+__all__ = ["DEV_ENCODER_WORDS", "ConfigError", "Outcome", "Run", "RunFinished", "RunSpec", "RunState", "_short_tag",
            "build_callbacks", "build_method", "build_run_method", "build_trainer", "check_data_files",
-           "check_templates", "checkpoint_step", "config_changes", "finished_run_changes", "dev_encoder_used", "disk_full_record", "execute", "fit_and_test",
-           "method_target", "prepare", "print_results", "prompt_config", "record_failure", "resolve_ckpt_path",
-           "resolve_precision", "resumable_checkpoint", "run", "runtime_arguments", "start_loggers",
-           "test_backbone", "tested_weights", "validate", "validate_at_end"]
+           "check_templates", "checkpoint_step", "config_changes", "dev_encoder_used", "disk_full_record",
+           "finished_run_changes", "method_target", "print_results", "prompt_config", "record_failure",
+           "resolve_ckpt_path", "resolve_precision", "resumable_checkpoint", "run", "runtime_arguments",
+           "start_loggers", "test_backbone", "tested_weights", "validate", "validate_at_end"]
 
 
 def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:

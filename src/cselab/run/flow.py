@@ -1,8 +1,9 @@
 """One run, end to end: the config read once into a :class:`~cselab.run.spec.RunSpec`, then its steps.
 
 1. :meth:`RunSpec.from_config` (called by ``run.py``; the one place that reads the config): the run directory (a
-   finished run refused), every config rule (names the offending keys); then :func:`run`: :func:`prepare`: every input file, the checkpoint to resume from and the new command against
-   that checkpoint's config (``resume.allow_changed``, :mod:`cselab.callbacks.run_config`), all before the
+   finished run refused), every config rule (names the offending keys); then :class:`Run` (:func:`run`):
+   :meth:`Run.prepare`: every input file, the checkpoint to resume from and the new command against that
+   checkpoint's config (``resume.allow_changed``, :mod:`cselab.callbacks.run_config`), all before the
    backbone loads;
 2. build the method (loads the backbone) and, when training, its DataModule with the method's collate;
 3. fit with the STS callback validating STS-B dev every ``trainer.val_check_interval`` steps and a
@@ -32,81 +33,94 @@ log = logging.getLogger(__name__)
 
 
 def run(spec: RunSpec, output_dir: str | Path, start: float | None = None) -> dict[str, Any]:
-    """Train (if ``spec.train``) and evaluate the run that ``spec`` describes; returns the results dict also
-    written to disk.  ``spec`` comes from :meth:`RunSpec.from_config` (``run.py``), the one reader of the config;
-    ``start`` (``time.perf_counter()``) is when the command began, for the results' wall time (default: now).
+    """Train (if ``spec.train``) and evaluate the run that ``spec`` describes: ``Run(spec, output_dir,
+    start).execute()``; returns the results dict also written to disk.
 
     Raises:
-        ConfigError: a ``resume`` directory without a checkpoint; a changed key on resume
-            (:func:`prepare`).
+        ConfigError: a ``resume`` directory without a checkpoint; a changed key on resume (:meth:`Run.prepare`).
     """
-    start = time.perf_counter() if start is None else start
-    output_dir = Path(output_dir)
-    return execute(spec, prepare(spec, output_dir, start))
+    return Run(spec, output_dir, start).execute()
 
 
-def prepare(spec: RunSpec, output_dir: Path, start: float) -> RunState:
-    """What is checked after the config and before the backbone loads: every input file, the checkpoint to resume
-    from, and the new command against that checkpoint's config (``resume.allow_changed``).
+class Run:
+    """One run as a recipe (as torchtune's recipes: an object built from its spec whose steps share what they
+    built): :meth:`prepare` (checks before the backbone loads), :meth:`execute` (method, callbacks, loggers; fit
+    and test or evaluate as it is; the results), :meth:`fit_and_test`.
 
-    Raises:
-        ConfigError: a changed key that ``resume.allow_changed`` does not list; an unreadable ``ckpt_path``.
-        FileNotFoundError, ValueError: a missing or bad input file (:func:`cselab.run.inputs.check_inputs`).
+    Args:
+        spec: the run, read from the config once (:meth:`RunSpec.from_config`, ``run.py``).
+        output_dir: the run's directory (Hydra's ``runtime.output_dir``).
+        start: ``time.perf_counter()`` when the command began, for the results' wall time (default: now).
     """
-    check_inputs(spec.inputs)  # every input file, before the backbone loads and long before fit ends
-    ckpt_path = spec.resume.checkpoint(output_dir, spec.train)
-    resume_step = checkpoint_step(ckpt_path)
-    changed = check_resume(spec.config, spec.copies, spec.resume.allow_changed, ckpt_path, resume_step)
-    return RunState(output_dir, start, ckpt_path, resume_step, tuple(changed))
 
+    def __init__(self, spec: RunSpec, output_dir: str | Path, start: float | None = None) -> None:
+        self.spec = spec
+        self.output_dir = Path(output_dir)
+        self.start = time.perf_counter() if start is None else start
 
-def execute(spec: RunSpec, state: RunState) -> dict[str, Any]:
-    """The checked run: seed, method, callbacks, loggers; fit and test (or evaluate as it is); the results."""
-    L.seed_everything(spec.seed, workers=True)
-    method = assemble.build_run_method(spec)
-    runtime = assemble.runtime_arguments(spec, state.output_dir, state.start, state.resume_step,
-                                         list(state.changed_on_resume))
-    callbacks = assemble.build_callbacks(spec.callbacks, runtime, names=None if spec.train else ("sts",))
-    loggers = assemble.start_loggers(spec, state.output_dir, state.resume_step, method)
-    if spec.train:
-        outcome = fit_and_test(spec, state, method, callbacks, loggers)
-    else:  # nothing to train: the evaluator scores the model's encode directly, no Trainer
-        callbacks["sts"].evaluate_encoder(method, dev_encoder="test")  # STS-B dev as evaluation.py --mode dev
-        _log_scores(loggers, callbacks["sts"], step=0)
-        outcome = Outcome()
-    return finish(spec, state, method, callbacks["sts"], loggers, outcome)
+    def prepare(self) -> RunState:
+        """What is checked after the config and before the backbone loads: every input file, the checkpoint to
+        resume from, and the new command against that checkpoint's config (``resume.allow_changed``).
 
+        Raises:
+            ConfigError: a changed key that ``resume.allow_changed`` does not list; an unreadable ``ckpt_path``.
+            FileNotFoundError, ValueError: a missing or bad input file (:func:`cselab.run.inputs.check_inputs`).
+        """
+        spec = self.spec
+        check_inputs(spec.inputs)  # every input file, before the backbone loads and long before fit ends
+        ckpt_path = spec.resume.checkpoint(self.output_dir, spec.train)
+        resume_step = checkpoint_step(ckpt_path)
+        changed = check_resume(spec.config, spec.copies, spec.resume.allow_changed, ckpt_path, resume_step)
+        return RunState(self.output_dir, self.start, ckpt_path, resume_step, tuple(changed))
 
-def fit_and_test(spec: RunSpec, state: RunState, method, callbacks: dict[str, L.Callback], loggers: list) -> Outcome:
-    """Fit with the callbacks (STS-B dev every ``val_check_interval``, the best checkpoint kept), then test
-    the best checkpoint; with ``eval.test_backbone`` its trained tensors on the backbone reloaded with those
-    keys (PromptEOL's rows: trained in 4-bit, tested in fp32)."""
-    from cselab.signals import sigterm_stops
+    def execute(self) -> dict[str, Any]:
+        """The run: :meth:`prepare`, then seed, method, callbacks, loggers; fit and test (or evaluate as it is);
+        the results (:func:`cselab.run.results.finish`)."""
+        spec, state = self.spec, self.prepare()
+        L.seed_everything(spec.seed, workers=True)
+        method = assemble.build_run_method(spec)
+        runtime = assemble.runtime_arguments(spec, state.output_dir, state.start, state.resume_step,
+                                             list(state.changed_on_resume))
+        callbacks = assemble.build_callbacks(spec.callbacks, runtime, names=None if spec.train else ("sts",))
+        loggers = assemble.start_loggers(spec, state.output_dir, state.resume_step, method)
+        if spec.train:
+            outcome = self.fit_and_test(state, method, callbacks, loggers)
+        else:  # nothing to train: the evaluator scores the model's encode directly, no Trainer
+            callbacks["sts"].evaluate_encoder(method, dev_encoder="test")  # STS-B dev as evaluation.py --mode dev
+            _log_scores(loggers, callbacks["sts"], step=0)
+            outcome = Outcome()
+        return finish(spec, state, method, callbacks["sts"], loggers, outcome)
 
-    sts = callbacks["sts"]
-    trainer = assemble.build_trainer(spec.training, list(callbacks.values()), loggers, state.output_dir)
-    datamodule = assemble.build_datamodule(spec.training, method)
-    trainer.fit(method, datamodule=datamodule, ckpt_path=state.ckpt_path, weights_only=False)
-    best, best_dev = validate_at_end(trainer, method, sts, callbacks.get("checkpoint"), state.output_dir)
-    with sigterm_stops("test"):  # the test phase is one callback call: Lightning alone would ignore SIGTERM
-        if spec.evaluation.reloads_backbone and best:
-            _test_reloaded(spec, trainer, method, sts, loggers, best)
-        else:
-            trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)
-    return Outcome(best, best_dev, int(trainer.global_step), trainer.is_global_zero)
+    def fit_and_test(self, state: RunState, method, callbacks: dict[str, L.Callback], loggers: list) -> Outcome:
+        """Fit with the callbacks (STS-B dev every ``val_check_interval``, the best checkpoint kept), then test
+        the best checkpoint; with ``eval.test_backbone`` its trained tensors on the backbone reloaded with those
+        keys (PromptEOL's rows: trained in 4-bit, tested in fp32)."""
+        from cselab.signals import sigterm_stops
 
+        sts = callbacks["sts"]
+        trainer = assemble.build_trainer(self.spec.training, list(callbacks.values()), loggers, state.output_dir)
+        datamodule = assemble.build_datamodule(self.spec.training, method)
+        trainer.fit(method, datamodule=datamodule, ckpt_path=state.ckpt_path, weights_only=False)
+        best, best_dev = validate_at_end(trainer, method, sts, callbacks.get("checkpoint"), state.output_dir)
+        with sigterm_stops("test"):  # the test phase is one callback call: Lightning alone would ignore SIGTERM
+            if self.spec.evaluation.reloads_backbone and best:
+                self._test_reloaded(trainer, method, sts, loggers, best)
+            else:
+                trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)
+        return Outcome(best, best_dev, int(trainer.global_step), trainer.is_global_zero)
 
-def _test_reloaded(spec: RunSpec, trainer: L.Trainer, method, sts: STSCallback, loggers: list, best: str) -> None:
-    """Score the best checkpoint's trained tensors on the backbone reloaded with ``eval.test_backbone``."""
-    from cselab.methods.loading import load
+    def _test_reloaded(self, trainer: L.Trainer, method, sts: STSCallback, loggers: list, best: str) -> None:
+        """Score the best checkpoint's trained tensors on the backbone reloaded with ``eval.test_backbone``."""
+        from cselab.methods.loading import load
 
-    log.info("testing %s on the backbone reloaded with eval.test_backbone=%s", best,
-             spec.evaluation.test_backbone_keys)
-    if trainer.is_global_zero:
-        tested = load(best, backbone=spec.evaluation.test_backbone).to(method.device)
-        sts.evaluate_encoder(tested, dev_encoder="dev")
-        _log_scores(loggers, sts, step=int(trainer.global_step))
-        del tested
+        evaluation = self.spec.evaluation
+        log.info("testing %s on the backbone reloaded with eval.test_backbone=%s", best,
+                 evaluation.test_backbone_keys)
+        if trainer.is_global_zero:
+            tested = load(best, backbone=evaluation.test_backbone).to(method.device)
+            sts.evaluate_encoder(tested, dev_encoder="dev")
+            _log_scores(loggers, sts, step=int(trainer.global_step))
+            del tested
 
 
 def validate_at_end(trainer: L.Trainer, method, sts: STSCallback, checkpoint, output_dir: Path):

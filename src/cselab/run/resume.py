@@ -5,8 +5,10 @@ backbone loads."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -21,11 +23,15 @@ class RunFinished(FileExistsError):
 
     Attributes:
         results: the finished run's parsed ``results.json`` (``{}`` when unreadable).
+        config, copies: the new command's resolved config and its copied keys (None, ``()``: not given), for
+            :func:`cselab.callbacks.run_config.finished_run_changes` (``run.py`` says what would change).
     """
 
-    def __init__(self, message: str, results: dict | None = None) -> None:
+    def __init__(self, message: str, results: dict | None = None, config: dict[str, Any] | None = None,
+                 copies: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.results = results or {}
+        self.config, self.copies = config, tuple(copies)
 
 
 @dataclass(frozen=True)
@@ -39,8 +45,11 @@ class ResumeSpec:
     allow_changed: tuple[str, ...] = ()
     overwrite: bool = False
 
-    def check_directory(self, output_dir: Path, train: bool) -> None:
+    def check_directory(self, output_dir: Path, train: bool, config: dict[str, Any] | None = None,
+                        copies: Sequence[str] = ()) -> None:
         """Refuse a finished run (unless ``overwrite``) and a ``resume`` directory with nothing to resume from.
+        ``config`` / ``copies``: the new command's resolved config and its copied keys, carried by
+        ``RunFinished`` (to be compared with the finished run's).
 
         Raises:
             RunFinished: ``output_dir`` holds ``results.json`` and ``overwrite`` is false.
@@ -50,8 +59,7 @@ class ResumeSpec:
             raise RunFinished(
                 f"{output_dir / 'results.json'} exists: this run already finished. Pass overwrite=true to run it "
                 "again in the same directory, or name another run with run_name=...",
-                read_json_object(output_dir / "results.json"),
-            )
+                read_json_object(output_dir / "results.json"), config, copies)
         if self.dir and train and not (
                 (output_dir / "checkpoints" / "last.ckpt").is_file() or any(output_dir.glob("hpc_ckpt_*.ckpt"))):
             raise ConfigError(f"resume={self.dir}: no checkpoints/last.ckpt in that directory to resume from "

@@ -68,14 +68,15 @@ class RunSpec:
         (:meth:`ResumeSpec.check_directory`: a finished run, a ``resume`` directory without a checkpoint).
 
         Raises:
-            RunFinished: as :meth:`ResumeSpec.check_directory`.
+            RunFinished: as :meth:`ResumeSpec.check_directory` (with what this command would change).
             ConfigError: an out-of-range value or conflicting choices (the message names the keys).
         """
         train = bool(cfg.method.train)
         resume = ResumeSpec(ckpt_path=cfg.ckpt_path, dir=cfg.resume.dir, overwrite=bool(cfg.overwrite),
                             allow_changed=tuple(str(k) for k in cfg.resume.allow_changed or ()))
+        config, copies = resolved_config(cfg), copies_of(cfg)
         if output_dir is not None:
-            resume.check_directory(Path(output_dir), train)
+            resume.check_directory(Path(output_dir), train, config, copies)
         moved = [key for key in MOVED_KEYS if "." in key and OmegaConf.select(cfg, key, default=None) is not None]
         if moved:  # a YAML (an experiment, a sweep) that still uses an old spelling
             raise ConfigError(f"{moved[0]} moved: it is {MOVED_KEYS[moved[0]]} now (conf/config.yaml)")
@@ -85,7 +86,7 @@ class RunSpec:
         if cfg.eval.dev_encoder not in ("official", "test"):
             raise ConfigError(f"eval.dev_encoder={cfg.eval.dev_encoder!r}: expected 'official' or 'test'")
         training = _training(cfg) if train else None
-        module, callbacks, copies, config = module_node(cfg), callback_nodes(cfg), copies_of(cfg), resolved_config(cfg)
+        module, callbacks = module_node(cfg), callback_nodes(cfg)
         names = RunNames(method=cfg.method.name, backbone=str(OmegaConf.select(cfg, "backbone.name")
                                                               or cfg.backbone.name_or_path),
                          name_or_path=cfg.backbone.name_or_path, setting=cfg.setting.name, loss=cfg.loss.name,
