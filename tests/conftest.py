@@ -250,6 +250,20 @@ def sts_data_dir() -> Path:
     pytest.skip("no SentEval data (run `make data`)")
 
 
+def loss_and_grads(method, batch, seed: int = 1) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """One training step's loss and every parameter's gradient (``method.training_step`` outside a Trainer, the
+    RNG seeded with ``seed`` first so that two calls draw the same dropout masks)."""
+    import warnings
+
+    method.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # self.log() without a Trainer
+        loss = method.training_step(batch, 0)
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in method.named_parameters() if p.grad is not None}
+
+
 def compose_tiny_run(tmp_path: Path, tiny_bert_dir: Path, sts_data_dir, *overrides: str):
     """The config of a 4-step SimCSE run on the tiny BERT and a 40-line corpus in ``tmp_path`` (validation every 2
     steps, no progress bars), with ``overrides`` after the defaults."""

@@ -30,6 +30,7 @@ import cselab.config  # noqa: F401  (resolvers)
 from cselab.methods.cached_step import CachedStep, check_options, chunk_rows
 from cselab.model.spec import ConfigError
 from cselab.pipeline import build_method, validate
+from tests.conftest import loss_and_grads
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 SENTENCES = ["a man is playing a guitar", "the cat sat on the mat", "two dogs are running in the park",
@@ -64,16 +65,6 @@ def _build(case: str, mlm_dir: Path, decoder_dir: Path, chunk: int | None = None
     model = build_method(cfg).double().train().to(device)
     rows = TRIPLETS if setting == "sup" else [{"text": s} for s in SENTENCES]
     return model, {k: t.to(device) for k, t in model.train_collate(rows).items()}
-
-
-def _step(method, batch, seed: int = 1) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    method.zero_grad(set_to_none=True)
-    torch.manual_seed(seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # self.log() without a Trainer
-        loss = method.training_step(batch, 0)
-    loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in method.named_parameters() if p.grad is not None}
 
 
 def _served(prompt, rows):
@@ -154,18 +145,18 @@ def test_cached_step_equals_uncached_step(case, dirs) -> None:
     assert (batch["input_ids"].shape[1], "bias_input_ids" in batch, "mlm_input_ids" in batch) == SHAPES[case]
     if case == "promptbert_sup_head_each":
         assert uncached.spec.head_on == "each" and uncached.head is not None
-    ref_loss, ref_grads = _step(uncached, batch)
+    ref_loss, ref_grads = loss_and_grads(uncached, batch)
     assert ref_loss.dtype == torch.float64
     # dropout is on: another seed gives another loss (so the equalities below are about the same masks)
-    assert abs(float(_step(uncached, batch, seed=2)[0]) - float(ref_loss)) > 1e-6
+    assert abs(float(loss_and_grads(uncached, batch, seed=2)[0]) - float(ref_loss)) > 1e-6
     cached, _ = _build(case, *dirs, chunk=n)
     assert cached.cached_step.chunk_size == n
-    _assert_same(*_step(cached, batch), ref_loss, ref_grads)  # one chunk: the uncached step's masks
+    _assert_same(*loss_and_grads(cached, batch), ref_loss, ref_grads)  # one chunk: the uncached step's masks
     divides = max(d for d in range(2, n) if n % d == 0)  # 7 of 14 or 21 rows
     assert n % 4  # 4 does not divide B*V
     for chunk in (divides, 4, 1):
         cached.cached_step = CachedStep(chunk)
-        loss, grads = _step(cached, batch)
+        loss, grads = loss_and_grads(cached, batch)
         _assert_same(loss, grads, *_chunked_reference(copy.deepcopy(uncached), batch, chunk))
 
 
@@ -177,15 +168,15 @@ def test_cached_step_on_cuda_restores_the_cuda_generator(case, dirs) -> None:
     per chunk: the same equalities as on the CPU (float64, dropout on).  Run where a GPU is; CI has none."""
     uncached, batch = _build(case, *dirs, device="cuda")
     assert batch["input_ids"].is_cuda and next(uncached.parameters()).is_cuda
-    ref_loss, ref_grads = _step(uncached, batch)
-    assert abs(float(_step(uncached, batch, seed=2)[0]) - float(ref_loss)) > 1e-6
+    ref_loss, ref_grads = loss_and_grads(uncached, batch)
+    assert abs(float(loss_and_grads(uncached, batch, seed=2)[0]) - float(ref_loss)) > 1e-6
     n = batch["input_ids"].shape[0] * batch["input_ids"].shape[1]
     cached = copy.deepcopy(uncached)
     cached.cached_step = CachedStep(n)
-    _assert_same(*_step(cached, batch), ref_loss, ref_grads)
+    _assert_same(*loss_and_grads(cached, batch), ref_loss, ref_grads)
     for chunk in (4, 1):
         cached.cached_step = CachedStep(chunk)
-        _assert_same(*_step(cached, batch), *_chunked_reference(copy.deepcopy(uncached), batch, chunk))
+        _assert_same(*loss_and_grads(cached, batch), *_chunked_reference(copy.deepcopy(uncached), batch, chunk))
 
 
 @pytest.mark.parametrize("case", ["simcse_sup_hard_negatives", "promptbert_position", "cot_bert_pad_3_views",
@@ -193,19 +184,19 @@ def test_cached_step_on_cuda_restores_the_cuda_generator(case, dirs) -> None:
 def test_cached_step_without_dropout_equals_uncached_step(case, dirs) -> None:
     uncached, batch = _build(case, *dirs)
     _dropout_off(uncached)
-    ref_loss, ref_grads = _step(uncached, batch)
-    assert float(_step(uncached, batch, seed=2)[0]) == float(ref_loss)  # deterministic
+    ref_loss, ref_grads = loss_and_grads(uncached, batch)
+    assert float(loss_and_grads(uncached, batch, seed=2)[0]) == float(ref_loss)  # deterministic
     cached = copy.deepcopy(uncached)
     for chunk in (3, 4):
         cached.cached_step = CachedStep(chunk)
-        _assert_same(*_step(cached, batch), ref_loss, ref_grads)
+        _assert_same(*loss_and_grads(cached, batch), ref_loss, ref_grads)
 
 
 def test_cached_step_keeps_existing_gradients_and_skips_nonfinite(dirs, tmp_path, monkeypatch) -> None:
     """Gradients already in ``.grad`` (accumulation) are kept and the cached ones added by the returned loss's
     backward; a non-finite loss under ``skip`` leaves no gradient behind."""
     method, batch = _build("promptbert_position", *dirs, chunk=3)
-    _, grads = _step(method, batch)
+    _, grads = loss_and_grads(method, batch)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.manual_seed(1)
@@ -239,14 +230,14 @@ def test_cached_step_with_activation_checkpointing_and_bf16(dirs) -> None:
     """Composes with activation checkpointing (same loss and gradients) and bf16 autocast (finite, close)."""
     method, batch = _build("promptbert_position", *dirs, chunk=4)
     method.float()
-    loss, grads = _step(method, batch)
+    loss, grads = loss_and_grads(method, batch)
     method.encoder.enable_activation_checkpointing()
-    loss_ckpt, grads_ckpt = _step(method, batch)
+    loss_ckpt, grads_ckpt = loss_and_grads(method, batch)
     assert float(loss_ckpt) == pytest.approx(float(loss), rel=1e-6)
     for name, grad in grads.items():
         torch.testing.assert_close(grads_ckpt[name], grad, rtol=1e-5, atol=1e-6, msg=name)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss_bf16, grads_bf16 = _step(method, batch)
+        loss_bf16, grads_bf16 = loss_and_grads(method, batch)
     assert loss_bf16.dtype == torch.float32 and torch.isfinite(loss_bf16)
     assert float(loss_bf16) == pytest.approx(float(loss), rel=0.05, abs=0.05)
     assert all(torch.isfinite(g).all() for g in grads_bf16.values())
@@ -339,8 +330,8 @@ def test_cached_step_with_a_compiled_backbone(dirs) -> None:
     backbone runs the first pass without a graph and the second with one; same loss and gradients (dropout off)."""
     uncached, batch = _build("promptbert_position", *dirs)
     _dropout_off(uncached)
-    ref_loss, ref_grads = _step(uncached, batch)
+    ref_loss, ref_grads = loss_and_grads(uncached, batch)
     cached = copy.deepcopy(uncached)
     cached.encoder.model.compile(backend="eager", dynamic=True)
     cached.cached_step = CachedStep(4)
-    _assert_same(*_step(cached, batch), ref_loss, ref_grads)
+    _assert_same(*loss_and_grads(cached, batch), ref_loss, ref_grads)

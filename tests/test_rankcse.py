@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import warnings
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from cselab.losses.rankcse import RankCSELoss, consistency_loss
 from cselab.losses.ranking import listmle_loss, listnet_loss
 from cselab.methods.teachers import TeacherScores, TeacherSpec, teacher_specs
 from cselab.model.spec import ConfigError
+from tests.conftest import loss_and_grads
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = json.loads((ROOT / "tests" / "data" / "rankcse_official.json").read_text())
@@ -164,23 +164,13 @@ def _rankcse(backbone_dir: Path, teachers: list[dict], ranking: str = "listnet",
                    **kwargs)
 
 
-def _step(method, batch, seed: int = 1):
-    method.zero_grad(set_to_none=True)
-    torch.manual_seed(seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # self.log() without a Trainer
-        loss = method.training_step(batch, 0)
-    loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in method.named_parameters() if p.grad is not None}
-
-
 @pytest.mark.parametrize("ranking", ["listnet", "listmle"])
 def test_step_uses_the_frozen_teachers_targets(ranking, tiny_bert_dir, teacher_dir) -> None:
     from cselab.methods.loading import load
 
     method = _rankcse(tiny_bert_dir, [{"path": str(teacher_dir), "weight": 1.0}], ranking).train()
     batch = method.train_collate([{"text": s} for s in SENTENCES])
-    loss, grads = _step(method, batch)
+    loss, grads = loss_and_grads(method, batch)
     teacher = method.teacher_scores.teachers[0]
     # frozen, eval mode, not a submodule: not in the student's state, optimizer or export
     assert not teacher.training and all(not p.requires_grad for p in teacher.parameters())
@@ -211,8 +201,8 @@ def test_cached_step_equals_the_uncached_step(tiny_bert_dir, teacher_dir) -> Non
 
     cached.cached_step = CachedStep(2 * len(SENTENCES))  # all rows in one chunk: the uncached masks
     batch = plain.train_collate([{"text": s} for s in SENTENCES])
-    ref_loss, ref_grads = _step(plain, batch)
-    loss, grads = _step(cached, batch)
+    ref_loss, ref_grads = loss_and_grads(plain, batch)
+    loss, grads = loss_and_grads(cached, batch)
     _assert_same(loss, grads, ref_loss, ref_grads, rtol=1e-9)
 
 
@@ -308,8 +298,8 @@ def test_compiled_forward_takes_the_teacher_targets_as_inputs(tiny_bert_dir, tea
     compiled = copy.deepcopy(plain)
     compile_training(compiled, CompileOptions(enabled=True, backend="eager"))
     batch = plain.train_collate([{"text": s} for s in SENTENCES])
-    ref_loss, ref_grads = _step(plain, batch)
-    loss, grads = _step(compiled, batch)
+    ref_loss, ref_grads = loss_and_grads(plain, batch)
+    loss, grads = loss_and_grads(compiled, batch)
     _assert_same(loss, grads, ref_loss, ref_grads, rtol=1e-9)
 
 

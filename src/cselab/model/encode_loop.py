@@ -15,8 +15,7 @@ def in_length_order(tokens: Sequence[Sequence[int]], batch_size: int,
                     run: Callable[[list[int]], torch.Tensor]) -> torch.Tensor | None:
     """cselab's one sort-batch-unsort loop: the sentences' indices sorted by token length (less padding), cut into
     batches of ``batch_size``, ``run(indices)`` -> (b, ...) rows for each batch, the rows put back in input order:
-    (N, ...) on ``run``'s device, or None for no sentence.  Used by :meth:`.embedding.EmbeddingModel.encode` and
-    the representations that are not the embedding model (:mod:`cselab.representations`)."""
+    (N, ...) on ``run``'s device, or None for no sentence.  Used by :meth:`.embedding.EmbeddingModel.encode`."""
     order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
     chunks = [run(order[start : start + batch_size]) for start in range(0, len(order), batch_size)]
     if not chunks:
