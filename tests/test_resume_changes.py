@@ -103,3 +103,19 @@ def test_config_changes_ignore_output_only_keys_and_module_copies(tmp_path, tiny
 def test_resume_equals_dir_on_the_command_line_is_the_resume_node():
     assert resume_overrides(["resume=outputs/x", "optim.lr=1e-4", "resume.allow_changed=[optim.lr]"]) == [
         "resume.dir='outputs/x'", "optim.lr=1e-4", "resume.allow_changed=[optim.lr]"]
+
+
+def test_a_node_added_since_keeps_old_runs_unchanged_while_its_switch_is_off(tmp_path, tiny_bert_dir, sts_data_dir):
+    """A run saved before ``eval.whitening`` existed (#34) is no different from the same command now, while
+    whitening stays off: its checkpoints resume and its finished directory is skipped, not refused."""
+    from tests.conftest import compose_tiny_run
+
+    now = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir)
+    saved = resolved_config(now)
+    del saved["eval"]["whitening"]  # the config as a run before #34 saved it
+    assert config_changes(saved, now) == []
+    whitened = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.whitening.enabled=true")
+    keys = [key for key, _, _ in config_changes(saved, whitened)]
+    assert "eval.whitening.enabled" in keys and all(k.startswith("eval.whitening.") for k in keys)
+    # a run saved with the node compares it as any other key
+    assert [key for key, _, _ in config_changes(resolved_config(now), whitened)] == ["eval.whitening.enabled"]

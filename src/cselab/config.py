@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -70,6 +71,10 @@ OUTPUT_ONLY_KEYS: tuple[str, ...] = (
     # spellings before the trainer node held only lightning.Trainer's arguments (checkpoints written then)
     "trainer.save_last", "trainer.save_every_n_steps", "trainer.progress_log_s",
 )
+#: config nodes added after runs were saved, with the switch value that reproduces what a run saved without the
+#: node did: while the new config's switch has that value, the node's keys are no change to such a run (its
+#: checkpoints resume, its finished results.json is re-run as finished).  ``eval.whitening``: #34, off before.
+ADDED_NODES: dict[str, tuple[str, Any]] = {"eval.whitening": ("enabled", False)}
 #: override keys that name a run's coordinates (W&B tags of their own)
 COORDINATE_KEYS: tuple[str, ...] = ("method", "backbone", "setting", "seed", "experiment", "sweep")
 

@@ -19,7 +19,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from cselab.config import OUTPUT_ONLY_KEYS, key_matches
+from cselab.config import ADDED_NODES, OUTPUT_ONLY_KEYS, key_matches
 from cselab.methods.checks import LEGACY_MODEL_KEYS, LEGACY_OPTIM_KEYS
 
 log = logging.getLogger(__name__)
@@ -44,8 +44,9 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 def config_changes(saved: dict[str, Any], new: dict[str, Any],
                    copies: Sequence[str] = ()) -> list[tuple[str, Any, Any]]:
     """The keys whose resolved values differ between a checkpoint's config ``saved`` and the new one, leaving out
-    :data:`~cselab.config.OUTPUT_ONLY_KEYS` (logging, paths, evaluation batch size, workers, ...) and the
-    ``module`` node's copies of other keys (``copies``, :func:`cselab.run.spec.copies_of`).
+    :data:`~cselab.config.OUTPUT_ONLY_KEYS` (logging, paths, evaluation batch size, workers, ...), the
+    ``module`` node's copies of other keys (``copies``, :func:`cselab.run.spec.copies_of`), and a node added since
+    ``saved`` was written whose switch keeps the old behaviour (:data:`~cselab.config.ADDED_NODES`).
 
     Args:
         saved, new: resolved configs as plain containers.
@@ -56,6 +57,8 @@ def config_changes(saved: dict[str, Any], new: dict[str, Any],
     # a checkpoint written before the embedding spec has the flat module node: copies of the groups' keys too
     derived = [*copies, *(f"module.{key}" for key in (*LEGACY_MODEL_KEYS, *LEGACY_OPTIM_KEYS))]
     old_flat, new_flat = _flatten(saved), _flatten(new)
+    derived += [node for node, (switch, old_value) in ADDED_NODES.items()
+                if not any(key_matches(k, (node,)) for k in old_flat) and new_flat.get(f"{node}.{switch}") == old_value]
     changes = []
     for key in sorted(set(old_flat) | set(new_flat)):
         if key_matches(key, OUTPUT_ONLY_KEYS) or key_matches(key, tuple(derived)):
