@@ -247,6 +247,39 @@ def test_step_loss_and_gradients_equal_the_official_cl_forward(no_dropout_dirs):
     assert all(g is not None for g in g_ours)  # every trainable tensor is used (DDP without unused parameters)
 
 
+def test_before_head_with_the_batchnorm_projector_is_an_extension_the_official_code_cannot_run(no_dropout_dirs):
+    """``condition=before_head`` (official ``--before_mlp``) with the BatchNorm projector (``--batchnorm``): the
+    official ``cl_forward`` applies the projector to the unflattened (B, 2, D) tensor (models.py:204-206), so its
+    first BatchNorm1d(2D) reads dim 1 (the 2 views) as channels and raises; it runs only with SimCSE's MLP.  cselab
+    conditions the discriminator on the [CLS] rows h (B * V, D) and gives the contrastive loss the projector's
+    output over the flattened B * V rows (as ``after_head``, models.py:177-179).  docs/fidelity.md D7 says so."""
+    method = _diffcse(no_dropout_dirs["encoder"], no_dropout_dirs["generator"], condition="before_head")
+    method.train()
+    batch = method.train_collate(SENTENCES[:6])
+    b, v, t = batch["input_ids"].shape
+    outputs = method.encoder.base_model(batch["input_ids"].view(-1, t), attention_mask=batch["attention_mask"].view(
+        -1, t), return_dict=True)
+    pooler_output = outputs.last_hidden_state[:, 0].view(b, v, -1)
+    with pytest.raises(RuntimeError, match="running_mean"):  # models.py:204-206 as written, on the same projector
+        method.head.net(pooler_output)
+    # cselab: z = projector(h) over the B * V rows for the loss, h itself conditions the discriminator
+    seen = {}
+    handle = method.rtd.discriminator.register_forward_pre_hook(
+        lambda module, args: seen.update(cond=args[2]))  # returns None: the arguments unchanged
+    try:
+        loss, _, _ = method.forward_loss(batch)
+    finally:
+        handle.remove()
+    torch.testing.assert_close(seen["cond"], pooler_output.reshape(b * v, -1), rtol=1e-5, atol=1e-6)
+    z = method.head.net(pooler_output.reshape(b * v, -1)).view(b, v, -1)
+    cos = nn.CosineSimilarity(dim=-1)(z[:, 0].unsqueeze(1), z[:, 1].unsqueeze(0)) / 0.05
+    cl = nn.CrossEntropyLoss()(cos, torch.arange(b))
+    assert loss.item() == pytest.approx(cl.item() + 0.005 * method._rtd_loss.item(), rel=1e-5)
+    ledger = (Path(__file__).resolve().parents[1] / "docs" / "fidelity.md").read_text(encoding="utf-8")
+    d7 = next(line for line in ledger.splitlines() if line.startswith("| D7 |"))
+    assert "models.py:204-206" in d7 and "cannot run" in d7
+
+
 def test_roberta_step_uses_the_s_token_and_trains(tiny_roberta_dir, tiny_roberta_mlm_dir):
     """RoBERTa: position 0 is ``<s>`` (official cls_token=0, models.py:444); a training step runs and every
     trainable tensor gets a gradient."""

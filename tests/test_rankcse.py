@@ -177,10 +177,9 @@ def test_step_uses_the_frozen_teachers_targets(ranking, tiny_bert_dir, teacher_d
     assert all(not k.startswith("teacher") for k in method.state_dict())
     student_params = {id(p) for p in method.parameters()}
     assert not any(id(p) in student_params for p in teacher.parameters())
-    # the same loss by hand: decoded first view -> the teacher as evaluated -> cos / tau2 -> RankCSELoss
-    sentences = method.batch_sentences(batch)
-    assert sentences[0] == SENTENCES[0]
-    reference = load(teacher_dir).encode(sentences)
+    # the same loss by hand: first view -> the teacher as evaluated -> cos / tau2 -> RankCSELoss
+    assert method.teacher_scores.feeds == ["ids"]  # the teacher shares the student's vocabulary
+    reference = load(teacher_dir).encode(SENTENCES)
     targets = torch.nn.functional.cosine_similarity(reference[:, None], reference[None], dim=-1) / 0.05
     torch.testing.assert_close(method.teacher_targets(batch), targets, rtol=1e-5, atol=1e-5)
     targets = method.teacher_targets(batch)  # the same up to rounding; listMLE's sort must see the same values
@@ -190,6 +189,77 @@ def test_step_uses_the_frozen_teachers_targets(ranking, tiny_bert_dir, teacher_d
     expected = method.loss_fn(z, targets, perm)
     assert float(loss) == pytest.approx(float(expected), rel=1e-5)
     assert grads and max(float(g.abs().max()) for g in grads.values()) > 0
+
+
+#: a sentence with a character outside the tiny vocabulary: the student's ids hold [UNK] (1 of 3 in wiki1m's first
+#: 2,000 sentences, issue #40)
+UNK_SENTENCES = ["a man is playing a \u2603 guitar", *SENTENCES[1:]]
+
+
+@pytest.fixture(scope="module")
+def avg_teacher_dir(tiny_bert_dir, tmp_path_factory) -> Path:
+    """A tiny avg-pooled teacher on the student's tokenizer (the official ``avg`` teacher, teachers.py:42-48; a tiny
+    random BERT's [CLS] barely depends on the tokens, its mean does)."""
+    from cselab.methods.simcse import SimCSE
+
+    torch.manual_seed(7)
+    teacher = SimCSE({"name_or_path": str(tiny_bert_dir), "family": "bert"}, model={"pooler": "avg"})
+    path = tmp_path_factory.mktemp("avg_teacher") / "export"
+    teacher.model.save(path)
+    return path
+
+
+@pytest.mark.parametrize("pooler", ["cls_before_pooler", "avg"])
+def test_teacher_reads_the_students_ids_as_the_official_trainer_does(pooler, tiny_bert_dir, teacher_dir,
+                                                                    avg_teacher_dir) -> None:
+    """Official trainers.py:476-499 (``teacher_inputs`` = the student's input_ids / attention_mask / token_type_ids,
+    flattened) and teachers.py:36-48 (``self.model(**inputs)``, then ``cls_before_pooler``: ``last_hidden_state[:,
+    0]``, or ``avg``: the masked mean), then trainers.py:507-508 (cos / tau2), transcribed on the teacher's own
+    weights.  A sentence with [UNK] is fed as the student sees it: decoding with ``skip_special_tokens=True`` (cselab
+    before #40) dropped the [UNK], so the teacher saw "a man is playing a guitar" (row 0 differs by ~0.2 / tau2)."""
+    from cselab.methods.loading import load
+
+    path = teacher_dir if pooler == "cls_before_pooler" else avg_teacher_dir
+    method = _rankcse(tiny_bert_dir, [{"path": str(path)}]).train()
+    batch = method.train_collate([{"text": s} for s in UNK_SENTENCES])
+    ids, mask = batch["input_ids"][:, 0], batch["attention_mask"][:, 0]
+    assert method.tokenizer.unk_token_id in ids[0].tolist()
+    hf = load(path).backbone.model.eval()  # the teacher's AutoModel (official: Teacher(...).model)
+    with torch.no_grad():
+        out = hf(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids), return_dict=True)
+    h = out.last_hidden_state
+    if pooler == "cls_before_pooler":
+        z = h[:, 0]
+    else:
+        m = mask.unsqueeze(-1).expand(h.size()).float()
+        z = torch.sum(h * m, 1) / torch.clamp(m.sum(1), min=1e-7)
+    official = torch.nn.functional.cosine_similarity(z.unsqueeze(1), z.unsqueeze(0), dim=-1) / 0.05
+    torch.testing.assert_close(method.teacher_targets(batch), official, rtol=1e-5, atol=1e-5)
+    assert method.teacher_scores.feeds == ["ids"]
+
+
+def test_a_teacher_on_another_vocabulary_reads_the_decoded_view_with_its_unk(tiny_bert_dir, tiny_roberta_dir,
+                                                                             teacher_dir, tmp_path) -> None:
+    """The documented extension: a teacher whose vocabulary differs (or with a template) reads the first view decoded,
+    its framing special tokens dropped and [UNK] kept (not shortened)."""
+    from cselab.methods.simcse import SimCSE
+    from cselab.methods.teachers import decode_view, teacher_feed
+
+    method = _rankcse(tiny_bert_dir, [{"path": str(teacher_dir)}]).train()
+    batch = method.train_collate([{"text": s} for s in UNK_SENTENCES])
+    decoded = decode_view(method.tokenizer, batch["input_ids"][:, 0], batch["attention_mask"][:, 0])
+    assert decoded[0] == "a man is playing a [UNK] guitar"
+    assert decoded[1:] == SENTENCES[1:]
+    other = SimCSE({"name_or_path": str(tiny_roberta_dir), "family": "roberta"}, model={"pooler": "avg"})
+    assert teacher_feed(other, method.tokenizer) == ("text", "its vocabulary differs from the student's")
+    path = tmp_path / "roberta_teacher"
+    other.model.save(path)
+    mixed = _rankcse(tiny_bert_dir, [{"path": str(teacher_dir), "weight": 0.5}, {"path": str(path), "weight": 0.5}])
+    mixed.teacher_targets(batch)
+    assert mixed.teacher_scores.feeds == ["ids", "text"]
+    expected = mixed.teacher_scores.teachers[1].encode(decoded)
+    got = mixed.teacher_scores.embeddings(batch["input_ids"][:, 0], batch["attention_mask"][:, 0], method.tokenizer)
+    torch.testing.assert_close(got[1], expected, rtol=1e-5, atol=1e-5)
 
 
 def test_cached_step_equals_the_uncached_step(tiny_bert_dir, teacher_dir) -> None:

@@ -40,7 +40,9 @@ class DiffCSE(ContrastiveMethod):
         rtd: ``method.rtd``: ``generator`` (a masked LM's hub id / folder / ``package:<module>``, or ``backbone``;
             official ``distilbert-base-uncased`` / ``distilroberta-base``), ``masking_ratio`` (official 0.30),
             ``lambda_weight`` (0.005), ``condition`` (``after_head``: the projector's output conditions the
-            discriminator, official default; ``before_head``: the [CLS] state, official ``--before_mlp``),
+            discriminator, official default; ``before_head``: the [CLS] state, official ``--before_mlp``, whose
+            code applies the projector to the unflattened (B, 2, D) tensor, models.py:204-206, and so crashes with
+            the BatchNorm projector: with ``head=mlp_bn`` cselab's extension, the projector over the B * V rows),
             ``generator_dropout`` (true: the generator runs in the model's train mode, as the official module).
         the others: :class:`cselab.methods.base.ContrastiveMethod`.
 

@@ -12,8 +12,9 @@ The teacher step runs eagerly in :meth:`RankCSE.training_step` (it needs strings
 (:mod:`cselab.methods.compiled`): its targets enter the forward as a batch tensor (``teacher_logits``), as does
 listMLE's column permutation (``ranking_permutation``, drawn here from the CPU generator as the official draws it,
 models.py:95), so that the compiled, uncached and cached (:mod:`cselab.methods.cached_step`) steps compute the same
-loss and gradients.  The teacher step is not sync-free: it reads the batch's ids on the host (to decode them) and
-the teachers' ``encode`` returns CPU tensors, two device syncs per step (the teachers' forward dominates anyway).
+loss and gradients.  A teacher on the student's vocabulary reads the batch's token ids on the device (the official
+rule); one that needs strings (another vocabulary, a template) makes the step read the ids on the host to decode
+them, and its ``encode`` returns CPU tensors (the teachers' forward dominates anyway).
 The FLOP counter (:class:`cselab.callbacks.FlopCounter`) counts the teachers' forward with the student's (x3).
 """
 
@@ -84,24 +85,20 @@ class RankCSE(ContrastiveMethod):
 
     # ----------------------------------------------------------------- the teacher step
     def on_fit_start(self) -> None:
-        """The base's checks, then the teachers loaded onto the student's device (frozen, eval mode)."""
+        """The base's checks, then the teachers loaded onto the student's device (frozen, eval mode), each reading
+        the student's token ids when they fit it (:func:`cselab.methods.teachers.teacher_feed`)."""
         super().on_fit_start()
-        self.teacher_scores.load(self.device)
-
-    def batch_sentences(self, batch: dict[str, torch.Tensor]) -> list[str]:
-        """The sentences of the batch's first view as the student sees them (truncated to ``max_seq_len``),
-        decoded with the student's tokenizer, special tokens dropped (official: the student's ids themselves,
-        trainers.py:476-494)."""
-        ids, mask = batch["input_ids"][:, 0].cpu(), batch["attention_mask"][:, 0].cpu()
-        return [self.tokenizer.decode(i[m.bool()].tolist(), skip_special_tokens=True)
-                for i, m in zip(ids, mask, strict=True)]
+        self.teacher_scores.load(self.device, self.tokenizer)
 
     @torch.no_grad()
     def teacher_targets(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The teachers' logits (N, N) of the batch (N = the global batch under DDP with ``negatives=global``):
-        ``sum_k w_k cos(t_k_i, t_k_j) / tau2`` (:class:`cselab.methods.teachers.TeacherScores`)."""
-        self.teacher_scores.load(self.device)
-        embeddings = self.teacher_scores.embeddings(self.batch_sentences(batch))
+        ``sum_k w_k cos(t_k_i, t_k_j) / tau2`` (:class:`cselab.methods.teachers.TeacherScores`) of the batch's first
+        view as the student sees it (truncated to ``max_seq_len``): its token ids themselves (official
+        trainers.py:476-499), or decoded for a teacher whose vocabulary or input differs."""
+        self.teacher_scores.load(self.device, self.tokenizer)
+        ids, mask = batch["input_ids"][:, 0], batch["attention_mask"][:, 0]
+        embeddings = self.teacher_scores.embeddings(ids, mask, self.tokenizer)
         gathered = [self.gather_embeddings(e.unsqueeze(1)).squeeze(1) for e in embeddings]
         return self.teacher_scores.logits(gathered)
 
@@ -160,4 +157,4 @@ def _check_rankcse(*, teachers: Any, teacher_temperature: float, loss: Mapping[s
                           "targets; use loss=rankcse_listnet or loss=rankcse_listmle")
     if isinstance(model, Mapping) and model.get("prompt"):
         raise ConfigError("method=rankcse with a prompt: RankCSE's student is unsup SimCSE (the plain sentence, "
-                          "decoded back for the teachers); use prompt=none")
+                          "the teachers read its token ids); use prompt=none")

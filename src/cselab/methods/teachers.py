@@ -12,9 +12,21 @@ has no dropout in eval mode), and the targets are
 Here a teacher is any cselab run directory, ``.ckpt`` or exported folder, loaded by :func:`cselab.load` (the
 project's one loading path) and encoded by its own ``encode`` (its template, pooler and head as at test), in
 float32 (the official teachers run in float32; its fp16 cast of the embeddings, trainers.py:503-505, is not kept).
-The official feeds the student's token ids to the teachers (same tokenizer); here the student's truncated first
-view is decoded back to strings (special tokens dropped) and each teacher tokenizes them itself, so a teacher may
-have another tokenizer or a template.  Under DDP every teacher's embeddings are gathered like the student's, so that
+
+What a teacher reads (:attr:`TeacherScores.feeds`, decided once when loaded):
+
+* ``ids`` (the official rule, the default whenever it applies): the student's token ids and attention mask of the
+  batch's first view, as they are (trainers.py:476-499: ``teacher_inputs`` is the student's batch, flattened), so
+  the teacher sees the same truncated sequence, ``[UNK]`` included.  It applies to a teacher whose vocabulary
+  equals the student's and that reads the plain sentence: a cselab model without a template or prompt (its
+  forward: pooler, head as at test, whitening; prefixes included), or an exported folder of plain sentence-transformers modules
+  (its forward on the ids).
+* ``text`` (an extension, for a teacher the ids do not fit: another vocabulary, a template, a decoder,
+  an exported folder with cselab's own module): the first view decoded with the student's tokenizer, the
+  sequence's special tokens dropped but ``[UNK]`` kept as its token text (:func:`decode_view`), then the teacher's
+  own ``encode``.  Such a teacher cannot see the student's ids; its sentence is the closest string.
+
+Under DDP every teacher's embeddings are gathered like the student's, so that
 the targets cover the same global batch (the official gathers the student only, so its (B, B) targets would not
 match its (B * W, B * W) student logits: the official RankCSE runs on one GPU, run_rankcse.sh:2).
 
@@ -28,7 +40,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -77,6 +89,49 @@ def teacher_specs(teachers: Sequence[Mapping[str, Any]] | None, temperature: flo
     return tuple(specs)
 
 
+def decode_view(tokenizer, ids: torch.Tensor, mask: torch.Tensor) -> list[str]:
+    """The sentences of token ids ``ids`` (N, T) with attention ``mask`` (N, T), decoded with ``tokenizer``: the
+    special tokens that frame a sequence ([CLS], [SEP], <s>, padding) dropped, the unknown token kept as its text
+    (``[UNK]``; ``skip_special_tokens=True`` would drop it and shorten the sentence).  For a ``text`` teacher."""
+    drop = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}
+    return [tokenizer.decode([t for t in i[m.bool()].tolist() if t not in drop])
+            for i, m in zip(ids.cpu(), mask.cpu(), strict=True)]
+
+
+def _embedding_model_of(teacher):
+    """The :class:`~cselab.model.embedding.EmbeddingModel` of a loaded teacher (a method's ``model``, or the model
+    itself), or None (an exported folder's ``SentenceTransformer``)."""
+    from cselab.model.embedding import EmbeddingModel
+
+    if isinstance(teacher, EmbeddingModel):
+        return teacher
+    model = getattr(teacher, "model", None)
+    return model if isinstance(model, EmbeddingModel) else None
+
+
+def teacher_feed(teacher, student_tokenizer) -> tuple[Literal["ids", "text"], str]:
+    """What ``teacher`` reads, and why: ``("ids", ...)`` when the student's token ids are its input as they are
+    (the official rule: its vocabulary equals the student's and it reads the plain sentence), else
+    ``("text", <the reason>)`` (see the module docstring)."""
+    model = _embedding_model_of(teacher)
+    if model is not None:
+        tokenizer = model.tokenizer
+        if model.spec.family == "decoder":
+            return "text", "a decoder LLM reads a prompt"
+        if model.spec.eval_view[1] is not None:
+            return "text", "it wraps the sentence in a template"
+    else:
+        from cselab.exported import uses_shipped_code
+
+        folder = getattr(teacher, "folder", None)
+        if folder is None or uses_shipped_code(folder) or not hasattr(teacher.model, "tokenizer"):
+            return "text", "an exported folder with cselab's own module encodes strings"
+        tokenizer = teacher.model.tokenizer
+    if tokenizer.get_vocab() != student_tokenizer.get_vocab():
+        return "text", "its vocabulary differs from the student's"
+    return "ids", "the student's token ids (official trainers.py:476-499)"
+
+
 def _module_of(teacher) -> torch.nn.Module:
     """The ``nn.Module`` that holds a loaded teacher's weights (a method, an embedding model, or an exported
     folder's SentenceTransformer)."""
@@ -95,6 +150,8 @@ class TeacherScores:
         self.specs = tuple(specs)
         self.temperature = float(temperature)
         self.teachers: list | None = None
+        #: per teacher, what it reads: ``ids`` (the student's token ids) or ``text`` (:func:`teacher_feed`)
+        self.feeds: list[Literal["ids", "text"]] = []
         self.device: torch.device | None = None
 
     @property
@@ -102,10 +159,12 @@ class TeacherScores:
         """Whether :meth:`load` ran."""
         return self.teachers is not None
 
-    def load(self, device: torch.device | str = "cpu") -> None:
+    def load(self, device: torch.device | str = "cpu", student_tokenizer=None) -> None:
         """Load every teacher with :func:`cselab.load` (a run directory, ``.ckpt`` or exported folder) on
         ``device``: eval mode, every parameter frozen, float32 encoding.  Loaded once; later calls only move them.
         The CPU generator's state is restored after loading (the student's dropout draws do not depend on it).
+        With ``student_tokenizer``, each teacher's :attr:`feeds` entry is decided (:func:`teacher_feed`); without
+        it, every teacher reads ``text``.
 
         Raises:
             ConfigError: a path that does not exist, or is neither a run directory / checkpoint nor an exported
@@ -136,24 +195,32 @@ class TeacherScores:
                     teacher.respec(eval_precision="32")
                 teachers.append(teacher)
             self.teachers = teachers
+            self.feeds = [teacher_feed(t, student_tokenizer)[0] if student_tokenizer is not None else "text"
+                          for t in teachers]
         if self.device != device:
             for teacher in self.teachers:
                 _module_of(teacher).to(device)
             self.device = device
 
-    def embeddings(self, sentences: Sequence[str]) -> list[torch.Tensor]:
-        """Each teacher's embeddings (N, D_k) float32 of ``sentences``, on the teachers' device, computed as that
-        teacher is evaluated (its ``encode``: eval mode, no gradient), in one batch.
+    def embeddings(self, ids: torch.Tensor, mask: torch.Tensor, tokenizer) -> list[torch.Tensor]:
+        """Each teacher's embeddings (N, D_k) float32, on the teachers' device, of the student's sequences ``ids``
+        (N, T) with attention ``mask`` (N, T), computed as that teacher is evaluated (eval mode, no gradient), in
+        one batch: an ``ids`` teacher runs its forward on them (official trainers.py:491-499), a ``text`` teacher
+        its ``encode`` of :func:`decode_view` (``tokenizer``: the student's).
 
         Raises:
             RuntimeError: :meth:`load` has not run.
         """
         if self.teachers is None:
             raise RuntimeError("TeacherScores.embeddings before load(): call load(device) first")
-        out = []
-        with torch.autocast(self.device.type, enabled=False):  # float32 also inside the student's mixed precision
-            for teacher in self.teachers:
-                e = teacher.encode(list(sentences), batch_size=max(1, len(sentences)))
+        out, sentences = [], None
+        with torch.no_grad(), torch.autocast(self.device.type, enabled=False):  # float32 inside mixed precision
+            for teacher, feed in zip(self.teachers, self.feeds or ["text"] * len(self.teachers), strict=True):
+                if feed == "ids":
+                    e = _forward_ids(teacher, ids.to(self.device), mask.to(self.device))
+                else:
+                    sentences = decode_view(tokenizer, ids, mask) if sentences is None else sentences
+                    e = teacher.encode(sentences, batch_size=max(1, len(sentences)))
                 out.append(e.to(self.device).float().clone())  # a normal tensor (encode returns inference tensors)
         return out
 
@@ -171,3 +238,17 @@ class TeacherScores:
             part = spec.weight * (cosine_matrix(e, e) / self.temperature)
             total = part if total is None else total + part
         return total
+
+
+def _forward_ids(teacher, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """An ``ids`` teacher's embeddings (N, D) of token ids (N, T): a cselab model's forward as at test (pooler at
+    position 0 or over the mask, head when used at test, whitening), or an exported folder's sentence-transformers
+    modules run on the features (``sentence_embedding``)."""
+    model = _embedding_model_of(teacher)
+    if model is None:
+        features = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+        return teacher.model(features)["sentence_embedding"]
+    batch = {"input_ids": ids[:, None], "attention_mask": mask[:, None],
+             "rep_index": torch.zeros(ids.shape[0], 1, dtype=torch.long, device=ids.device)}
+    z = model(batch)[:, 0].float()
+    return z if model.whitening is None else model.whitening(z)
