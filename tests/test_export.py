@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import random
 import subprocess
 import sys
 
@@ -272,6 +273,9 @@ def test_exported_folder_gets_the_process_umask(make_method, tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "st").stat().st_mode & 0o777 == 0o755  # not mkdtemp's 0700
+    modes = {p.relative_to(tmp_path / "st").as_posix(): p.stat().st_mode & 0o777 for p in (tmp_path / "st").rglob("*")}
+    assert modes["model.safetensors"] == 0o644  # not mkstemp's 0600 (issue #40)
+    assert {m for name, m in modes.items() if (tmp_path / "st" / name).is_file()} == {0o644}
 
 
 def test_cli_and_folder_loads_without_cselab(make_method, tmp_path, capsys):
@@ -301,3 +305,37 @@ def test_cli_and_folder_loads_without_cselab(make_method, tmp_path, capsys):
     assert main([ckpt, str(out), "--overwrite", "--no-verify"]) == 0
     assert main([ckpt, str(tmp_path / "new" / "nested"), "--no-verify"]) == 0  # parents created
     assert sorted(p.name for p in tmp_path.iterdir() if "export" in p.name) == []  # no staging folder left
+
+
+def test_whitened_export_checks_like_with_like_and_the_card_says_what(make_method, tmp_path, capsys):
+    """Issue #40: a whitening kernel fitted on few sentences has huge singular values, so two encodings of the same
+    sentence padded differently (batches of 4 vs the default) differed by ~4e-3 after whitening and the export
+    exited 1 ("max abs difference ... > 1e-5", "st_module ... for None").  The check encodes each probe sentence alone
+    on both sides; the CLI names the whitening module; the card and cselab_export.json record the check."""
+    from cselab.model.whitening import Whitening
+
+    method = make_method("simcse", "bert", pooler="avg")
+    words = sorted(set(" ".join(TRAIN + PROBES).lower().replace(".", "").replace("?", "").split()))
+    draw = random.Random(0)
+    corpus = [" ".join(draw.choice(words) for _ in range(draw.randint(3, 12))) for _ in range(40)]
+    ckpt = _checkpoint(method, tmp_path)
+    whitening = Whitening.fit(cselab.load(ckpt).encode(corpus))  # fitted on the trained model, as a run does
+    assert float(torch.linalg.svdvals(whitening.kernel)[0]) > 1e4  # ill-conditioned: it amplifies rounding
+    saved = torch.load(ckpt, map_location="cpu", weights_only=False)
+    saved["state_dict"].update({f"model.whitening.{k}": v for k, v in whitening.state_dict().items()})
+    torch.save(saved, ckpt)
+    assert cselab.load(ckpt).model.whitening is not None
+    out = tmp_path / "st"
+    assert main([ckpt, str(out)]) == 0
+    printed, err = capsys.readouterr()
+    result = json.loads(printed)
+    assert result["check"] == {"sentences": 6, "batch_size": 1, "max_abs_diff": result["max_abs_diff"],
+                               "tolerance": TOL, "passed": True}
+    assert "for None" not in err and "st_module.CselabWhitening (trust_remote_code=True)" in err
+    card = (out / "README.md").read_text()
+    assert "## Export check" in card and "6 probe sentences, each encoded alone" in card
+    assert "within the tolerance 1e-05" in card
+    assert json.loads((out / "cselab_export.json").read_text())["check"]["passed"] is True
+    loaded = SentenceTransformer(str(out), device="cpu", trust_remote_code=True)
+    single = torch.cat([loaded.encode([s], convert_to_tensor=True).float().cpu() for s in PROBES])
+    assert float((single - cselab.load(ckpt).encode(PROBES, batch_size=1)).abs().max()) <= TOL

@@ -30,8 +30,10 @@ A model with a fitted BERT-whitening transform (``eval.whitening``, :mod:`cselab
 more module after pooling, ``st_module.CselabWhitening`` (its own ``config.json`` and ``whitening.safetensors``), and
 the folder then ships the code files and loads with ``trust_remote_code=True``.
 
-Either way the export encodes probe sentences both ways and returns the largest absolute difference; the
-model card says which kind the folder is and why.
+Either way the export checks the folder (:func:`check_folder`): the probe sentences encoded both ways, like with
+like -- each sentence alone (a batch of one: no padding either way, so that a whitening kernel's large singular
+values do not amplify the rounding of two different paddings into a false failure) -- and the largest absolute
+difference against :data:`TOLERANCE`.  The model card says which kind the folder is, why, and what was checked.
 
 Refused (:class:`ExportError`, nothing written): the analysis representations of ``method=baseline``
 (``static_avg``, ``static_avg_debiased``, ``topk``: not the embedding model's forward) and an output folder that
@@ -56,6 +58,8 @@ PROBE_SENTENCES: tuple[str, ...] = (
     "a man is playing a guitar", "The cat sat on the mat.", "two dogs are running in the park?",
     'he said "it is raining"', "birds fly",
     "a woman is slicing an onion while the sun is shining over the little house by the river")
+#: the export check's bound on the largest absolute difference of the two encodings (float32, CPU)
+TOLERANCE = 1e-5
 #: the module sentence-transformers loads from the folder (``st_module.py`` of ``cselab.model``)
 MODULE_TYPE = "st_module.CselabEmbedding"
 #: BERT-whitening after pooling (``st_module.CselabWhitening``), the last module of a whitened model's folder
@@ -80,6 +84,34 @@ def describe(method) -> dict[str, Any]:
     return info
 
 
+def _apply_umask(folder: Path) -> None:
+    """Give every file and folder under ``folder`` the process umask's mode (0666 / 0777 filtered): the writers
+    sentence-transformers and transformers call create some files through ``mkstemp`` (``model.safetensors``
+    came out 0600, unreadable to the group that the folder itself is shared with)."""
+    mask = umask()
+    for path in folder.rglob("*"):
+        if not path.is_symlink():
+            path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
+
+
+def check_folder(folder: Path, method, sentences: Sequence[str], trust_remote_code: bool) -> dict[str, Any]:
+    """The export check: ``sentences`` encoded by ``SentenceTransformer(folder)`` and by ``method.encode``, each
+    sentence alone (batches of one on both sides: the same inputs, no padding), float32 on the CPU.
+
+    Returns:
+        ``{"sentences": N, "batch_size": 1, "max_abs_diff": float, "tolerance": TOLERANCE, "passed": bool}``.
+    """
+    from sentence_transformers import SentenceTransformer
+
+    sentences = list(sentences)
+    loaded = SentenceTransformer(str(folder), device="cpu", trust_remote_code=trust_remote_code)
+    theirs = loaded.encode(sentences, convert_to_tensor=True, batch_size=1, show_progress_bar=False).float().cpu()
+    ours = method.encode(sentences, batch_size=1)
+    diff = float((theirs - ours).abs().max())
+    return {"sentences": len(sentences), "batch_size": 1, "max_abs_diff": diff, "tolerance": TOLERANCE,
+            "passed": diff <= TOLERANCE}
+
+
 def model_code_files() -> list[Path]:
     """The ``cselab.model`` files an exported folder holds (the runtime code of the embedding model)."""
     import cselab.model
@@ -100,7 +132,7 @@ def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verif
         out_dir: the folder to write (created; must be absent or empty unless ``overwrite``).
         overwrite: replace an existing non-empty folder.
         verify: sentences to encode both ways after writing (``True``: :data:`PROBE_SENTENCES`; ``False``:
-            skip); the largest absolute difference is returned.
+            skip): :func:`check_folder`, its result returned and written into the model card.
         results: the run's ``results.json`` for the model card (default: the one of the checkpoint's run).
         repo_id: the Hub id the card's loading snippet names (``--push-to-hub``).
         merge_lora: ``tuning=lora``: ship the backbone with the adapters folded into its weights (a copy of the
@@ -109,7 +141,8 @@ def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verif
     Returns:
         :func:`describe`'s plan plus ``"st_module_reason"`` (:func:`plain_reason`: None for plain modules),
         ``"path"``, ``"modules"`` (the ``modules.json`` types), ``"trust_remote_code"`` (False for plain
-        modules), ``"max_abs_diff"`` (None without ``verify``) and ``"results"``.
+        modules), ``"max_abs_diff"`` and ``"check"`` (:func:`check_folder`; None without ``verify``) and
+        ``"results"``.
 
     Raises:
         ExportError: the method cannot be exported (module docstring), ``out_dir`` is not empty, or
@@ -174,6 +207,7 @@ def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verif
             plan = {**plan, "st_module_reason": reason}
             results_path = Path(results) if results is not None else find_results(origin)
             write_card(staging, method, plan, origin, results_path, repo_id)
+            _apply_umask(staging)
             if out.exists():  # empty, or overwrite (checked above): replaced only once the new one is complete
                 shutil.rmtree(out)
             os.replace(staging, out)
@@ -182,13 +216,11 @@ def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verif
             raise
         remote = reason is not None or model.whitening is not None
         result = {**plan, "path": str(out), "modules": modules, "trust_remote_code": remote,
-                  "max_abs_diff": None, "results": str(results_path) if results_path else None}
+                  "max_abs_diff": None, "check": None, "results": str(results_path) if results_path else None}
         if verify:
-            sentences = list(PROBE_SENTENCES if verify is True else verify)
-            loaded = SentenceTransformer(str(out), device="cpu", trust_remote_code=remote)
-            theirs = loaded.encode(sentences, convert_to_tensor=True, batch_size=4).float().cpu()
-            ours = method.encode(sentences)
-            result["max_abs_diff"] = float((theirs - ours).abs().max())
+            check = check_folder(out, method, PROBE_SENTENCES if verify is True else verify, remote)
+            result.update(max_abs_diff=check["max_abs_diff"], check=check)
+            write_card(out, method, plan, origin, results_path, repo_id, check=check)  # the card says what held
         return result
     finally:
         method.to(device).train(was_training)

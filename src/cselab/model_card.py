@@ -24,7 +24,7 @@ from cselab.report.published import (
 from cselab.report.saved_config import SavedRunConfig, config_value
 from cselab.tables import Column, Table, markdown
 
-__all__ = ["CONFIG_KEYS", "find_results", "model_card", "sts_table"]
+__all__ = ["CONFIG_KEYS", "export_check_line", "find_results", "model_card", "sts_table"]
 
 #: the config keys the card lists (dotted, printed as the key column of its Configuration table, so they stay
 #: dotted strings read with :func:`config_value`; those absent from the run's config are skipped)
@@ -37,6 +37,18 @@ CONFIG_KEYS: tuple[str, ...] = (
 #: the method hyper-parameters listed when the run's config is not at hand (no results.json)
 HPARAM_KEYS: tuple[str, ...] = ("setting", "model.pooler", "model.head", "model.denoise", "model.prompt.name",
                                 "loss.name", "loss.temperature", "model.tuning.name", "optim.lr", "model.max_seq_len")
+
+
+def export_check_line(check: Mapping[str, Any] | None) -> str:
+    """The card's sentence on what the export checked (``check``: :func:`cselab.export.check_folder`'s dict, or
+    None: not checked)."""
+    if not check:
+        return "Not checked at export (`--no-verify`)."
+    verdict = "within" if check["passed"] else "ABOVE"
+    return (f"`SentenceTransformer(folder).encode` and `cselab.load(checkpoint).encode` were compared at export on "
+            f"{check['sentences']} probe sentences, each encoded alone (batches of {check['batch_size']}: the same "
+            f"inputs both ways, no padding), float32 on the CPU: largest absolute difference "
+            f"{check['max_abs_diff']:.3g}, {verdict} the tolerance {check['tolerance']:g}.")
 
 
 def find_results(checkpoint: str | os.PathLike | None) -> Path | None:
@@ -84,6 +96,7 @@ def model_card(
     repo_id: str | None = None,
     published: list | None = None,
     hparams: Mapping[str, Any] | None = None,
+    check: Mapping[str, Any] | None = None,
 ) -> str:
     """The card's text: YAML metadata (``huggingface_hub.ModelCardData``) and the Markdown body.
 
@@ -96,6 +109,7 @@ def model_card(
         repo_id: the Hub id, used in the loading snippet (default: ``path/to/this/folder``).
         published: the published rows (default: the packaged ``published.yaml``).
         hparams: the checkpoint's hyper-parameters (``method.hparams``), listed when there is no ``results``.
+        check: the export check (:func:`cselab.export.check_folder`'s dict; None: not checked), its own section.
     """
     from huggingface_hub import ModelCardData
 
@@ -123,7 +137,7 @@ def model_card(
         + (f" (`backbone={backbone_name}`)" if backbone_name else "") + " with "
         "cselab, exported to sentence-transformers.  Its embeddings equal "
         "`cselab.load(checkpoint).encode(sentences)` (the evaluation's template, prompt, pooling, head and "
-        "template bias; checked on probe sentences at export).", "",
+        "template bias; see *Export check*).", "",
         "## Representation", "",
         f"* pooler: `{plan.get('pooler')}`; head at test: `{plan.get('head') if plan.get('use_head') else 'none'}`",
         f"* template: `{plan.get('template')}`" if plan.get("template") else "* template: none (the sentence alone)",
@@ -141,6 +155,7 @@ def model_card(
          + (" + `Dense` with `Tanh`" if plan.get("use_head") or plan.get("pooler") == "cls" else "")
          + "): no custom code, `trust_remote_code` is not needed."),
         "",
+        "## Export check", "", export_check_line(check), "",
     ]
     chosen = [(k, config_value(config, k)) for k in CONFIG_KEYS]
     if not config and hparams:  # no results.json: the checkpoint's own hyper-parameters
@@ -177,20 +192,23 @@ def model_card(
 
 
 def write_card(folder: Path, method, plan: dict[str, Any], origin: str | None,
-                      results_path: Path | None = None, repo_id: str | None = None) -> None:
+               results_path: Path | None = None, repo_id: str | None = None,
+               check: Mapping[str, Any] | None = None) -> None:
     """Write into an exported ``folder`` the model card ``README.md`` (:func:`model_card`: method, backbone,
-    config, the STS table beside the paper's row) and ``cselab_export.json`` (what was exported, from where;
-    ``plan`` = :func:`cselab.export.describe`)."""
+    config, the STS table beside the paper's row, the export check) and ``cselab_export.json`` (what was exported,
+    from where, what was checked; ``plan`` = :func:`cselab.export.describe`, ``check`` =
+    :func:`cselab.export.check_folder` or None before / without it).  Each file is replaced atomically."""
     import cselab
+    from cselab.files import atomic_write_text
 
     info = {"cselab_version": cselab.__version__, "checkpoint": origin,
             "method_class": f"{type(method).__module__}.{type(method).__qualname__}",
             "backbone": dict(method.hparams.get("backbone", {})), "plan": plan,
-            "results": str(results_path) if results_path else None}
-    (folder / "cselab_export.json").write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")
+            "results": str(results_path) if results_path else None, "check": dict(check) if check else None}
+    atomic_write_text(folder / "cselab_export.json", json.dumps(info, indent=2, default=str))
     results = json.loads(results_path.read_text(encoding="utf-8")) if results_path is not None else None
+    remote = plan.get("st_module_reason") is not None or bool(plan.get("whitening"))
     card = model_card(method_class=type(method).__name__, backbone=dict(method.hparams.get("backbone", {})),
-                      plan=plan, trust_remote_code=plan.get("st_module_reason") is not None or bool(plan.get("whitening")), results=results,
-                      repo_id=repo_id,
-                      hparams=dict(method.hparams))
-    (folder / "README.md").write_text(card, encoding="utf-8")
+                      plan=plan, trust_remote_code=remote, results=results, repo_id=repo_id,
+                      hparams=dict(method.hparams), check=check)
+    atomic_write_text(folder / "README.md", card)

@@ -18,7 +18,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ``--push-to-hub`` (off by default) checks the token and the network BEFORE loading the checkpoint, then
     uploads the folder (with its model card) with ``huggingface_hub``.  Exit status: 0; 1 when the export's
-    check fails (max abs difference > 1e-5: nothing is pushed) or the upload fails; 2 on a refused export
+    check fails (max abs difference > ``TOLERANCE`` 1e-5, each probe sentence encoded alone both
+    ways: nothing is pushed) or the upload fails; 2 on a refused export
     or push (no token, offline, bad id).
     """
     from cselab.hub import HubError, check_push_access, push_folder
@@ -66,13 +67,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cselab.export: {err}", file=sys.stderr)
         return 2
     print(json.dumps(result, indent=2, default=str))
-    kind = ("plain sentence-transformers modules (no remote code)" if not result["trust_remote_code"] else
-            f"st_module (trust_remote_code=True) for {result['st_module_reason']}")
-    diff = result["max_abs_diff"]
+    if not result["trust_remote_code"]:
+        kind = "plain sentence-transformers modules (no remote code)"
+    elif result["st_module_reason"] is None:
+        kind = "plain modules + st_module.CselabWhitening (trust_remote_code=True) for the BERT-whitening transform"
+    else:
+        kind = f"st_module (trust_remote_code=True) for {result['st_module_reason']}"
+    check = result["check"]
     print(f"cselab.export: {args.out_dir}: {kind}; max |diff| vs cselab.load on the probe sentences: "
-          + ("not checked (--no-verify)" if diff is None else f"{diff:.3g}"), file=sys.stderr)
-    if result["max_abs_diff"] is not None and result["max_abs_diff"] > 1e-5:
-        print(f"cselab.export: WARNING max abs difference {result['max_abs_diff']:.3g} > 1e-5"
+          + ("not checked (--no-verify)" if check is None else
+             f"{check['max_abs_diff']:.3g} ({check['sentences']} sentences, each encoded alone both ways)"),
+          file=sys.stderr)
+    if check is not None and not check["passed"]:
+        print(f"cselab.export: WARNING max abs difference {check['max_abs_diff']:.3g} > {check['tolerance']:g}"
               + ("; not pushed" if args.push_to_hub else ""), file=sys.stderr)
         return 1
     if args.push_to_hub:
