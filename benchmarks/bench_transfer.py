@@ -34,9 +34,9 @@ from cselab.evaluation.transfer import PROTOCOLS, TransferEvaluator, _features, 
 
 def build_cache(path: Path, model_name: str, pooler: str, data_dir: str | None) -> None:
     """Encode every sentence of the seven tasks once and save ``{sentence: row}`` + the embeddings."""
-    from cselab.cli.mteb import load_source
+    import cselab
 
-    model = load_source(model_name, pooler=pooler)
+    model = cselab.load(model_name, pooler=pooler)  # any model target (cselab.targets)
     evaluator = TransferEvaluator(data_dir, TRANSFER_TASKS, "fasttest")
     tasks = {t: load_transfer_task(data_dir, t) for t in TRANSFER_TASKS}
     start = time.perf_counter()

@@ -24,7 +24,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: layer name -> module prefixes, bottom first (a module takes the layer of its longest matching prefix;
 #: ``cselab`` itself matches only the package's ``__init__``)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("io", ("cselab.files", "cselab.checkpoint_io", "cselab.hub", "cselab.logs", "cselab.progress",
+    ("io", ("cselab.files", "cselab.checkpoint_io", "cselab.hub", "cselab.logs", "cselab.progress", "cselab.targets",
             "cselab.config", "cselab.run_dir", "cselab.signals", "cselab.tables")),
     ("parts", ("cselab.data", "cselab.model", "cselab.representations", "cselab.losses")),
     ("evaluation", ("cselab.evaluation", "cselab.mteb")),

@@ -18,17 +18,10 @@ from typing import Any
 
 import torch
 
-#: sentence-transformers' module list of a folder
-MODULES_FILE = "modules.json"
-#: the spec of a folder saved by :meth:`cselab.model.embedding.EmbeddingModel.save`
-CSELAB_MODEL_FILE = "cselab_model.json"
+from cselab.targets import CSELAB_MODEL_FILE, MODULES_FILE, is_exported_folder
 
-
-def is_exported_folder(path: str | os.PathLike) -> bool:
-    """``path`` is a folder with ``modules.json`` (a sentence-transformers folder) or ``cselab_model.json`` (a
-    saved cselab embedding model)."""
-    path = Path(path)
-    return path.is_dir() and ((path / MODULES_FILE).is_file() or (path / CSELAB_MODEL_FILE).is_file())
+__all__ = ["ExportedEncoder", "describe_folder", "encoder_line", "is_exported_folder", "load_exported",
+           "uses_shipped_code"]
 
 
 def uses_shipped_code(folder: str | os.PathLike) -> bool:

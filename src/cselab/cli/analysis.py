@@ -38,6 +38,7 @@ from cselab.analysis.corpus import read_corpus
 from cselab.analysis.geometry import align_uniform_stsb, anisotropy
 from cselab.analysis.representations import REPRESENTATIONS, make_encode_fn
 from cselab.representations.topk import TABLE7_SENTENCES, manual_template, topk_mask_tokens
+from cselab.targets import TARGETS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser, pooler_default: str | None) -> None:
-        p.add_argument("--backbone", required=True, help="hub id, folder or package:<module>")
+        p.add_argument("--backbone", required=True, metavar="TARGET",
+                       help=f"{TARGETS}; a trained model is analysed through its backbone's weights")
         p.add_argument("--family", choices=("bert", "roberta"), default=None,
                        help="template form and token rules (default: from the config)")
         p.add_argument("--template", default=None,
@@ -85,9 +87,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args: argparse.Namespace, mlm_head: bool):
-    from cselab.model.loading import load_backbone
+    """``(Encoder, tokenizer)`` of ``--backbone``, any model target (:func:`cselab.targets.resolve_target`): a
+    backbone (a conf/backbone name, hub id, folder, package) or a plain sentence-transformers folder (its top-level
+    model) loaded by :func:`cselab.model.loading.load_backbone`; a run directory, checkpoint or cselab export: the
+    trained model's own backbone.
 
-    encoder, tokenizer = load_backbone(args.backbone, args.family, mlm_head=mlm_head)
+    Raises:
+        FileNotFoundError: the target names no model (:class:`cselab.targets.TargetError`).
+        ValueError: ``mlm_head`` for a trained model whose backbone has no MLM head.
+    """
+    from pathlib import Path
+
+    from cselab.model.loading import load_backbone
+    from cselab.targets import resolve_target
+
+    target = resolve_target(args.backbone)
+    if target.kind == "backbone" or (target.kind == "exported" and (Path(target.path) / "config.json").is_file()):
+        encoder, tokenizer = load_backbone(target.path, args.family or target.family, mlm_head=mlm_head)
+    else:
+        if target.kind == "exported":
+            from cselab.model.embedding import EmbeddingModel
+
+            model = EmbeddingModel.load(target.path)
+        else:
+            import cselab
+
+            model = cselab.load(target.path).model
+        encoder, tokenizer = model.backbone, model.tokenizer
+        if mlm_head and encoder.mlm is None:
+            raise ValueError(f"--backbone {args.backbone}: the trained model's backbone has no MLM head, which "
+                             "topk needs: pass its pre-trained backbone (e.g. bert_base)")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     encoder.to(device).eval()
     return encoder, tokenizer

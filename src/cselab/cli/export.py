@@ -7,14 +7,15 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from cselab import export as exporting
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m cselab export CHECKPOINT|RUN_DIR OUT_DIR [--overwrite] [--no-verify] [--results RESULTS_JSON]
-    [--merge-lora] [--push-to-hub ID [--private]]``.
+    """``python -m cselab export TARGET OUT_DIR [--overwrite] [--no-verify] [--results RESULTS_JSON]
+    [--merge-lora] [--push-to-hub ID [--private]]``.  ``TARGET``: a run directory (its best checkpoint), a
+    ``.ckpt`` or a backbone (``method=baseline`` with avg pooling), resolved by :func:`cselab.targets.resolve_target`
+    as every command resolves one; an exported folder is refused (it is one already).
 
     ``--push-to-hub`` (off by default) checks the token and the network BEFORE loading the checkpoint, then
     uploads the folder (with its model card) with ``huggingface_hub``.  Exit status: 0; 1 when the export's
@@ -22,10 +23,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ways: nothing is pushed) or the upload fails; 2 on a refused export
     or push (no token, offline, bad id).
     """
+    import cselab
     from cselab.hub import HubError, check_push_access, push_folder
+    from cselab.targets import TARGETS, TargetError, resolve_target
 
     parser = argparse.ArgumentParser(prog="python -m cselab export", description=exporting.__doc__.split("\n\n")[0])
-    parser.add_argument("checkpoint", help="a cselab checkpoint (.ckpt) or a run directory (its best checkpoint)")
+    parser.add_argument("checkpoint", metavar="TARGET", help=f"{TARGETS}; not an exported folder")
     parser.add_argument("out_dir", help="the sentence-transformers folder to write")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
     parser.add_argument("--no-verify", action="store_true", help="skip the comparison on probe sentences")
@@ -39,19 +42,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "(hf auth login / HF_TOKEN) and the network")
     parser.add_argument("--private", action="store_true", help="with --push-to-hub: create the repository private")
     args = parser.parse_args(argv)
-    from cselab.run_dir import best_checkpoint, is_run_dir
-
-    if is_run_dir(args.checkpoint):  # a run directory: its best checkpoint, as `cselab transfer` takes it
-        try:
-            args.checkpoint = str(best_checkpoint(args.checkpoint))
-        except FileNotFoundError as err:
-            print(f"cselab.export: {err}", file=sys.stderr)
-            return 2
-        print(f"cselab.export: exporting the run's best checkpoint {args.checkpoint}", file=sys.stderr)
-    elif Path(args.checkpoint).is_dir():
-        print(f"cselab.export: {args.checkpoint} is a folder but not a run directory (no results.json or "
-              "checkpoints/): pass a .ckpt file or a run directory", file=sys.stderr)
+    try:
+        target = resolve_target(args.checkpoint)
+    except TargetError as err:
+        print(f"cselab.export: {err}", file=sys.stderr)
         return 2
+    if target.kind == "exported":
+        print(f"cselab.export: {args.checkpoint} is already an exported folder: load it with "
+              "SentenceTransformer(folder) or cselab.load(folder)", file=sys.stderr)
+        return 2
+    if target.kind == "run_dir":  # a run directory: its best checkpoint, as every command takes it
+        print(f"cselab.export: exporting the run's best checkpoint {target.path}", file=sys.stderr)
+    if target.kind == "backbone":  # the raw backbone as method=baseline (avg pooling), as transfer / mteb read it
+        print(f"cselab.export: exporting the backbone {target.path} with pooler=avg (method=baseline)",
+              file=sys.stderr)
     token = None
     if args.push_to_hub:
         try:
@@ -60,10 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"cselab.export: {err}", file=sys.stderr)
             return 2
     try:
-        result = exporting.export(args.checkpoint, args.out_dir, overwrite=args.overwrite,
+        source = cselab.load(target.path, family=target.family) if target.kind == "backbone" else target.path
+        result = exporting.export(source, args.out_dir, overwrite=args.overwrite,
                                   verify=not args.no_verify, results=args.results, repo_id=args.push_to_hub,
                                   merge_lora=args.merge_lora)
-    except (exporting.ExportError, FileNotFoundError) as err:
+    except (exporting.ExportError, FileNotFoundError, OSError) as err:
         print(f"cselab.export: {err}", file=sys.stderr)
         return 2
     print(json.dumps(result, indent=2, default=str))

@@ -1,14 +1,11 @@
 """``cselab mteb`` / ``python -m cselab.evaluate_mteb SOURCE --tasks STSBenchmark SICK-R ... [--local DATA_DIR] [--compare]``
 
 Scores a cselab model on MTEB tasks with :class:`cselab.mteb.CselabMTEBEncoder` (the method's own ``encode``:
-template, prompt, pooling and template bias as at test).  ``SOURCE`` is
-
-* a cselab checkpoint (``.ckpt``): the trained method (``cselab.load``);
-* an exported folder (``cselab export``, or any sentence-transformers folder): encoded exactly as
-  ``SentenceTransformer(folder)`` (its ``modules.json`` and pooling config; ``--pooler`` is ignored);
-* a backbone config name of this repository (``minilm_l6``, ``bert_base``, ...: ``conf/backbone/<name>.yaml``),
-  a Hugging Face id, a folder or ``package:<module>``: the raw backbone with ``--pooler`` (``avg`` by default;
-  ``method=baseline``, no training).
+template, prompt, pooling and template bias as at test).  ``SOURCE`` is any model target (:data:`cselab.targets.
+TARGETS`, loaded by ``cselab.load`` as every command loads one): a run directory (its best checkpoint), a ``.ckpt``,
+an exported folder (encoded exactly as ``SentenceTransformer(folder)``; with ``--pooler`` read as a bare backbone)
+or a backbone (a ``conf/backbone`` name such as ``minilm_l6``, a Hugging Face id, a folder or ``package:<module>``:
+the raw backbone with ``--pooler``, ``avg`` by default; ``method=baseline``, no training).
 
 Tasks are MTEB's (``mteb.get_tasks``: their data comes from the Hugging Face Hub or its cache), or with
 ``--local DATA_DIR`` the same-named tasks built from the local SentEval files (:func:`cselab.mteb.local_sts_task`:
@@ -33,14 +30,16 @@ LOCAL_TASKS: dict[str, str] = {
     "STS12": "sts12", "STS13": "sts13", "STS14": "sts14", "STS15": "sts15", "STS16": "sts16",
     "STSBenchmark": "stsb", "SICK-R": "sickr",
 }
-_CONF_BACKBONES = Path(__file__).resolve().parents[3] / "conf" / "backbone"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser (see the module docstring)."""
+    from cselab.targets import TARGETS
+
     p = argparse.ArgumentParser(prog="python -m cselab.evaluate_mteb",
-                                description="Score a cselab checkpoint or a backbone on MTEB tasks.")
-    p.add_argument("source", help="a cselab .ckpt, a backbone config name (minilm_l6 ...), a hub id or a folder")
+                                description="Score a cselab model (a run, checkpoint, export or backbone) on MTEB "
+                                            "tasks.")
+    p.add_argument("source", help=TARGETS)
     p.add_argument("--tasks", nargs="+", default=["STSBenchmark"], metavar="TASK",
                    help="MTEB task names (default: STSBenchmark)")
     p.add_argument("--local", default=None, metavar="DATA_DIR",
@@ -49,45 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pooler", default=None,
                    help="pooler of a raw backbone (default: avg); a checkpoint or exported folder uses its own "
                         "unless --pooler is given (then the folder is read as a bare backbone)")
-    p.add_argument("--family", default=None, choices=["bert", "roberta"], help="template family of a raw backbone")
+    p.add_argument("--family", default=None, choices=["bert", "roberta", "decoder"],
+                   help="template family of a raw backbone (default: its config's)")
     p.add_argument("--batch-size", type=int, default=None, help="sentences per forward (default: the method's)")
     p.add_argument("--name", default=None, help="model name recorded in MTEB's results (org/name)")
     p.add_argument("--output", type=Path, default=None, metavar="DIR",
                    help="keep MTEB's result files in DIR (its ResultCache layout); default: none written")
     return p
-
-
-def load_source(source: str, pooler: str | None = None, family: str | None = None):
-    """The method to score: ``cselab.load`` for a ``.ckpt``; an exported folder (``modules.json`` /
-    ``cselab_model.json``) exactly as ``SentenceTransformer(folder)`` (:func:`cselab.exported.load_exported`, its
-    own pooling) unless a ``pooler`` is given; else a ``method=baseline`` on the backbone with ``pooler``
-    (default ``avg``).
-
-    Raises:
-        FileNotFoundError: a ``.ckpt`` path that does not exist.
-        ValueError: an unknown pooler (from the method).
-    """
-    from cselab.exported import is_exported_folder, load_exported
-
-    if source.endswith(".ckpt"):
-        import cselab
-
-        return cselab.load(source)
-    if pooler is None and is_exported_folder(source):
-        return load_exported(source)
-    pooler = pooler or "avg"
-    from cselab.methods import method_class
-
-    name_or_path = source
-    conf = _CONF_BACKBONES / f"{source}.yaml"
-    if "/" not in source and conf.is_file():  # a backbone config name of this repository
-        import yaml
-
-        spec = yaml.safe_load(conf.read_text(encoding="utf-8"))
-        name_or_path, family = spec["name_or_path"], family or spec.get("family")
-    method = method_class("baseline")(backbone={"name_or_path": name_or_path, "family": family},
-                                      model={"pooler": pooler, "head": "none"}, train=False)
-    return method.eval()
 
 
 def resolve_tasks(names: Sequence[str], local: str | None) -> list:
@@ -144,7 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               "offline, use --local DATA_DIR (the SentEval files)", file=sys.stderr)
         return 1
     try:
-        method = load_source(args.source, pooler=args.pooler, family=args.family)
+        import cselab
+
+        method = cselab.load(args.source, pooler=args.pooler, family=args.family)
     except (FileNotFoundError, ValueError, OSError) as err:
         print(f"cselab.evaluate_mteb: {err}", file=sys.stderr)
         return 2

@@ -9,8 +9,9 @@ a backbone (:mod:`cselab.evaluation.transfer`).
 Prints the papers' table and each task's wall time; ``--out FILE`` writes the results as JSON (accuracies x 100,
 the protocol with SentEval's commit, the timings).  The header names the encoder used (pooler, head, template): an
 exported folder is encoded exactly as ``SentenceTransformer(folder)`` (its own pooling; ``--pooler`` is for a
-backbone target only).  Exit status 0, 1 on a missing / truncated data file, 2 on bad arguments (an unknown task,
-a target that cannot be loaded).
+backbone target only).  The target is resolved by ``cselab.load`` as every command resolves one
+(:mod:`cselab.targets`).  Exit status 0, 1 on a missing / truncated data file, 2 on bad arguments (an unknown
+task, a target that cannot be loaded).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="cselab transfer", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("target", help="run directory | .ckpt | exported folder | backbone config name / hub id / folder")
+    from cselab.targets import TARGETS
+
+    p.add_argument("target", help=TARGETS)
     p.add_argument("--tasks", nargs="+", default=list(TRANSFER_TASKS), help="default: all seven")
     p.add_argument("--mode", choices=["test", "fasttest"], default="test",
                    help="SentEval's configuration (SimCSE / PromptBERT evaluation.py --mode); default test")
@@ -39,25 +42,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=None, help="sentences per forward pass")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     return p
-
-
-def load_target(target: str, pooler: str | None = None):
-    """What to encode with: an object with ``encode(sentences, batch_size=...)`` and ``describe()``.
-
-    A run directory loads its best checkpoint (:func:`cselab.run_dir.best_checkpoint`); an exported folder (``modules.json`` or
-    ``cselab_model.json``) is encoded exactly as ``SentenceTransformer(folder)`` (:func:`cselab.exported.load_exported`:
-    its own pooling config, unless ``pooler`` is given); a ``.ckpt`` with ``cselab.load``; anything else is a
-    backbone evaluated as ``method=baseline`` with ``pooler`` (default ``avg``).
-
-    Raises:
-        FileNotFoundError: a run directory without a checkpoint.
-    """
-    from cselab.cli.mteb import load_source
-    from cselab.run_dir import best_checkpoint, is_run_dir
-
-    if is_run_dir(target):
-        target = str(best_checkpoint(target))
-    return load_source(target, pooler=pooler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,7 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     start = time.perf_counter()
     try:
-        model = load_target(args.target, args.pooler)
+        import cselab
+
+        model = cselab.load(args.target, pooler=args.pooler)  # any target (cselab.targets.resolve_target)
     except (FileNotFoundError, ValueError, OSError) as err:
         print(f"cselab transfer: {err}", file=sys.stderr)
         return 2

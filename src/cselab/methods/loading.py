@@ -11,50 +11,62 @@ import warnings
 _FROZEN_KEYS_WARNING = "Found keys that are in the model state dict but not in the checkpoint"
 
 
-def load(checkpoint: str | os.PathLike, map_location: str = "cpu", method: str | None = None,
-         backbone: dict | None = None):
-    """Rebuild the method saved in a cselab checkpoint, in eval mode, ready to ``encode`` as at test.
+def load(target: str | os.PathLike, map_location: str = "cpu", method: str | None = None,
+         backbone: dict | None = None, pooler: str | None = None, family: str | None = None):
+    """The model a target names, in eval mode, ready to ``encode`` as at test: the one loader of every command that
+    takes a model (``cselab transfer``, ``mteb``, ``export``, ``analysis``; RankCSE's teachers).
 
-    ``checkpoint`` may also be a run directory (its best checkpoint, as ``cselab transfer`` takes it) or an exported
-    folder (``cselab export``, any sentence-transformers folder): the latter is encoded exactly as
-    ``SentenceTransformer(folder)`` (:func:`cselab.exported.load_exported`; ``method`` and ``backbone`` do not apply).
+    ``target`` is any of :data:`cselab.targets.TARGETS` (:func:`cselab.targets.resolve_target`):
 
-    Templates, prompts and heads are applied as at test (the method's own ``encode``).  The backbone is loaded
-    from its recorded ``name_or_path`` (prompt-tuned checkpoints hold only the trained tensors).  A checkpoint
-    written before the embedding spec (flat ``pooler``, ``lr`` ... hyper-parameters) is read in today's layout
-    (:func:`cselab.methods.checks.split_legacy`; the flat keys are not constructor arguments, so Lightning
+    * a run directory: its best checkpoint; a ``.ckpt``: the method saved in it (below);
+    * an exported folder (``cselab export``, any sentence-transformers folder): encoded exactly as
+      ``SentenceTransformer(folder)`` (:func:`cselab.exported.load_exported`; ``method`` and ``backbone`` do not
+      apply) -- unless ``pooler`` is given: then the folder is read as a bare backbone;
+    * a backbone (a ``conf/backbone`` name, hub id, model folder or ``package:<module>``): ``method=baseline`` on
+      it with ``pooler`` (default ``avg``) and ``family`` (default: the named backbone's, else its config's).
+
+    Templates, prompts and heads of a checkpoint are applied as at test (the method's own ``encode``).  The backbone
+    is loaded from its recorded ``name_or_path`` (prompt-tuned checkpoints hold only the trained tensors).  A
+    checkpoint written before the embedding spec (flat ``pooler``, ``lr`` ... hyper-parameters) is read in today's
+    layout (:func:`cselab.methods.checks.split_legacy`; the flat keys are not constructor arguments, so Lightning
     drops them).
 
     Args:
-        checkpoint: a ``.ckpt`` written by a cselab run, a run directory, or an exported folder.
+        target: a run directory, a ``.ckpt`` written by a cselab run, an exported folder or a backbone.
         map_location: device for the tensors.
         method: the method's config name (``promptbert`` ...) for checkpoints that do not record their class
             (written before the class was recorded); ignored when the checkpoint records it.
         backbone: backbone keys to change (``{"dtype": "float32", "load_in_4bit": False}``): the backbone is
             reloaded from its ``name_or_path`` with them and the checkpoint's tensors loaded on top (a LoRA /
             prefix checkpoint: its trained tensors onto the unquantised base; ``eval.test_backbone``).
+        pooler: a backbone's pooler (``avg`` when None); given with an exported folder, the folder is read as a
+            bare backbone with it; ignored for a run directory or checkpoint (they use their own).
+        family: a backbone's template family (``bert`` | ``roberta`` | ``decoder``; None: read from the model).
 
     Raises:
-        FileNotFoundError: no such checkpoint; a folder that is neither a run directory nor an exported folder;
-            a run directory without a best checkpoint.
+        FileNotFoundError: :class:`cselab.targets.TargetError` (the target names no model; one message listing
+            what a target may be) or a missing file.
         ValueError: no recorded method class and no ``method`` given; a checkpoint of a frozen-backbone method
             (LoRA, prefixes, soft prompts) that lacks some of the method's trainable tensors (named).
+        cselab.model.loading.BackboneUnavailableError: a backbone that is not local and the hub is unreachable.
     """
     import torch
 
-    from cselab.exported import is_exported_folder, load_exported
+    from cselab.exported import load_exported
     from cselab.methods.checks import split_legacy
-    from cselab.run_dir import best_checkpoint, is_run_dir
+    from cselab.targets import resolve_target
 
-    if not os.path.exists(checkpoint):
-        raise FileNotFoundError(f"checkpoint {checkpoint} does not exist")
-    if is_exported_folder(checkpoint):
-        return load_exported(checkpoint, device=map_location)
-    if is_run_dir(checkpoint):
-        checkpoint = best_checkpoint(checkpoint)
-    if os.path.isdir(checkpoint):
-        raise FileNotFoundError(f"{checkpoint} is a folder but neither a run directory (results.json, checkpoints/) "
-                                "nor an exported folder (modules.json, cselab_model.json)")
+    resolved = resolve_target(target)
+    if resolved.kind == "exported" and pooler is None:
+        return load_exported(resolved.path, device=map_location)
+    if resolved.kind in ("exported", "backbone"):
+        from cselab.methods import method_class
+
+        spec = {"name_or_path": resolved.path, "family": family or resolved.family, **dict(backbone or {})}
+        model = method_class("baseline")(backbone=spec, model={"pooler": pooler or "avg", "head": "none"},
+                                         train=False)
+        return model.to(map_location).eval()
+    checkpoint = resolved.path
     ckpt = torch.load(checkpoint, map_location=map_location, weights_only=False)
     path = ckpt.get("cselab_method_class")
     if path:
