@@ -118,6 +118,23 @@ def test_cselab_command_lists_and_dispatches(capsys):
     assert exit_info.value.code == 2
 
 
+@pytest.mark.parametrize("command", ["data", "tiny-decoders", "mteb", "transfer", "export"])
+def test_command_help_is_whole_and_lists_sub_commands(command, capsys):
+    """Issue #40: `cselab data --help` omitted `soft-negatives`; the `tiny-decoders` help stopped at "decoders with a"
+    (the first line of a wrapped docstring).  Each help ends its description."""
+    from cselab.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: ") and "cselab" in out.splitlines()[0]
+    description = out.split("\n\n")[1]
+    assert not description.rstrip().endswith((" a", " the", " with", ",")), description
+    if command == "data":
+        assert "cselab data soft-negatives" in out
+
+
 def test_library_modules_do_not_import_the_cli():
     """Only ``cselab.cli.*``, the ``__main__`` shims and a module's own ``if __name__ == "__main__":`` block
     import the CLI (tests/test_layers.py checks every other edge)."""

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("cselab.cli.report", "results.json files pooled over seeds beside the papers' numbers"),
     "compare": ("cselab.cli.compare", "two runs on the same test pairs: differences, paired intervals, p-values"),
-    "export": ("cselab.cli.export", "a checkpoint as a sentence-transformers folder (optionally pushed to the Hub)"),
-    "mteb": ("cselab.cli.mteb", "score a checkpoint or a backbone on MTEB tasks"),
-    "data": ("cselab.cli.data", "link ../shared/data or fetch SimCSE's data files"),
+    "export": ("cselab.cli.export", "a run, checkpoint or backbone as a sentence-transformers folder (+ the Hub)"),
+    "mteb": ("cselab.cli.mteb", "score a run, a checkpoint, an export or a backbone on MTEB tasks"),
+    "data": ("cselab.cli.data", "link ../shared/data or fetch SimCSE's data files; data soft-negatives: SNCSE's"),
     "analysis": ("cselab.cli.analysis", "static / top-k token analyses (PromptBERT Tables 5, 7, 9)"),
     "cxc": ("cselab.cli.cxc", "PromCSE's CxC evaluation"),
     "transfer": ("cselab.cli.transfer", "SentEval's transfer tasks (MR ... MRPC) on a run, a checkpoint or a model"),

@@ -11,6 +11,11 @@ from pathlib import Path
 from cselab.data import download
 from cselab.data.download import FILES, REPO, fetch, link_shared
 
+#: the sub-commands ``cselab data --help`` lists after its own options
+SUBCOMMANDS = ("sub-commands:\n"
+               "  cselab data soft-negatives [--corpus FILE] [--out FILE] [--parser rules|spacy]\n"
+               "                        SNCSE's soft negatives for a corpus (cselab data soft-negatives --help)")
+
 
 def main(argv: list[str] | None = None) -> int:
     """Link or fetch the data directory; returns the exit status (0 ok, 1 the download failed).
@@ -20,10 +25,13 @@ def main(argv: list[str] | None = None) -> int:
         from cselab.cli.soft_negatives import main as soft_negatives
 
         return soft_negatives(argv[1:])
-    parser = argparse.ArgumentParser(description=download.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default="data", type=Path)
-    parser.add_argument("--shared", default=Path("../shared/data"), type=Path)
-    parser.add_argument("--what", nargs="+", choices=sorted(FILES), default=["senteval", "wiki1m", "nli"])
+    parser = argparse.ArgumentParser(prog="cselab data", description=download.__doc__, epilog=SUBCOMMANDS,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default="data", type=Path, help="the data directory to make (default data)")
+    parser.add_argument("--shared", default=Path("../shared/data"), type=Path,
+                        help="linked instead of fetching when it exists (default ../shared/data)")
+    parser.add_argument("--what", nargs="+", choices=sorted(FILES), default=["senteval", "wiki1m", "nli"],
+                        help="what to fetch (default senteval wiki1m nli)")
     args = parser.parse_args(argv)
     if link_shared(args.data_dir, args.shared):
         print(f"{args.data_dir} -> {args.shared.resolve()} (evaluation data, wiki1m sample, NLI head)")

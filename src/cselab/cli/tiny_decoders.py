@@ -13,11 +13,11 @@ from cselab.tiny_decoders import DEFAULT_CORPUS, KINDS, build_tiny_decoder, read
 def main(argv: list[str] | None = None) -> int:
     """Build the tiny decoders: ``[--kinds opt llama qwen2] [--out models] [--corpus PATH] [--seed 0]``; exit 1 without
     a corpus."""
-    parser = argparse.ArgumentParser(prog="python -m cselab tiny-decoders", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="cselab tiny-decoders", description=" ".join(__doc__.split()))
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
     parser.add_argument("--out", default="models", help="parent folder (default: models -> models/tiny_<kind>)")
     parser.add_argument("--corpus", default=DEFAULT_CORPUS, help=f"BPE training text (default {DEFAULT_CORPUS})")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the decoders' weight initialisation (default 0)")
     args = parser.parse_args(argv)
     try:
         lines = read_corpus(args.corpus)
