@@ -53,6 +53,24 @@ def test_progress_log_lines_for_training(caplog, monkeypatch):
                      "training: step 40/200 (20%), 3.25 s/step, 8:40 left, loss 0.5000"]
 
 
+def test_progress_log_s_per_step_leaves_validation_out(caplog, monkeypatch):
+    """Issue #40: 20 steps in 40 s of training plus a 20 s validation is 2.00 s/step (not 3.00); the time left
+    keeps the wall-clock rate (validations recur): 180 steps x 3 s = 9:00."""
+    import cselab.progress as progress
+
+    clock = iter([0.0, 20.0, 40.0, 61.0])  # train start, validation start, validation end, step 20
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    cb = ProgressLog(every_s=60)
+    trainer = _trainer(global_step=0, total=200)
+    with caplog.at_level(logging.INFO, logger="cselab.progress"):
+        cb.on_train_start(trainer, None)
+        cb.on_validation_start(trainer, None)
+        cb.on_validation_end(trainer, None)
+        trainer.global_step = 20
+        cb.on_train_batch_end(trainer, None, None, None, 19)
+    assert [r.getMessage() for r in caplog.records][-1] == "training: step 20/200 (10%), 2.05 s/step, 9:09 left"
+
+
 def test_progress_shows_the_loss_read_on_logging_steps_only(monkeypatch):
     """Between logging steps the loss shown is the last one read: the display never reads the device's value."""
     import cselab.progress as progress

@@ -201,3 +201,32 @@ def test_readme_quick_commands_test_on_stsb_only():
     assert len(quick) >= 3, quick
     for command in quick:
         assert "eval.test_tasks=[stsb]" in command, command
+
+
+def test_test_phase_reuses_the_best_dev_score_and_one_task_has_no_avg(tmp_path, tiny_bert_dir, sts_data_dir,
+                                                                      monkeypatch):
+    """Issue #40: the test phase encoded STS-B dev again for the best checkpoint's score, which its validation had
+    already computed; and with one test task the console printed test/avg while results.json had no avg (the
+    papers' Avg is the mean of all 7).  Now: one dev evaluation per validation, no test/avg anywhere."""
+    from conftest import compose_tiny_run
+
+    from cselab.evaluation.callback import STSCallback
+    from cselab.pipeline import run
+
+    splits = []
+    original = STSCallback._score
+
+    def spy(self, trainer, pl_module, tasks, split, *args, **kwargs):
+        splits.append(split)
+        return original(self, trainer, pl_module, tasks, split, *args, **kwargs)
+
+    monkeypatch.setattr(STSCallback, "_score", spy)
+    cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]")
+    results = run(cfg, tmp_path / "run")
+    assert len(results["val_curve"]) == 2  # validations at steps 2 and 4
+    assert splits == ["dev", "dev", "test"]  # no third STS-B dev encoding in the test phase
+    assert results["dev"]["stsb"] == results["best_dev"]
+    assert "avg" not in results["test"]
+    metrics = (tmp_path / "run" / "csv" / "metrics.csv")
+    logged = next(iter(metrics.parent.rglob("metrics.csv")), metrics).read_text().splitlines()[0].split(",")
+    assert "test/stsb" in logged and "test/avg" not in logged

@@ -28,6 +28,7 @@ import time
 import lightning as L
 
 from cselab.evaluation.encoder import SentenceEncoder
+from cselab.evaluation.results import papers_avg
 from cselab.evaluation.sts import TEST_TASKS, STSEvaluator
 from cselab.evaluation.whitening import WhiteningFit, WhiteningOptions
 from cselab.progress import EvalProgress
@@ -60,7 +61,12 @@ class STSCallback(L.Callback):
             (0 for a fresh run); ``results.json``'s ``wall_time_s`` adds it.
         history: ``[{"step": int, "stsb_dev": float, "seconds": float}]``, one entry per validation (kept in
             checkpoints: a resumed run continues the curve).
-        test_scores / dev_scores: filled by the test loop.
+        test_scores / dev_scores: filled by the test loop; ``test_scores`` has ``avg`` only when all 7 tasks
+            are tested (:func:`cselab.evaluation.results.papers_avg`: the console's ``test/avg`` is
+            ``results.json``'s).
+        tested_dev: the STS-B dev score of the checkpoint the test loop loads, when the run already has it (the
+            best checkpoint's validation, set by the run before ``trainer.test``): the test loop then reports it
+            instead of encoding STS-B dev again; None: encoded at test.
     """
 
     def __init__(
@@ -91,6 +97,7 @@ class STSCallback(L.Callback):
         self._loaded_history: list[dict] | None = None
         self.test_scores: dict[str, float] = {}
         self.dev_scores: dict[str, float] = {}
+        self.tested_dev: float | None = None
         self.test_pairs: dict[str, tuple[list[float], list[float]]] = {}  # task -> (cosines, gold)
         self.test_subsets: dict[str, dict[str, int]] = {}  # task -> {subset: pairs}, the order of test_pairs
 
@@ -132,7 +139,7 @@ class STSCallback(L.Callback):
         if self.whitening is not None:
             self.whitening(model, batch_size=self.batch_size)
             self._save_untrained(model)
-        self.test_scores = self._score(None, model, self.test_tasks, "test", keep_pairs=True)
+        self.test_scores = papers_avg(self._score(None, model, self.test_tasks, "test", keep_pairs=True))
         self.dev_scores = {self.dev_task: self._score(None, model, (self.dev_task,), "dev",
                                                       encoder=dev_encoder)[self.dev_task]}
 
@@ -199,8 +206,11 @@ class STSCallback(L.Callback):
         log.info("the whitened model: %s", path)
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.test_scores = self._score(trainer, pl_module, self.test_tasks, "test", keep_pairs=True)
-        self.dev_scores = {self.dev_task: self._score(trainer, pl_module, (self.dev_task,), "dev")[self.dev_task]}
+        self.test_scores = papers_avg(self._score(trainer, pl_module, self.test_tasks, "test", keep_pairs=True))
+        dev = self.tested_dev  # the tested checkpoint's own validation: not encoded a second time
+        if dev is None:
+            dev = self._score(trainer, pl_module, (self.dev_task,), "dev")[self.dev_task]
+        self.dev_scores = {self.dev_task: float(dev)}
         for task, value in self.test_scores.items():
             pl_module.log(f"test/{task}", float(value), sync_dist=False)
         pl_module.log(f"test/{self.dev_task}_dev", float(self.dev_scores[self.dev_task]), sync_dist=False)

@@ -19,12 +19,19 @@ from cselab.evaluation.sts import TEST_TASKS
 from cselab.files import atomic_write_text
 
 
-def build_results(test: dict[str, float], dev: dict[str, float], config: dict[str, Any], **extra: Any) -> dict:
-    """Assemble the results dict; ``test`` gets ``avg`` = plain mean of the 7 tasks when all are present."""
+def papers_avg(test: dict[str, float]) -> dict[str, float]:
+    """``test`` with ``avg`` = the papers' Avg, the plain mean of the 7 tasks, when all 7 are present; without
+    ``avg`` otherwise (a subset's mean is not comparable to the papers' Avg).  The one rule for ``results.json``,
+    the loggers and the console (``test/avg``)."""
     test = {k: float(v) for k, v in test.items() if k != "avg"}
     if all(t in test for t in TEST_TASKS):
         test["avg"] = sum(test[t] for t in TEST_TASKS) / len(TEST_TASKS)
-    return {"test": test, "dev": {k: float(v) for k, v in dev.items()}, "config": config, **extra}
+    return test
+
+
+def build_results(test: dict[str, float], dev: dict[str, float], config: dict[str, Any], **extra: Any) -> dict:
+    """Assemble the results dict; ``test`` gets ``avg`` as :func:`papers_avg` says."""
+    return {"test": papers_avg(test), "dev": {k: float(v) for k, v in dev.items()}, "config": config, **extra}
 
 
 def write_results(path: str | os.PathLike, results: dict) -> Path:

@@ -106,6 +106,7 @@ class Run:
             if self.spec.evaluation.reloads_backbone and best:
                 self._test_reloaded(trainer, method, sts, loggers, best)
             else:
+                sts.tested_dev = best_dev if best else None  # the best checkpoint's dev score, already computed
                 trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)
         return Outcome(best, best_dev, int(trainer.global_step), trainer.is_global_zero)
 
