@@ -109,3 +109,37 @@ def test_sweep_with_a_failed_job_prints_the_summary_and_exits_1(tmp_path, tiny_b
     assert out.count("Seed set to 42") == 1, out[-4000:]
     assert out.count("GPU available:") == 0  # method=baseline trains nothing: no Trainer, the evaluator alone
     assert "litlogger" not in out and "\nINFO: " not in out
+
+
+def test_third_party_bars_are_off_and_the_load_report_is_one_line_in_a_log_file(tiny_mlm_dir, monkeypatch):
+    """Issue #40: transformers' "Loading weights: 100%|..." bars and its ~15-line LOAD REPORT filled log files.
+    With stderr not a terminal the libraries' bars are off; the report is one line naming the keys."""
+    import logging
+
+    from huggingface_hub.utils import are_progress_bars_disabled, enable_progress_bars
+    from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
+
+    import cselab.logs as logs
+
+    monkeypatch.setattr(logs, "interactive", lambda: False)
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    handler = Keep()
+    logging.getLogger(logs.LOAD_REPORT_LOGGER).addHandler(handler)
+    try:
+        logs.quiet_third_party()
+        assert not hf_logging.is_progress_bar_enabled() and are_progress_bars_disabled()
+        AutoModel.from_pretrained(tiny_mlm_dir)  # a BertModel from a BertForMaskedLM checkpoint: keys differ
+    finally:
+        logging.getLogger(logs.LOAD_REPORT_LOGGER).removeHandler(handler)
+        hf_logging.enable_progress_bar()
+        enable_progress_bars()
+    report = [m for m in seen if "BertModel" in m]
+    assert len(report) == 1 and "\n" not in report[0], report
+    assert report[0].startswith("BertModel loaded from ") and "UNEXPECTED (cls.predictions" in report[0]
+    assert "MISSING (pooler.dense" in report[0]

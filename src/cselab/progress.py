@@ -19,15 +19,9 @@ import time
 import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 
+from cselab.logs import interactive
+
 log = logging.getLogger(__name__)
-
-
-def interactive() -> bool:
-    """Whether stderr (where the bars draw) is a terminal."""
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 def _duration(seconds: float) -> str:

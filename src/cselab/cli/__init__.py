@@ -60,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command not in COMMANDS:
         sys.stderr.write(f"cselab: unknown command {command!r}\n\n{usage()}")
         return 2
+    from cselab.logs import quiet_third_party
+
+    quiet_third_party()  # no progress bars of the libraries in a log file; transformers' LOAD REPORT on one line
     try:
         module = importlib.import_module(COMMANDS[command][0])
     except ModuleNotFoundError as err:
