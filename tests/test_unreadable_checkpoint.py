@@ -62,7 +62,12 @@ def test_the_same_command_restarts_after_a_truncated_last_ckpt(tmp_path, tiny_be
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]", "trainer.max_steps=2",
                            "callbacks.throughput=null")
     _truncated(tmp_path / "run" / "checkpoints" / "last.ckpt")
-    with caplog.at_level(logging.WARNING, logger="cselab.run"):
+    (tmp_path / "run" / "failed.json").write_text('{"error": "RuntimeError", "message": "an earlier attempt"}')
+    with caplog.at_level(logging.INFO, logger="cselab.run"):
         results = run(cfg, tmp_path / "run")
     assert results["global_step"] == 2 and (tmp_path / "run" / "results.json").is_file()
     assert "last.ckpt cannot be read" in caplog.text and "set aside as" in caplog.text
+    # issue #40: the earlier attempt's failed.json and set-aside checkpoint do not stay beside the success
+    assert not (tmp_path / "run" / "failed.json").exists()
+    assert not list((tmp_path / "run" / "checkpoints").glob("*.unreadable-*"))
+    assert "removed failed.json" in caplog.text and "set aside as unreadable by an earlier attempt" in caplog.text

@@ -49,6 +49,16 @@ def remove_last(dirpath: str | Path) -> int:
     return size
 
 
+def remove_set_aside(dirpath: str | Path) -> list[Path]:
+    """Remove the checkpoints :func:`set_aside` renamed in the run's ``checkpoints`` folder (``*.unreadable-*``)
+    once the run has written ``results.json``: the run finished without them, so they only mislead a reader of the
+    folder; returns the removed paths."""
+    removed = sorted(Path(dirpath).glob("*.ckpt.unreadable-*"))
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed
+
+
 def read_error(path: str | Path) -> BaseException | None:
     """Why the checkpoint file ``path`` cannot be read (torch's exception: a file cut short by a crash during
     its write on another filesystem, a full quota ... -- ``failed finding central directory``), or ``None`` when
@@ -65,8 +75,9 @@ def read_error(path: str | Path) -> BaseException | None:
 
 
 def set_aside(path: str | Path) -> Path:
-    """Rename the unreadable checkpoint ``path`` to ``<name>.unreadable-<UTC time>`` beside it (never deleted:
-    it may be inspected or recovered) and return the new path."""
+    """Rename the unreadable checkpoint ``path`` to ``<name>.unreadable-<UTC time>`` beside it (kept while the run
+    is unfinished: it may be inspected or recovered; :func:`remove_set_aside` once the run has finished) and return
+    the new path."""
     path = Path(path)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     target = path.with_name(f"{path.name}.unreadable-{stamp}")

@@ -53,6 +53,21 @@ class RunState:
     changed_on_resume: tuple[dict[str, Any], ...] = ()
 
 
+def _clear_earlier_attempts(output_dir: Path) -> None:
+    """Once ``results.json`` is written: an earlier attempt's ``failed.json`` and the checkpoints it set aside as
+    unreadable (``checkpoints/*.unreadable-*``) go, each named in the log, so that the finished run's directory
+    says only that it finished (``cselab report`` reads ``results.json`` first anyway)."""
+    from cselab.checkpoint_io import remove_set_aside
+    from cselab.sweep import FAILED_FILE
+
+    failed = output_dir / FAILED_FILE
+    if failed.is_file():
+        failed.unlink()
+        log.info("removed %s: an earlier attempt's failure; this one finished", FAILED_FILE)
+    for gone in remove_set_aside(output_dir / "checkpoints"):
+        log.info("removed checkpoints/%s: set aside as unreadable by an earlier attempt; this one finished", gone.name)
+
+
 def finish(spec: RunSpec, state: RunState, method, sts: STSCallback, loggers: list,
            outcome: Outcome) -> dict[str, Any]:
     """``results.json`` (rank 0 writes it, with ``test_pairs.npz``), the papers' table printed, the loggers
@@ -67,6 +82,7 @@ def finish(spec: RunSpec, state: RunState, method, sts: STSCallback, loggers: li
         write_pair_scores(state.output_dir / PAIRS_FILE, sts.test_pairs, sts.test_subsets,
                           spec.evaluation.aggregation)
     path = write_results(state.output_dir / "results.json", results)
+    _clear_earlier_attempts(state.output_dir)
     if spec.training is not None and not spec.training.keep_last:
         from cselab.checkpoint_io import remove_last
 
