@@ -47,7 +47,8 @@ def main(cfg: DictConfig) -> float | None:
     from cselab.config_keys import check_added_keys
     from cselab.methods.checks import ConfigError
     from cselab.run.failure import record_failure
-    from cselab.run.flow import run
+    from cselab.run.flow import Run
+    from cselab.run.record import RunRecord
     from cselab.run.resume import RunFinished
     from cselab.run.spec import RunSpec
     from cselab.run_lock import RunDirInUse, hold_run_dir, release_run_dir
@@ -56,7 +57,8 @@ def main(cfg: DictConfig) -> float | None:
 
     hydra_cfg = HydraConfig.get()
     output_dir = hydra_cfg.runtime.output_dir
-    fresh = fresh_run_dir(output_dir)  # Hydra made it for this command: nothing but .hydra/ and an empty run.log
+    record = RunRecord(output_dir)  # .hydra/ and run.log held back: a refused command writes nothing
+    fresh = fresh_run_dir(output_dir)  # Hydra made it for this command: empty
     if cfg.get("variant") is None:  # the W&B variant tag: this job's overrides that change the model
         with open_dict(cfg):
             cfg.variant = variant_name(list(hydra_cfg.overrides.task))
@@ -65,47 +67,65 @@ def main(cfg: DictConfig) -> float | None:
         with open_dict(cfg):
             cfg.group = cfg.run_name
     try:
-        if multirun and cfg.resume.get("dir"):
-            raise ConfigError("resume=... continues one run; to continue a -m sweep, re-run the sweep's command")
-        check_added_keys(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices.keys())  # +optim.lrr
-        hold_run_dir(output_dir)  # a second process into the same directory is refused
-        start = time.perf_counter()
-        spec = RunSpec.from_config(cfg, output_dir)  # the config, read once: every rule checked, nothing loaded
-        results = run(spec, output_dir, start)
-    except RunFinished as done:  # re-running a finished run (or a sweep's finished job): nothing to do
-        changed = finished_run_changes(done.results, done.config or {}, done.copies, output_dir)
-        if changed and not multirun:  # resume=<finished run> optim.lr=...: say that nothing changes
-            sys.exit(f"cselab: {changed}")
-        if changed:
-            log.warning("job %s: %s", hydra_cfg.job.num, changed)
-        log.info("skipped %s: already finished (results.json; overwrite=true runs it again)", output_dir)
-        return (done.results.get("test") or {}).get("avg")
-    except ConfigError as err:
-        in_use = isinstance(err, RunDirInUse)  # the directory is another process's: write and remove nothing
-        if multirun:  # the sweep goes on; its summary lists the job with its failed.json
-            path = None if in_use else record_failure(output_dir, err)
-            log.error("job %s failed (%s: %s); details in %s; the sweep continues",
-                      hydra_cfg.job.num, type(err).__name__, err, path or "the log above")
-            return None
-        if fresh and not in_use and nothing_written(output_dir):  # nothing ran: leave no run directory behind
-            shutil.rmtree(output_dir, ignore_errors=True)
-            with contextlib.suppress(OSError):  # outputs/ itself, when this was its only run
-                Path(output_dir).parent.rmdir()
-        sys.exit(f"cselab: {err}")  # one line, exit status 1 (no traceback: the message names the key)
-    except Exception as err:
-        path = record_failure(output_dir, err)
-        if multirun:
-            log.error("job %s failed (%s: %s); details in %s; the sweep continues",
-                      hydra_cfg.job.num, type(err).__name__, err, path or "the log above")
-            return None
-        raise
+        try:  # every refusal, decided before anything is written into the run directory
+            if multirun and cfg.resume.get("dir"):
+                raise ConfigError("resume=... continues one run; to continue a -m sweep, re-run the sweep's command")
+            check_added_keys(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices.keys())  # +optim.lrr
+            hold_run_dir(output_dir)  # a second process into the same directory is refused
+            start = time.perf_counter()
+            spec = RunSpec.from_config(cfg, output_dir)  # the config, read once: every rule checked, nothing loaded
+            recipe = Run(spec, output_dir, start)
+            state = recipe.prepare()  # input files, the checkpoint, a resume's changes: before the backbone loads
+        except RunFinished as done:  # re-running a finished run (or a sweep's finished job): nothing to do
+            record.discard()
+            changed = finished_run_changes(done.results, done.config or {}, done.copies, output_dir)
+            if changed and not multirun:  # resume=<finished run> optim.lr=...: say that nothing changes
+                sys.exit(f"cselab: {changed}")
+            if changed:
+                log.warning("job %s: %s", hydra_cfg.job.num, changed)
+            log.info("skipped %s: already finished (results.json; overwrite=true runs it again)", output_dir)
+            return (done.results.get("test") or {}).get("avg")
+        except Exception as err:  # refused: the run directory keeps its record byte for byte
+            in_use = isinstance(err, RunDirInUse)  # the directory is another process's: write and remove nothing
+            if multirun:  # the sweep goes on; its summary lists a new job's directory with its failed.json
+                path = None
+                if fresh and not in_use:
+                    record.claim(cfg, hydra_cfg)
+                    path = record_failure(output_dir, err)
+                else:
+                    record.discard()
+                log.error("job %s failed (%s: %s); details in %s; the sweep continues",
+                          hydra_cfg.job.num, type(err).__name__, err, path or "the log above")
+                return None
+            record.discard()
+            if fresh and not in_use and nothing_written(output_dir):  # nothing ran: leave no run directory behind
+                release_run_dir(output_dir)
+                shutil.rmtree(output_dir, ignore_errors=True)
+                with contextlib.suppress(OSError):  # outputs/ itself, when this was its only run
+                    Path(output_dir).parent.rmdir()
+            if isinstance(err, ConfigError):
+                sys.exit(f"cselab: {err}")  # one line, exit status 1 (no traceback: the message names the key)
+            raise
+        record.claim(cfg, hydra_cfg)  # the run proceeds: .hydra/, the lock's pid, run.log
+        try:
+            results = recipe.execute(state)
+        except Exception as err:  # a failed run: failed.json and its cause in run.log, whatever the method
+            path = record_failure(output_dir, err)
+            log.error("%s failed (%s: %s); details in %s", "job " + str(hydra_cfg.job.num) if multirun else "the run",
+                      type(err).__name__, err, path or "the log above")
+            if multirun:
+                return None
+            if isinstance(err, ConfigError):
+                sys.exit(f"cselab: {err}")  # one line (the message names the key), exit status 1
+            raise
     finally:
         release_run_dir(output_dir)
     return results["test"].get("avg")
 
 
 def fresh_run_dir(output_dir: str) -> bool:
-    """The run directory holds nothing but what Hydra wrote for this command (``.hydra/``, an empty ``run.log``)."""
+    """The run directory holds nothing (Hydra made it for this command; an older Hydra layout: only ``.hydra/`` and
+    an empty ``run.log``)."""
     path = Path(output_dir)
     names = {p.name for p in path.iterdir()} if path.is_dir() else set()
     log_file = path / "run.log"

@@ -73,10 +73,11 @@ class Run:
         changed = check_resume(spec.config, spec.copies, spec.resume.allow_changed, ckpt_path, resume_step)
         return RunState(self.output_dir, self.start, ckpt_path, resume_step, tuple(changed))
 
-    def execute(self) -> dict[str, Any]:
-        """The run: :meth:`prepare`, then seed, method, callbacks, loggers; fit and test (or evaluate as it is);
-        the results (:func:`cselab.run.results.finish`)."""
-        spec, state = self.spec, self.prepare()
+    def execute(self, state: RunState | None = None) -> dict[str, Any]:
+        """The run: :meth:`prepare` (unless ``state``, its result, is given: ``run.py`` prepares first, so that a
+        refusal is decided before the run's record is written), then seed, method, callbacks, loggers; fit and
+        test (or evaluate as it is); the results (:func:`cselab.run.results.finish`)."""
+        spec, state = self.spec, state if state is not None else self.prepare()
         L.seed_everything(spec.seed, workers=True)
         method = assemble.build_run_method(spec)
         runtime = assemble.runtime_arguments(spec, state.output_dir, state.start, state.resume_step,
