@@ -30,8 +30,10 @@ from cselab.config import (  # (registers the resolvers)
     backbone_path_overrides,
     moved_key_error,
     resume_overrides,
+    teacher_overrides,
     variant_name,
 )
+from cselab.files import unwritable_folder
 from cselab.logs import one_line_per_event
 from cselab.methods.checks import MOVED_MODULE_KEYS
 from cselab.model.loading import register_family_resolver  # noqa: F401  (${cselab_backbone_family:...})
@@ -71,6 +73,8 @@ def main(cfg: DictConfig) -> float | None:
             if multirun and cfg.resume.get("dir"):
                 raise ConfigError("resume=... continues one run; to continue a -m sweep, re-run the sweep's command")
             check_added_keys(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices.keys())  # +optim.lrr
+            if (folder := unwritable_folder(output_dir)) is not None:
+                raise PermissionError(unwritable_message(folder))
             hold_run_dir(output_dir)  # a second process into the same directory is refused
             start = time.perf_counter()
             spec = RunSpec.from_config(cfg, output_dir)  # the config, read once: every rule checked, nothing loaded
@@ -103,8 +107,8 @@ def main(cfg: DictConfig) -> float | None:
                 shutil.rmtree(output_dir, ignore_errors=True)
                 with contextlib.suppress(OSError):  # outputs/ itself, when this was its only run
                     Path(output_dir).parent.rmdir()
-            if isinstance(err, ConfigError):
-                sys.exit(f"cselab: {err}")  # one line, exit status 1 (no traceback: the message names the key)
+            if isinstance(err, INPUT_ERRORS):  # a value or an input file: the message names the key
+                sys.exit(f"cselab: {err}")  # one line, exit status 1 (no traceback)
             raise
         record.claim(cfg, hydra_cfg)  # the run proceeds: .hydra/, the lock's pid, run.log
         try:
@@ -121,6 +125,30 @@ def main(cfg: DictConfig) -> float | None:
     finally:
         release_run_dir(output_dir)
     return results["test"].get("avg")
+
+
+def unwritable_message(folder: Path) -> str:
+    """The one line for an output folder this process cannot write."""
+    return (f"{folder} is not writable (read-only or another user's): run from a folder you can write, or set the "
+            "run's place with hydra.run.dir=<folder> (hydra.sweep.dir=<folder> for -m)")
+
+
+def output_folder(argv: list[str]) -> str:
+    """Where this command writes its run directory, from the command line alone (before Hydra makes it):
+    ``resume.dir`` / ``hydra.run.dir`` (``hydra.sweep.dir`` for ``-m``) when given, else ``outputs``
+    (``multirun``), conf/config.yaml's defaults."""
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    keys = ("hydra.sweep.dir",) if multirun else ("resume.dir", "hydra.run.dir")
+    for item in argv:
+        key, _, value = item.partition("=")
+        if key.lstrip("+") in keys and value and "$" not in value:
+            return value.strip("'\"")
+    return "multirun" if multirun else "outputs"
+
+
+#: what a check of the command's values and input files raises before anything is written or loaded (a refusal,
+#: one line): ConfigError (a ValueError) and the file checks' errors (cselab.run.inputs.check_inputs)
+INPUT_ERRORS = (ValueError, FileNotFoundError, PermissionError, NotADirectoryError)
 
 
 def fresh_run_dir(output_dir: str) -> bool:
@@ -144,9 +172,12 @@ if __name__ == "__main__":
         sys.exit(f"cselab: {moved}")
     try:  # backbone=<hub id or folder> -> backbone=auto backbone.name_or_path=<id or folder>
         options = {p.stem for p in (Path(__file__).resolve().parent / "conf" / "backbone").glob("*.yaml")}
-        sys.argv[1:] = resume_overrides(backbone_path_overrides(sys.argv[1:], options))  # resume=D: resume.dir=D
+        sys.argv[1:] = teacher_overrides(resume_overrides(backbone_path_overrides(sys.argv[1:], options)))
     except ValueError as err:
         sys.exit(f"cselab: {err}")
+    informs = any(a.startswith("-") and a not in ("-m", "--multirun") for a in sys.argv[1:])  # --help, --cfg ...
+    if not informs and (unwritable := unwritable_folder(output_folder(sys.argv[1:]))) is not None:  # before Hydra
+        sys.exit(f"cselab: {unwritable_message(unwritable)}")
     if sys.argv[1:] and not any(a.startswith("-") for a in sys.argv[1:]):  # one run: a typo'd key named at once
         from cselab.config_keys import missing_key_error
 

@@ -229,6 +229,34 @@ def resume_overrides(argv: list[str]) -> list[str]:
     return out
 
 
+def teacher_overrides(argv: list[str]) -> list[str]:
+    """Command-line overrides with RankCSE's teachers given as paths quoted for Hydra's grammar (the project's run
+    directories hold ``=``, ``+``, ``,`` and ``~``: Hydra fails on them unquoted, ``LexerNoViableAltException``):
+
+    * ``method.teachers=<path>`` (one teacher, weight 1) -> ``method.teachers=[{path:'<path>',weight:1.0}]``;
+    * ``method.teachers=[{path:<path>,weight:<w>},...]`` -> each unquoted ``path`` value quoted (it ends before
+      ``,weight:`` or ``}``);
+    * ``method.teachers.<i>.path=<path>`` -> the value quoted.
+
+    A value the user quoted already, and every other override, passes unchanged."""
+    out = []
+    for item in argv:
+        key, sep, value = item.partition("=")
+        bare = key.lstrip("+")
+        if not sep or not value or value[:1] in ("'", '"'):
+            out.append(item)
+        elif bare == "method.teachers" and not value.startswith("["):
+            out.append(f"{key}=[{{path:{hydra_quote(value)},weight:1.0}}]")
+        elif bare == "method.teachers":
+            out.append(key + "=" + re.sub(r"(path:\s*)(?![\s'\"])(.+?)(?=\s*,\s*weight:|\s*})",
+                                          lambda m: m.group(1) + hydra_quote(m.group(2)), value))
+        elif re.fullmatch(r"method\.teachers\.\d+\.path", bare):
+            out.append(f"{key}={hydra_quote(value)}")
+        else:
+            out.append(item)
+    return out
+
+
 def hydra_quote(value: str) -> str:
     """``value`` as one single-quoted Hydra string (``'`` and a backslash before it escaped)."""
     return "'" + re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value) + "'"

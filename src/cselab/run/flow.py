@@ -28,6 +28,7 @@ from cselab.run.inputs import check_inputs
 from cselab.run.results import Outcome, RunState, finish
 from cselab.run.resume import checkpoint_step
 from cselab.run.spec import RunSpec
+from cselab.run.teachers import teacher_record
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,8 @@ class Run:
 
     def prepare(self) -> RunState:
         """What is checked after the config and before the backbone loads: every input file, the checkpoint to
-        resume from, and the new command against that checkpoint's config (``resume.allow_changed``).
+        resume from, and the new command against that checkpoint's config (``resume.allow_changed``); RankCSE's
+        teachers resolved and logged.
 
         Raises:
             ConfigError: a changed key that ``resume.allow_changed`` does not list; an unreadable ``ckpt_path``.
@@ -71,7 +73,9 @@ class Run:
         ckpt_path = spec.resume.checkpoint(self.output_dir, spec.train)
         resume_step = checkpoint_step(ckpt_path)
         changed = check_resume(spec.config, spec.copies, spec.resume.allow_changed, ckpt_path, resume_step)
-        return RunState(self.output_dir, self.start, ckpt_path, resume_step, tuple(changed))
+        teachers = spec.module.get("teachers") if spec.train else None
+        return RunState(self.output_dir, self.start, ckpt_path, resume_step, tuple(changed),
+                        tuple(teacher_record(teachers)) if isinstance(teachers, list) else ())
 
     def execute(self, state: RunState | None = None) -> dict[str, Any]:
         """The run: :meth:`prepare` (unless ``state``, its result, is given: ``run.py`` prepares first, so that a
