@@ -15,6 +15,7 @@ refused command leaves no run directory behind.
 
 import contextlib
 import logging
+import shlex
 import shutil
 import sys
 import time
@@ -54,6 +55,7 @@ def main(cfg: DictConfig) -> float | None:
     from cselab.run.resume import RunFinished
     from cselab.run.spec import RunSpec
     from cselab.run_lock import RunDirInUse, hold_run_dir, release_run_dir
+    from cselab.signals import StoppedBySignal
 
     one_line_per_event()  # Hydra has configured the job's logging: Lightning's records go through it, once
 
@@ -113,6 +115,12 @@ def main(cfg: DictConfig) -> float | None:
         record.claim(cfg, hydra_cfg)  # the run proceeds: .hydra/, the lock's pid, run.log
         try:
             results = recipe.execute(state)
+        except StoppedBySignal as stop:  # SIGTERM / SIGINT in training: not a failure, the same command resumes
+            saved = f"{stop.checkpoint} saved" if stop.checkpoint else "no last.ckpt (checkpointing.save_last=false)"
+            log.warning("stopped by %s at step %d: %s; resume with the same command: %s (exit status %d)",
+                        stop.signal_name, stop.step, saved, shlex.join(["python", "run.py", *sys.argv[1:]]),
+                        stop.code)
+            raise
         except Exception as err:  # a failed run: failed.json and its cause in run.log, whatever the method
             path = record_failure(output_dir, err)
             log.error("%s failed (%s: %s); details in %s", "job " + str(hydra_cfg.job.num) if multirun else "the run",

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -100,12 +101,22 @@ class Run:
         """Fit with the callbacks (STS-B dev every ``val_check_interval``, the best checkpoint kept), then test
         the best checkpoint; with ``eval.test_backbone`` its trained tensors on the backbone reloaded with those
         keys (PromptEOL's rows: trained in 4-bit, tested in fp32)."""
-        from cselab.signals import sigterm_stops
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        from cselab.signals import StoppedBySignal, sigterm_stops, stop_at_step_end
 
         sts = callbacks["sts"]
         trainer = assemble.build_trainer(self.spec.training, list(callbacks.values()), loggers, state.output_dir)
         datamodule = assemble.build_datamodule(self.spec.training, method)
-        trainer.fit(method, datamodule=datamodule, ckpt_path=state.ckpt_path, weights_only=False)
+        with stop_at_step_end(trainer) as received:  # SIGTERM / SIGINT: last.ckpt of the step, then exit 128 + sig
+            try:
+                trainer.fit(method, datamodule=datamodule, ckpt_path=state.ckpt_path, weights_only=False)
+            except SIGTERMException:
+                last = state.output_dir / "checkpoints" / "last.ckpt"
+                step = int(trainer.global_step)
+                saved = last.is_file() and checkpoint_step(str(last)) == step
+                raise StoppedBySignal(received.get("signum", signal.SIGTERM), step,
+                                      str(last) if saved else None) from None
         best, best_dev = validate_at_end(trainer, method, sts, callbacks.get("checkpoint"), state.output_dir)
         with sigterm_stops("test"):  # the test phase is one callback call: Lightning alone would ignore SIGTERM
             if self.spec.evaluation.reloads_backbone and best:
