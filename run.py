@@ -8,9 +8,13 @@ Runs live in ``outputs/<run_name>`` (sweeps in ``multirun/<run_name>/<job>``), a
 overrides: re-running the same command resumes an interrupted run from ``checkpoints/last.ckpt`` and skips a
 finished one (logged once).  In a -m sweep a failing job writes ``failed.json`` in its directory and the sweep
 goes on with the next job; at its end the sweep prints a summary of its jobs and exits 1 if one failed
-(``cselab.sweep``).  A single run re-raises (non-zero exit); a config error (a key named in the message, a ``+key``
-that no code reads, a run directory in use by another process) is one line on stderr, exit 1, and a single run's
-refused command leaves no run directory behind.
+(``cselab.sweep``).  A single run that fails writes ``failed.json`` and its cause in ``run.log`` and re-raises
+(non-zero exit).  A refused command -- a config error or a bad input file (a key named in the message, a ``+key``
+that no code reads), a run directory in use by another process or already finished, ``resume=`` with changed
+values -- is one line on stderr, exit 1, decided before anything is written: an existing run directory stays byte
+for byte as it was (``.hydra/`` and ``run.log`` are written only when the run proceeds,
+``cselab.run.record.RunRecord``) and a new one is not left behind.  SIGTERM / Ctrl-C in training save
+``last.ckpt`` and exit 128 + the signal with the command that resumes (``cselab.signals``).
 """
 
 import contextlib
