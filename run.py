@@ -81,10 +81,10 @@ def main(cfg: DictConfig) -> float | None:
             check_added_keys(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices.keys())  # +optim.lrr
             if (folder := unwritable_folder(output_dir)) is not None:
                 raise PermissionError(unwritable_message(folder))
-            hold_run_dir(output_dir)  # a second process into the same directory is refused
             start = time.perf_counter()
             spec = RunSpec.from_config(cfg, output_dir)  # the config, read once: every rule checked, nothing loaded
-            recipe = Run(spec, output_dir, start)
+            hold_run_dir(output_dir)  # a second process into the same directory is refused
+            recipe = Run(spec, output_dir, start)  # (prepare checks the directory again, under the lock)
             state = recipe.prepare()  # input files, the checkpoint, a resume's changes: before the backbone loads
         except RunFinished as done:  # re-running a finished run (or a sweep's finished job): nothing to do
             record.discard()

@@ -66,10 +66,14 @@ class Run:
         teachers resolved and logged.
 
         Raises:
+            RunFinished: the directory holds ``results.json`` (:meth:`ResumeSpec.check_directory`).
             ConfigError: a changed key that ``resume.allow_changed`` does not list; an unreadable ``ckpt_path``.
             FileNotFoundError, ValueError: a missing or bad input file (:func:`cselab.run.inputs.check_inputs`).
         """
         spec = self.spec
+        # a finished run, again: run.py read the spec before taking the directory's lock (a refusal of a finished
+        # run then creates no lock file in it); another process may have finished it in between
+        spec.resume.check_directory(self.output_dir, spec.train, spec.config, spec.copies)
         check_inputs(spec.inputs)  # every input file, before the backbone loads and long before fit ends
         ckpt_path = spec.resume.checkpoint(self.output_dir, spec.train)
         resume_step = checkpoint_step(ckpt_path)
