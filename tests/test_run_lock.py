@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cselab.run_lock import LOCK_FILE, RunDirInUse, hold_run_dir, release_run_dir
+from cselab.run_lock import LOCK_FILE, RunDirInUse, hold_run_dir, mark_run_dir, release_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,6 +37,8 @@ def test_a_second_process_is_refused_until_the_first_ends(tmp_path):
         holder.kill()
         holder.wait()
     assert hold_run_dir(run_dir) == run_dir / LOCK_FILE  # the lock died with its process: no stale lock
+    assert (run_dir / LOCK_FILE).read_text().strip() == str(holder.pid)  # taking it writes nothing (a refusal may follow)
+    mark_run_dir(run_dir)  # the run proceeds: its pid, for the next refused process
     assert (run_dir / LOCK_FILE).read_text().strip() == str(os.getpid())
     release_run_dir(run_dir)
 

@@ -352,7 +352,7 @@ def test_the_experiments_map_to_their_published_rows(experiment, backbone, avg):
     assert variant_of(config) == "first-last avg. (layer 1) + whitening (NLI)"
     row = lookup(load_published(), "baseline", backbone, "unsup", variant_of(config))
     assert row is not None and row.scores["avg"] == avg
-    assert variant_of(OmegaConf.to_container(simcse, resolve=True)) == "whitening (NLI)"
+    assert variant_of(OmegaConf.to_container(simcse, resolve=True)) == "whitening (target)"  # the default corpus
     assert variant_of({**config, "eval": {"whitening": {**config["eval"]["whitening"], "k": 256}}}).endswith(
         "whitening (NLI), k=256")
 

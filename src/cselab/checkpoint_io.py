@@ -123,9 +123,25 @@ class LastCheckpoint(ModelCheckpoint):
         fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
         if fetcher is not None and loop._should_check_val_fx(fetcher):
             return  # a validation follows this step and writes last.ckpt after it
+        if trainer.received_sigterm:  # SIGTERM / SIGINT (cselab.signals.stop_at_step_end): fit stops after this step
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+            return
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if self._should_skip_saving_checkpoint(trainer):  # not fitting, sanity check, or already saved this step
             return
         self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        """SIGTERM / SIGINT during fit (Lightning's ``SIGTERMException``, raised at the end of a step:
+        :func:`cselab.signals.stop_at_step_end`): ``last.ckpt`` of that step.  It is written where the periodic
+        write is, at the end of the step's batch (:meth:`on_train_batch_end`) or of its validation, so that the
+        same command resumes there bit for bit; here only when the signal came after those (a write at this
+        point resumes an epoch's last step one rounding apart).  Any other exception writes nothing (the last
+        periodic write stays)."""
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        if (isinstance(exception, SIGTERMException) and trainer.state.fn == "fit" and not trainer.sanity_checking
+                and self._last_global_step_saved != trainer.global_step):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))

@@ -229,12 +229,40 @@ def resume_overrides(argv: list[str]) -> list[str]:
     return out
 
 
+def teacher_overrides(argv: list[str]) -> list[str]:
+    """Command-line overrides with RankCSE's teachers given as paths quoted for Hydra's grammar (the project's run
+    directories hold ``=``, ``+``, ``,`` and ``~``: Hydra fails on them unquoted, ``LexerNoViableAltException``):
+
+    * ``method.teachers=<path>`` (one teacher, weight 1) -> ``method.teachers=[{path:'<path>',weight:1.0}]``;
+    * ``method.teachers=[{path:<path>,weight:<w>},...]`` -> each unquoted ``path`` value quoted (it ends before
+      ``,weight:`` or ``}``);
+    * ``method.teachers.<i>.path=<path>`` -> the value quoted.
+
+    A value the user quoted already, and every other override, passes unchanged."""
+    out = []
+    for item in argv:
+        key, sep, value = item.partition("=")
+        bare = key.lstrip("+")
+        if not sep or not value or value[:1] in ("'", '"'):
+            out.append(item)
+        elif bare == "method.teachers" and not value.startswith("["):
+            out.append(f"{key}=[{{path:{hydra_quote(value)},weight:1.0}}]")
+        elif bare == "method.teachers":
+            out.append(key + "=" + re.sub(r"(path:\s*)(?![\s'\"])(.+?)(?=\s*,\s*weight:|\s*})",
+                                          lambda m: m.group(1) + hydra_quote(m.group(2)), value))
+        elif re.fullmatch(r"method\.teachers\.\d+\.path", bare):
+            out.append(f"{key}={hydra_quote(value)}")
+        else:
+            out.append(item)
+    return out
+
+
 def hydra_quote(value: str) -> str:
     """``value`` as one single-quoted Hydra string (``'`` and a backslash before it escaped)."""
     return "'" + re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value) + "'"
 
 
-#: longest run directory name kept readable; a longer one keeps its start and a hash of the whole
+#: longest run directory name kept readable; a longer one drops whole parts and gets a hash of the whole
 RUN_NAME_LIMIT = 96
 
 
@@ -250,9 +278,11 @@ def run_name(overrides: list[str], method: str, backbone: str, setting: str, mul
     overrides that change results, sorted (``simcse_minilm_l6_unsup+seed=1+trainer.max_steps=20``).  A sweep:
     its ``sweep=`` / ``experiment=`` name and its overrides the same way, the swept values included
     (``backbone=minilm_l6+method=simcse,promptbert``; ``sweep`` when there is nothing).  Left out: :data:`OUTPUT_ONLY_KEYS`
-    (logging, paths, resume, progress ...).  Characters outside ``[A-Za-z0-9._,=+-]`` become ``-``; a name over
-    :data:`RUN_NAME_LIMIT` characters keeps its start and gets ``~`` and a hash of the whole.
+    (logging, paths, resume, progress ...).  A key given twice is named once, with its last value (the one
+    Hydra applies).  Characters outside ``[A-Za-z0-9._,=+-]`` become ``-``; a name over :data:`RUN_NAME_LIMIT`
+    characters is shortened by :func:`shorten_name` (whole ``key=value`` parts dropped, never a value cut).
     """
+    overrides = last_of_each_key(overrides)
     named = {override_key(o): o.split("=", 1)[1] if "=" in o else "" for o in overrides}
     base = None
     for key in ("sweep", "experiment") if multirun else ("experiment",):
@@ -264,11 +294,29 @@ def run_name(overrides: list[str], method: str, backbone: str, setting: str, mul
                    if override_key(o) not in skip and not key_matches(override_key(o), OUTPUT_ONLY_KEYS))
     if base is None and not multirun:
         base = f"{method}_{backbone}_{setting}"
-    name = _slug("+".join([base, *extra] if base else extra)) or "sweep"
-    if len(name) > RUN_NAME_LIMIT:
-        digest = hashlib.sha1(name.encode()).hexdigest()[:8]
-        name = f"{name[: RUN_NAME_LIMIT - 9]}~{digest}"
-    return name
+    return shorten_name([base, *extra] if base else extra) or "sweep"
+
+
+def last_of_each_key(overrides: list[str]) -> list[str]:
+    """``overrides`` with each key kept once, at its last occurrence (Hydra applies the last value), in order."""
+    last = {override_key(o): i for i, o in enumerate(overrides)}
+    return [o for i, o in enumerate(overrides) if last[override_key(o)] == i]
+
+
+def shorten_name(parts: list[str], limit: int = RUN_NAME_LIMIT) -> str:
+    """``parts`` joined with ``+`` and slugged (characters outside ``[A-Za-z0-9._,=+-]`` become ``-``); over
+    ``limit`` characters, the first part (the base name) and as many of the others as fit, each whole, in order,
+    then ``~`` and a hash of the whole name: a value is never cut (``trainer.max_steps=300`` never reads as
+    ``trainer.max_steps=30``), and two commands that differ only in a dropped part get different names."""
+    whole = _slug("+".join(parts))
+    if len(whole) <= limit:
+        return whole
+    digest = hashlib.sha1(whole.encode()).hexdigest()[:8]
+    kept = parts[:1]
+    for part in parts[1:]:
+        if len(_slug("+".join([*kept, part]))) + 1 + len(digest) <= limit:
+            kept.append(part)
+    return f"{re.sub(r'[^A-Za-z0-9._,=+-]+', '-', '+'.join(kept)).lstrip('-')}~{digest}"  # (its last "-" kept)
 
 
 #: a command-line value that Hydra's basic sweeper expands into several jobs
@@ -289,10 +337,10 @@ def job_dir_name(num: int, overrides: list[str], swept: set[str], method: str, b
     """A ``-m`` sweep job's directory: ``<num>_`` and its values of the swept keys (``3_method.denoise=pad+seed=1``;
     a folder or hub id by its last part, ``backbone.name_or_path=tiny_opt``), so that the directories say what
     differs between the jobs; ``<num>_<method>_<backbone>_<setting>`` when no swept key is known (a launcher
-    that runs the job in another process with another command line: then every override of the job).  Slugged
-    and cut as :func:`run_name`."""
+    that runs the job in another process with another command line: then every override of the job).  Slugged,
+    each key named once and shortened as :func:`run_name`."""
     parts = []
-    for item in overrides:
+    for item in last_of_each_key(overrides):
         key = override_key(item)
         if "=" not in item or key_matches(key, OUTPUT_ONLY_KEYS) or (swept and key not in swept):
             continue
@@ -300,9 +348,7 @@ def job_dir_name(num: int, overrides: list[str], swept: set[str], method: str, b
         if "/" in value:  # a folder or hub id: its last part
             value = value.rstrip("/").rsplit("/", 1)[-1]
         parts.append(f"{key}={value}")
-    name = _slug("+".join(sorted(parts))) if parts else f"{method}_{backbone}_{setting}"
-    if len(name) > RUN_NAME_LIMIT:
-        name = f"{name[: RUN_NAME_LIMIT - 9]}~{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+    name = shorten_name(sorted(parts)) if parts else f"{method}_{backbone}_{setting}"
     return f"{num}_{name}"
 
 

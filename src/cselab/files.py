@@ -200,3 +200,14 @@ def read_json_object(path: str | os.PathLike) -> dict:
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+
+
+def unwritable_folder(path: str | os.PathLike) -> Path | None:
+    """The folder that stops this process from writing ``path`` (a run directory to create or write into): the
+    nearest existing one of ``path`` and its parents when it is not writable (or not a folder), else None."""
+    folder = Path(path).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        return folder
+    return None

@@ -3,7 +3,9 @@
 
 :func:`hold_run_dir` takes an exclusive, non-blocking ``flock`` on ``<run dir>/.lock`` for the life of the process
 (the operating system releases it when the process ends, killed or not: no stale lock to clean up) and refuses a
-second process with a message naming the directory and the holder's pid.  Under DDP / SLURM only rank 0 takes it
+second process with a message naming the directory and the holder's pid.  Taking the lock writes nothing into an
+existing directory (a refused command leaves the run's record as it was, :mod:`cselab.run.record`);
+:func:`mark_run_dir` writes the holder's pid once its run proceeds.  Under DDP / SLURM only rank 0 takes it
 (the other ranks are the same run).
 """
 
@@ -56,12 +58,20 @@ def hold_run_dir(output_dir: str | os.PathLike) -> Path | None:
         raise RunDirInUse(f"{output_dir} is in use by another run (pid {holder}): two processes would interleave its "
                           "run.log and overwrite its checkpoints. Wait for it to end (re-running the same command "
                           "then resumes or skips it), or run beside it with run_name=<another name>") from None
+    _held[key] = handle
+    return path
+
+
+def mark_run_dir(output_dir: str | os.PathLike) -> None:
+    """Write this process's pid into the lock it holds on ``output_dir`` (named by a refused second process);
+    a no-op when it holds none.  Called when the run proceeds: a refused command writes nothing."""
+    handle = _held.get(str((Path(output_dir) / LOCK_FILE).resolve()))
+    if handle is None:
+        return
     handle.seek(0)
     handle.truncate()
     handle.write(f"{os.getpid()}\n")
     handle.flush()
-    _held[key] = handle
-    return path
 
 
 def release_run_dir(output_dir: str | os.PathLike) -> None:

@@ -7,18 +7,20 @@ test embedding -- STS, the transfer tasks, exports -- is whitened, and the evalu
 
 Corpora (``eval.whitening.fit_on``; official ``eng/eval.py``'s ``normalized_by``, ``eval.py:13, 78-98``):
 
-* ``nli`` (the papers' rows: PromptBERT Table 5 "use the NLI setting"): both sentences of every NLI pair.  The
+* ``target`` (the default: it needs only the STS files every run reads): the evaluation's own sentences
+  (``eval.py:78-81``): every split of every test task (STS12-16 all subsets, STS-B train/dev/test, SICK-R
+  train/trial/test), both sentences of each pair, duplicates kept.  The official code fits one transform PER
+  TASK; here one transform is fitted on the test tasks pooled (the evaluator encodes all tasks with one model) --
+  a documented deviation (docs/fidelity.md).
+* ``nli`` (the papers' rows, ``experiment=whitening/...``: PromptBERT Table 5 "use the NLI setting"): both sentences of every NLI pair.  The
   official corpus is MNLI train + SNLI train/dev/test (``eval.py:89-97``); the default file here is SimCSE's
   ``nli_for_simcse.csv`` (SNLI + MNLI sentences, ``python -m cselab data``); MNLI's ``train.tsv`` (columns
   ``sentence1``, ``sentence2``) is read as well.
-* ``target``: the evaluation's own sentences (``eval.py:78-81``): every split of every test task (STS12-16 all
-  subsets, STS-B train/dev/test, SICK-R train/trial/test), both sentences of each pair, duplicates kept.  The
-  official code fits one transform PER TASK; here one transform is fitted on the test tasks pooled (the
-  evaluator encodes all tasks with one model) -- a documented deviation (docs/fidelity.md).
 * ``wiki``: sentences of a text file, one per line (default the embedded wiki1m sample); not in the official code.
 
 ``file`` (relative to ``data_dir``) replaces the default corpus of ``nli`` / ``wiki``; ``n_sentences`` keeps the
-first N sentences of the corpus (null: all).
+first N sentences of the corpus (null: all).  The corpus file is checked with the run's other inputs, before any
+directory or model (:func:`cselab.run.inputs.check_inputs`).
 """
 
 from __future__ import annotations
@@ -52,14 +54,14 @@ class WhiteningOptions:
     """The ``eval.whitening`` node (conf/eval/sts.yaml), checked.
 
     Attributes:
-        fit_on: ``nli`` | ``target`` | ``wiki`` (module docstring).
+        fit_on: ``target`` (default) | ``nli`` | ``wiki`` (module docstring).
         file: the corpus file relative to ``data_dir`` (None: :data:`DEFAULT_FILES`; unused for ``target``).
         n_sentences: the first N sentences of the corpus (None: all).
         k: dimensions kept (None: all, the official ``n_components`` < 0).
         normalize: L2-normalise after the transform (official ``transform_and_normalize``).
     """
 
-    fit_on: str = "nli"
+    fit_on: str = "target"
     file: str | None = None
     n_sentences: int | None = None
     k: int | None = None
@@ -81,7 +83,7 @@ class WhiteningOptions:
             raise ConfigError(f"eval.whitening: unknown key(s) {unknown}; expected some of {list(_KEYS)}")
         if not node.get("enabled", True):
             return None
-        fit_on = node.get("fit_on", "nli")
+        fit_on = node.get("fit_on", "target")
         if fit_on not in FIT_ON:
             raise ConfigError(f"eval.whitening.fit_on={fit_on!r}: expected one of {list(FIT_ON)}")
         for key in ("n_sentences", "k"):
@@ -96,6 +98,11 @@ class WhiteningOptions:
                               "(fit_on=target reads the test tasks)")
         return cls(fit_on=fit_on, file=file, n_sentences=node.get("n_sentences"), k=node.get("k"),
                    normalize=bool(node.get("normalize", True)))
+
+    def corpus_file(self) -> str | None:
+        """The corpus file read (relative to ``data_dir`` unless absolute): ``file`` or the default of ``nli`` /
+        ``wiki`` (:data:`DEFAULT_FILES`); None for ``target`` (the test tasks' files, checked with them)."""
+        return None if self.fit_on == "target" else (self.file or DEFAULT_FILES[self.fit_on])
 
     def describe(self) -> dict[str, Any]:
         """A plain dict of the options (results, logs)."""

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from cselab.run.inputs import check_inputs
 from cselab.run.results import Outcome, RunState, finish
 from cselab.run.resume import checkpoint_step
 from cselab.run.spec import RunSpec
+from cselab.run.teachers import teacher_record
 
 log = logging.getLogger(__name__)
 
@@ -60,23 +62,31 @@ class Run:
 
     def prepare(self) -> RunState:
         """What is checked after the config and before the backbone loads: every input file, the checkpoint to
-        resume from, and the new command against that checkpoint's config (``resume.allow_changed``).
+        resume from, and the new command against that checkpoint's config (``resume.allow_changed``); RankCSE's
+        teachers resolved and logged.
 
         Raises:
+            RunFinished: the directory holds ``results.json`` (:meth:`ResumeSpec.check_directory`).
             ConfigError: a changed key that ``resume.allow_changed`` does not list; an unreadable ``ckpt_path``.
             FileNotFoundError, ValueError: a missing or bad input file (:func:`cselab.run.inputs.check_inputs`).
         """
         spec = self.spec
+        # a finished run, again: run.py read the spec before taking the directory's lock (a refusal of a finished
+        # run then creates no lock file in it); another process may have finished it in between
+        spec.resume.check_directory(self.output_dir, spec.train, spec.config, spec.copies)
         check_inputs(spec.inputs)  # every input file, before the backbone loads and long before fit ends
         ckpt_path = spec.resume.checkpoint(self.output_dir, spec.train)
         resume_step = checkpoint_step(ckpt_path)
         changed = check_resume(spec.config, spec.copies, spec.resume.allow_changed, ckpt_path, resume_step)
-        return RunState(self.output_dir, self.start, ckpt_path, resume_step, tuple(changed))
+        teachers = spec.module.get("teachers") if spec.train else None
+        return RunState(self.output_dir, self.start, ckpt_path, resume_step, tuple(changed),
+                        tuple(teacher_record(teachers)) if isinstance(teachers, list) else ())
 
-    def execute(self) -> dict[str, Any]:
-        """The run: :meth:`prepare`, then seed, method, callbacks, loggers; fit and test (or evaluate as it is);
-        the results (:func:`cselab.run.results.finish`)."""
-        spec, state = self.spec, self.prepare()
+    def execute(self, state: RunState | None = None) -> dict[str, Any]:
+        """The run: :meth:`prepare` (unless ``state``, its result, is given: ``run.py`` prepares first, so that a
+        refusal is decided before the run's record is written), then seed, method, callbacks, loggers; fit and
+        test (or evaluate as it is); the results (:func:`cselab.run.results.finish`)."""
+        spec, state = self.spec, state if state is not None else self.prepare()
         L.seed_everything(spec.seed, workers=True)
         method = assemble.build_run_method(spec)
         runtime = assemble.runtime_arguments(spec, state.output_dir, state.start, state.resume_step,
@@ -95,12 +105,22 @@ class Run:
         """Fit with the callbacks (STS-B dev every ``val_check_interval``, the best checkpoint kept), then test
         the best checkpoint; with ``eval.test_backbone`` its trained tensors on the backbone reloaded with those
         keys (PromptEOL's rows: trained in 4-bit, tested in fp32)."""
-        from cselab.signals import sigterm_stops
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        from cselab.signals import StoppedBySignal, sigterm_stops, stop_at_step_end
 
         sts = callbacks["sts"]
         trainer = assemble.build_trainer(self.spec.training, list(callbacks.values()), loggers, state.output_dir)
         datamodule = assemble.build_datamodule(self.spec.training, method)
-        trainer.fit(method, datamodule=datamodule, ckpt_path=state.ckpt_path, weights_only=False)
+        with stop_at_step_end(trainer) as received:  # SIGTERM / SIGINT: last.ckpt of the step, then exit 128 + sig
+            try:
+                trainer.fit(method, datamodule=datamodule, ckpt_path=state.ckpt_path, weights_only=False)
+            except SIGTERMException:
+                last = state.output_dir / "checkpoints" / "last.ckpt"
+                step = int(trainer.global_step)
+                saved = last.is_file() and checkpoint_step(str(last)) == step
+                raise StoppedBySignal(received.get("signum", signal.SIGTERM), step,
+                                      str(last) if saved else None) from None
         best, best_dev = validate_at_end(trainer, method, sts, callbacks.get("checkpoint"), state.output_dir)
         with sigterm_stops("test"):  # the test phase is one callback call: Lightning alone would ignore SIGTERM
             if self.spec.evaluation.reloads_backbone and best:

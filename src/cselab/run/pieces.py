@@ -38,6 +38,9 @@ class InputFiles:
     dev_task: str | None
     train_path: str | None = None  # None: nothing trained
     setting: str = "unsup"
+    whitening_corpus: str | None = None  # eval.whitening's corpus file (relative to data_dir); None: none read
+    soft_negatives: str | None = None  # SNCSE's soft-negative file (relative to the working directory)
+    teachers: tuple[str, ...] = ()  # RankCSE's method.teachers[i].path
     max_undecodable_share: float = 0.01
     max_control_share: float = 0.01
     transfer_tasks: tuple[str, ...] = ()

@@ -44,13 +44,15 @@ class Outcome:
 @dataclass(frozen=True)
 class RunState:
     """Where the run stands before its method is built: its directory, start time (``perf_counter``), the
-    checkpoint it resumes from (None: from scratch), that checkpoint's step and the accepted config changes."""
+    checkpoint it resumes from (None: from scratch), that checkpoint's step, the accepted config changes and
+    RankCSE's teachers (:func:`cselab.run.teachers.teacher_record`)."""
 
     output_dir: Path
     start: float
     ckpt_path: str | None = None
     resume_step: int | None = None
     changed_on_resume: tuple[dict[str, Any], ...] = ()
+    teachers: tuple[dict[str, Any], ...] = ()  # RankCSE: each teacher's path, weight and the file it loads
 
 
 def _clear_earlier_attempts(output_dir: Path) -> None:
@@ -128,6 +130,7 @@ def collect_results(spec: RunSpec, state: RunState, method, sts: STSCallback, ou
         wall_time_s=round(time.perf_counter() - state.start + sts.elapsed_before, 1),  # + earlier processes (resume)
         stsb_test_cosine_by_gold_bin=bins,
         changed_on_resume=list(state.changed_on_resume),
+        **({"teachers": list(state.teachers)} if state.teachers else {}),
         **(intervals or {}),
         **transfer,
     )

@@ -71,6 +71,7 @@ class RunSpec:
             RunFinished: as :meth:`ResumeSpec.check_directory` (with what this command would change).
             ConfigError: an out-of-range value or conflicting choices (the message names the keys).
         """
+        check_types(cfg)  # seed=x, trainer.max_steps=abc: named here, not as a traceback from deep inside
         train = bool(cfg.method.train)
         resume = ResumeSpec(ckpt_path=cfg.ckpt_path, dir=cfg.resume.dir, overwrite=bool(cfg.overwrite),
                             allow_changed=tuple(str(k) for k in cfg.resume.allow_changed or ()))
@@ -96,13 +97,75 @@ class RunSpec:
         inputs = InputFiles(data_dir=cfg.data_dir, test_tasks=tuple(cfg.eval.test_tasks), dev_task=cfg.eval.dev_task,
                             train_path=str(cfg.data.path) if train else None, setting=cfg.setting.name,
                             transfer_tasks=tuple(cfg.eval.transfer_tasks or ()),
-                            transfer_mode=str(cfg.eval.transfer_mode), **shares)  # absent: the type's defaults
+                            transfer_mode=str(cfg.eval.transfer_mode), **shares,  # absent: the type's defaults
+                            **model_inputs(cfg, training, module))
         spec = cls(names=names, resume=resume, inputs=inputs, evaluation=evaluation_spec(cfg), module=module,
                    callbacks=callbacks, logger=OmegaConf.to_container(cfg.logger, resolve=True), config=config,
                    copies=copies, training=training, seed=cfg.seed)
         node = dict(module)
         check_module(method_target(node.pop("_target_")), node)  # the method's and its embedding model's rules
         return spec
+
+
+#: keys whose values have a type, checked before anything else (Hydra reads ``seed=x`` as the string "x"): key ->
+#: (the accepted types, how to write one); a key absent from the config is not checked
+TYPED_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
+    "seed": ((int,), "an integer, e.g. seed=42"),
+    "max_seq_len": ((int,), "an integer, e.g. max_seq_len=32"),
+    "trainer.max_steps": ((int,), "an integer, e.g. trainer.max_steps=1000 (-1: no limit)"),
+    "trainer.max_epochs": ((int, type(None)), "an integer or null, e.g. trainer.max_epochs=1"),
+    "trainer.val_check_interval": ((int, float, type(None)), "a number of steps or a fraction of an epoch"),
+    "data.batch_size": ((int,), "an integer, e.g. data.batch_size=64"),
+    "optim.lr": ((int, float), "a number, e.g. optim.lr=3e-5"),
+    "optim.weight_decay": ((int, float), "a number, e.g. optim.weight_decay=0.0"),
+    "optim.warmup_ratio": ((int, float), "a number, e.g. optim.warmup_ratio=0.1"),
+    "optim.warmup_steps": ((int,), "an integer, e.g. optim.warmup_steps=100"),
+    "loss.temperature": ((int, float), "a number, e.g. loss.temperature=0.05"),
+    "eval.batch_size": ((int, type(None)), "an integer or null"),
+    "eval.max_seq_len": ((int, type(None)), "an integer or null"),
+}
+
+
+def check_types(cfg: DictConfig) -> None:
+    """Every key of :data:`TYPED_KEYS` present in ``cfg`` holds a value of its type (a bool is no number).
+
+    Raises:
+        ConfigError: ``<key>=<value>: expected <type>, e.g. ...``; an interpolation that cannot be resolved.
+    """
+    absent = object()
+    for key, (types, expected) in TYPED_KEYS.items():
+        try:
+            value = OmegaConf.select(cfg, key, default=absent)
+        except Exception as err:  # an interpolation of the key fails (hp of an unknown backbone)
+            raise ConfigError(f"{key}: {err}") from None
+        if value is absent:
+            continue
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise ConfigError(f"{key}={value!r}: expected {expected}")
+
+
+def model_inputs(cfg: DictConfig, training: TrainSpec | None, module: dict[str, Any]) -> dict[str, Any]:
+    """The input files that the model or the test read besides the data (``InputFiles``' fields): the whitening
+    corpus (``eval.whitening``, :class:`~cselab.evaluation.whitening.WhiteningOptions`, checked here), SNCSE's
+    soft negatives (a DataModule node with ``soft_negatives``: its value, or the default next to the corpus
+    :func:`~cselab.data.soft_negative.default_soft_negatives`), RankCSE's teachers (``method.teachers[i].path``).
+
+    Raises:
+        ConfigError: a bad ``eval.whitening`` value (names the key).
+    """
+    from cselab.data.soft_negative import default_soft_negatives
+    from cselab.evaluation.whitening import WhiteningOptions
+
+    node = OmegaConf.select(cfg, "eval.whitening")
+    whitening = WhiteningOptions.from_config(OmegaConf.to_container(node, resolve=True) if node is not None else None)
+    out: dict[str, Any] = {"whitening_corpus": whitening.corpus_file() if whitening else None}
+    if training is not None and "soft_negatives" in training.datamodule:
+        given = training.datamodule["soft_negatives"]
+        out["soft_negatives"] = str(given or default_soft_negatives(str(cfg.data.path)))
+    teachers = module.get("teachers") if training is not None else None
+    if isinstance(teachers, list):
+        out["teachers"] = tuple(str(t["path"]) for t in teachers if isinstance(t, dict) and t.get("path"))
+    return out
 
 
 def _check_data(cfg: DictConfig) -> None:

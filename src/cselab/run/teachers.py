@@ -1,0 +1,67 @@
+"""RankCSE's teachers (``method.teachers``) as the run sees them: each path checked before a run directory is
+written or a model loads (:func:`check_teacher`), and what each one resolves to -- the checkpoint a run directory
+gives -- logged and saved in ``results.json`` (``teachers``, :func:`teacher_record`).  How a teacher encodes is
+:mod:`cselab.methods.teachers`' (loaded when training starts)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from cselab.methods.checks import ConfigError
+from cselab.run_dir import best_checkpoint, is_run_dir
+
+log = logging.getLogger(__name__)
+
+#: the files that make a folder an exported model (sentence-transformers' modules, cselab's own model file)
+EXPORTED_FILES = ("modules.json", "cselab_model.json")
+
+
+def teacher_file(path: str | Path) -> Path:
+    """The file or folder a teacher loads from: a run directory's best checkpoint
+    (:func:`cselab.run_dir.best_checkpoint`), else the checkpoint file or exported folder itself.
+
+    Raises:
+        FileNotFoundError: nothing at ``path``; a run directory without a best checkpoint.
+        ValueError: a folder that is neither a run directory nor an exported model.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    if path.is_file():
+        return path
+    if is_run_dir(path):
+        return best_checkpoint(path)
+    if any((path / name).is_file() for name in EXPORTED_FILES):
+        return path
+    raise ValueError(f"{path} is neither a cselab run directory (results.json or checkpoints/) nor an exported "
+                     f"folder ({' or '.join(EXPORTED_FILES)})")
+
+
+def check_teacher(index: int, path: str) -> Path:
+    """``method.teachers[index].path`` checked (:func:`teacher_file`); returns the file it loads from.
+
+    Raises:
+        ConfigError: names ``method.teachers[index].path``, what is wrong and what it expects.
+    """
+    try:
+        return teacher_file(path)
+    except (FileNotFoundError, ValueError) as err:
+        raise ConfigError(f"method.teachers[{index}].path={path!r}: {err}; expected a cselab run directory with a "
+                          "best checkpoint (train the teacher first, e.g. python run.py method=simcse), a .ckpt or "
+                          "an exported folder") from None
+
+
+def teacher_record(teachers: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The teachers of a run, each ``{"path", "weight", "loads"}`` (``loads``: the checkpoint or folder, absolute),
+    each logged once; ``teachers``: the ``module`` node's ``teachers`` list, checked
+    (:func:`cselab.methods.teachers.teacher_specs`)."""
+    record = []
+    for i, node in enumerate(teachers):
+        loads = check_teacher(i, str(node["path"])).resolve()
+        weight = float(node.get("weight", 1.0))
+        log.info("RankCSE teacher %d: %s (weight %g), loaded from %s", i, node["path"], weight, loads)
+        record.append({"path": str(node["path"]), "weight": weight, "loads": str(loads)})
+    return record

@@ -1,0 +1,129 @@
+"""Every check that can fail on input runs before a run directory is made or a model loads: one line that names the
+key and what to do, exit 1, no traceback, no run directory, no failed.json (issue 40, items 2, 4 and 6: typed
+values and unknown tasks gave tracebacks and left a directory with failed.json; SNCSE's soft negatives, a missing
+data.path and the whitening corpus failed after the model loaded, or after training; RankCSE's missing teacher wrote
+no failed.json and nothing to run.log; a teacher given as a run directory needed hand quoting)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+import cselab.config  # noqa: F401  (resolvers)
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data"
+#: a cheap run of the embedded data (nothing loads before a refusal)
+BASE = ["method=simcse", "trainer.max_steps=4", "eval.test_tasks=[stsb]", f"data_dir={DATA}"]
+
+
+def _run(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, str(ROOT / "run.py"), *BASE, *overrides], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+#: a bad command -> a text its one line must hold (the key it names)
+BAD = {
+    "seed=x": "seed='x': expected an integer",
+    "trainer.max_steps=abc": "trainer.max_steps='abc': expected an integer",
+    "eval.test_tasks=[stsz]": "eval.test_tasks: unknown STS task 'stsz'",
+    "data.path=/nonexistent/corpus.txt": "(config key data.path)",
+    "method=sncse data.soft_negatives=missing.jsonl": "missing.jsonl (data.soft_negatives) are missing",
+    "eval.whitening.enabled=true eval.whitening.fit_on=nli eval.whitening.file=missing_nli.csv":
+        "config key eval.whitening.file",
+    "method=rankcse method.teachers=/nonexistent/teacher": "method.teachers[0].path='/nonexistent/teacher'",
+}
+
+
+@pytest.mark.parametrize("command", list(BAD))
+def test_a_bad_input_is_one_line_before_any_directory_or_model(tmp_path, command):
+    proc = _run(tmp_path, *command.split())
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith("cselab: ") and BAD[command] in lines[-1], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "Seed set to" not in proc.stdout + proc.stderr  # nothing built
+    assert not (tmp_path / "outputs").exists()  # no run directory, so no failed.json either
+
+
+def test_an_unwritable_output_folder_is_named(tmp_path, monkeypatch):
+    sys.path.insert(0, str(ROOT))
+    try:
+        import run as run_py
+    finally:
+        sys.path.remove(str(ROOT))
+    from cselab.files import unwritable_folder
+
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    assert unwritable_folder(outputs / "mine" / "deeper") is None
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == outputs else real_access(p, mode))
+    assert unwritable_folder(outputs / "mine") == outputs  # the nearest existing folder, read-only
+    assert "hydra.run.dir=<folder>" in run_py.unwritable_message(outputs)
+    assert run_py.output_folder(["method=simcse"]) == "outputs"
+    assert run_py.output_folder(["-m", "seed=1,2"]) == "multirun"
+    assert run_py.output_folder(["resume.dir='outputs/a=1'"]) == "outputs/a=1"
+
+
+def test_whitening_by_default_fits_on_what_the_embedded_data_has(tmp_path):
+    from cselab.run.inputs import check_inputs
+    from cselab.run.spec import RunSpec
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[*BASE, "eval.whitening.enabled=true"])
+    assert cfg.eval.whitening.fit_on == "target"  # the test tasks' own sentences: the STS files every run reads
+    spec = RunSpec.from_config(cfg)
+    assert spec.inputs.whitening_corpus is None
+    check_inputs(spec.inputs)  # nothing missing with the embedded data
+
+
+def _fake_run_dir(parent: Path) -> Path:
+    """A directory named as the project names runs (``=``, ``+``, ``,``, ``~``) holding a checkpoint that is not
+    one: it passes the check of the teacher's path and fails when the teacher loads, after the run started."""
+    teacher = parent / "outputs" / "simcse_splade_tiny_unsup+data.batch_size=16+eval.test_tasks=-stsb-,sts12~15a349ac"
+    (teacher / "checkpoints").mkdir(parents=True)
+    (teacher / "checkpoints" / "best-step4.ckpt").write_bytes(b"not a checkpoint")
+    return teacher
+
+
+def test_a_rankcse_run_whose_teacher_fails_writes_failed_json_and_its_cause_in_run_log(tmp_path):
+    teacher = _fake_run_dir(tmp_path)
+    proc = _run(tmp_path, "method=rankcse", "backbone=splade_tiny", "data.batch_size=8", "run_name=student",
+                f"method.teachers={teacher.relative_to(tmp_path)}")  # unquoted: = + , ~ in the name
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "LexerNoViableAltException" not in proc.stderr and "mismatched input" not in proc.stderr
+    run_dir = tmp_path / "outputs" / "student"
+    failed = json.loads((run_dir / "failed.json").read_text())  # the teacher cannot be read: a failed run
+    log = (run_dir / "run.log").read_text()
+    assert "RankCSE teacher 0: outputs/simcse_splade_tiny_unsup+" in log and "best-step4.ckpt" in log  # logged
+    assert f"the run failed ({failed['error']}: {failed['message']}" in log  # the cause
+    saved = (run_dir / ".hydra" / "config.yaml").read_text()
+    assert "15a349ac" in saved  # the teacher is saved with the run
+
+
+def test_teachers_given_as_run_directories_parse_unquoted(tmp_path):
+    from cselab.config import teacher_overrides
+
+    name = "outputs/simcse_splade_tiny_unsup+data.batch_size=16+eval.test_tasks=-stsb-,sts12~15a349ac"
+    for given, weights in ((f"method.teachers={name}", [1.0]),
+                           (f"method.teachers=[{{path:{name},weight:0.5}},{{path:/x/y,weight:0.5}}]", [0.5, 0.5]),
+                           (f"method.teachers.0.path={name}", [1.0])):
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            cfg = compose("config", overrides=["method=rankcse", *teacher_overrides([given])])
+        assert cfg.method.teachers[0].path == name and [t.weight for t in cfg.method.teachers] == weights
+
+
+def test_the_teachers_used_are_recorded(tmp_path):
+    from cselab.run.teachers import teacher_record
+
+    teacher = _fake_run_dir(tmp_path)
+    record = teacher_record([{"path": str(teacher), "weight": 1.0}])
+    assert record == [{"path": str(teacher), "weight": 1.0,
+                       "loads": str((teacher / "checkpoints" / "best-step4.ckpt").resolve())}]
