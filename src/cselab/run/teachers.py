@@ -11,33 +11,24 @@ from pathlib import Path
 from typing import Any
 
 from cselab.methods.checks import ConfigError
-from cselab.run_dir import best_checkpoint, is_run_dir
+from cselab.targets import TargetError, resolve_target
 
 log = logging.getLogger(__name__)
 
-#: the files that make a folder an exported model (sentence-transformers' modules, cselab's own model file)
-EXPORTED_FILES = ("modules.json", "cselab_model.json")
-
-
 def teacher_file(path: str | Path) -> Path:
-    """The file or folder a teacher loads from: a run directory's best checkpoint
-    (:func:`cselab.run_dir.best_checkpoint`), else the checkpoint file or exported folder itself.
+    """The file or folder a teacher loads from, as every command resolves a model target
+    (:func:`cselab.targets.resolve_target`): a run directory's best checkpoint, else the checkpoint file or the
+    exported folder itself.  A teacher is a trained model, so a backbone name is no teacher.
 
     Raises:
-        FileNotFoundError: nothing at ``path``; a run directory without a best checkpoint.
-        ValueError: a folder that is neither a run directory nor an exported model.
+        FileNotFoundError: nothing at ``path``; a run directory without a best checkpoint; a backbone, or a folder
+            that is no model (:class:`cselab.targets.TargetError`).
     """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist")
-    if path.is_file():
-        return path
-    if is_run_dir(path):
-        return best_checkpoint(path)
-    if any((path / name).is_file() for name in EXPORTED_FILES):
-        return path
-    raise ValueError(f"{path} is neither a cselab run directory (results.json or checkpoints/) nor an exported "
-                     f"folder ({' or '.join(EXPORTED_FILES)})")
+    target = resolve_target(path)
+    if target.kind == "backbone":
+        raise TargetError(f"{path} is not a trained model (a run directory, a .ckpt or an exported folder)"
+                          + ("" if Path(path).exists() else ": it does not exist"))
+    return Path(target.path)
 
 
 def check_teacher(index: int, path: str) -> Path:
@@ -48,7 +39,7 @@ def check_teacher(index: int, path: str) -> Path:
     """
     try:
         return teacher_file(path)
-    except (FileNotFoundError, ValueError) as err:
+    except FileNotFoundError as err:
         raise ConfigError(f"method.teachers[{index}].path={path!r}: {err}; expected a cselab run directory with a "
                           "best checkpoint (train the teacher first, e.g. python run.py method=simcse), a .ckpt or "
                           "an exported folder") from None
