@@ -115,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = [d for d in args.dirs if not Path(d).exists()]
     if missing:
         parser.error(f"no such file or directory: {', '.join(missing)}")   # exits 2
+    if args.figures is not None and args.figures.exists() and not args.figures.is_dir():
+        parser.error(f"--figures {args.figures}: a file, not a directory; name a directory for the figures and the page")
     group_by = [k.strip() for k in args.group_by.split(",") if k.strip()] if args.group_by else None
     try:
         published = load_published(args.published)
