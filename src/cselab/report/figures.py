@@ -300,6 +300,9 @@ def sweep_figure(groups: Sequence[Group], x_key: str | None = None, col: str | N
         label = f"paper, its recipe: {source}"
         ax.axhline(value, ls="--", lw=1, color=colour, label=label, gid=f"paper_line:{source}")
         series.append({"label": label, "kind": "paper_line", "y": value, "source": source})
+    ticks = sorted({x for s in series if s["kind"] == "line" for x in s["x"]})
+    if len(ticks) <= 12:
+        ax.set_xticks(ticks)
     score = COLUMN_NAMES[col] + (" (7 STS tasks)" if col == "avg" else " test")
     ax.set(xlabel=x_key, ylabel=f"{score}, Spearman × 100", title=f"{score} against {x_key}")
     ax.grid(alpha=0.3)
@@ -322,7 +325,7 @@ def task_scores_figure(groups: Sequence[Group]) -> FigureSpec | None:
         return None
     import numpy as np
 
-    fig = _figure(max(6.4, 1.1 * len(cols) * max(1, len(rows)) ** 0.5 + 2), 4.4)
+    fig = _figure(min(14.0, max(6.4, 2 + 0.45 * len(cols) * len(rows))), 4.8)
     ax = fig.add_subplot()
     width = 0.8 / len(rows)
     series: list[dict[str, Any]] = []
@@ -353,12 +356,12 @@ def task_scores_figure(groups: Sequence[Group]) -> FigureSpec | None:
         series.append({"label": title, "kind": "row", "tasks": cols, "mean": means, "n": g.n, "runs": runs})
     ax.set_xticks(range(len(cols)), [COLUMN_NAMES[c] for c in cols])
     values = [v for s in series for v in s["mean"] if v is not None]
-    values += [v for s in series for r in s["runs"] for v in (*r["score"], *(x for x in r["low"] if x is not None))]
+    values += [v for s in series for r in s["runs"] for v in (*r["score"], *r["low"], *r["high"]) if v is not None]
     ax.set_ylim(max(0.0, min(values) - 5), min(100.0, max(values) + 3))
     ax.set(ylabel="Spearman × 100", title="Test scores: mean over seeds (bars), each run with its 95 % interval")
     ax.title.set_fontsize(9)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncols=min(3, len(rows)))
     data = {"kind": "test_scores", "title": "Test scores", "x_label": "task", "y_label": "Spearman x 100",
             "series": series}
     return FigureSpec("test_scores", "Test scores per task",
