@@ -92,7 +92,7 @@ def _figure(width: float = 6.4, height: float = 4.2):
     return fig
 
 
-def slug(text: str, limit: int = 60) -> str:
+def slug(text: str, limit: int = 100) -> str:
     """``text`` as a file-name piece: runs of characters other than letters, digits, ``.``, ``_`` and ``-`` become
     ``_`` (a name ``python -m http.server`` serves as it is), at most ``limit`` characters."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_.")[:limit] or "row"
@@ -144,15 +144,38 @@ def align_uniform_trajectory(run_dir: Path) -> list[dict[str, float]]:
     return [by_step[s] for s in sorted(by_step)]
 
 
+def row_names(groups: Sequence[Group]) -> dict[int, str]:
+    """A short name per row (by ``id``): ``method/backbone/setting``, the published variant, and only the keys
+    whose value differs between the rows (a sweep's ``tuning.pre_seq_len=4``), not the overrides they share
+    (:func:`cselab.report.render.group_title` keeps them all; the figures' data records it as ``row``)."""
+    varying = swept_keys(groups)
+    names = {}
+    for g in groups:
+        kv = _key_values(g)
+        parts = [f"{k}={kv[k]}" for k in varying if k in kv and k not in ("method.name", "backbone.name",
+                                                                          "setting.name")]
+        if g.variant:
+            parts.insert(0, g.variant)
+        names[id(g)] = f"{g.method}/{g.backbone}/{g.setting}" + (f" ({'; '.join(parts)})" if parts else "")
+    return names
+
+
+def _wrap(text: str, width: int = 70) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)) or text
+
+
 def _seed_label(run: Run) -> str:
     return f"seed {run.seed}" if run.seed is not None else run.path.name
 
 
 # ------------------------------------------------------------------------------------------- 1. dev curves
 
-def dev_curve_figure(group: Group, index: int = 0) -> FigureSpec | None:
+def dev_curve_figure(group: Group, index: int = 0, name: str | None = None) -> FigureSpec | None:
     """Figure 1 for one row: every seed's STS-B dev curve, its selected checkpoint, the seeds' mean and band
-    (module docstring); ``None`` when no run of the row has a curve (a run that trained nothing)."""
+    (module docstring); ``None`` when no run of the row has a curve (a run that trained nothing).  ``name``: the
+    row's short name (:func:`row_names`; default its whole title)."""
     runs = [(r, dev_curve(r)) for r in group.runs]
     runs = [(r, c) for r, c in runs if c]
     if not runs:
@@ -185,13 +208,13 @@ def dev_curve_figure(group: Group, index: int = 0) -> FigureSpec | None:
             series.append({"label": "mean", "kind": "mean", "x": shared, "y": mean.tolist()})
             series.append({"label": "band", "kind": "band", "x": shared, "low": (mean - std).tolist(),
                            "high": (mean + std).tolist()})
-    title = group_title(group)
-    ax.set(xlabel="training step", ylabel="STS-B dev Spearman × 100", title=f"STS-B dev: {title}")
+    title = name or group_title(group)
+    ax.set(xlabel="training step", ylabel="STS-B dev Spearman × 100", title=_wrap(f"STS-B dev: {title}"))
     ax.title.set_fontsize(9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    data = {"kind": "dev_curve", "title": title, "x_label": "training step", "y_label": "STS-B dev Spearman x 100",
-            "series": series}
+    data = {"kind": "dev_curve", "title": title, "row": group_title(group), "x_label": "training step",
+            "y_label": "STS-B dev Spearman x 100", "series": series}
     return FigureSpec(f"dev_curve_{index:02d}_{slug(title)}", f"STS-B dev curve: {title}",
                       "Every seed's STS-B dev Spearman at each validation; ★ the checkpoint tested "
                       "(best_checkpoint); with several seeds, their mean and ± 1 sample std at the shared steps.",
@@ -329,12 +352,13 @@ def task_scores_figure(groups: Sequence[Group]) -> FigureSpec | None:
     ax = fig.add_subplot()
     width = 0.8 / len(rows)
     series: list[dict[str, Any]] = []
+    names = row_names(rows)
     for i, g in enumerate(rows):
-        title = group_title(g)
+        title = names[id(g)]
         centre = np.arange(len(cols)) - 0.4 + width * (i + 0.5)
         means = [g.stat(c).mean for c in cols]
         ax.bar(centre, [m if m is not None else 0.0 for m in means], width=width * 0.95, color=f"C{i}", alpha=0.55,
-               label=title, gid=f"bar:{title}")
+               label=_wrap(title, 60), gid=f"bar:{title}")
         runs = []
         for j, run in enumerate(g.runs):
             offset = (j - (len(g.runs) - 1) / 2) * width / max(2, len(g.runs) + 1)
@@ -353,7 +377,8 @@ def task_scores_figure(groups: Sequence[Group]) -> FigureSpec | None:
                         gid=f"runs:{title}:{run.seed}")
             runs.append({"seed": run.seed, "run": str(run.path),
                          "tasks": [c for c in cols if run.score(c) is not None], "score": ys, "low": lo, "high": hi})
-        series.append({"label": title, "kind": "row", "tasks": cols, "mean": means, "n": g.n, "runs": runs})
+        series.append({"label": title, "kind": "row", "row": group_title(g), "tasks": cols, "mean": means, "n": g.n,
+                       "runs": runs})
     ax.set_xticks(range(len(cols)), [COLUMN_NAMES[c] for c in cols])
     values = [v for s in series for v in s["mean"] if v is not None]
     values += [v for s in series for r in s["runs"] for v in (*r["score"], *r["low"], *r["high"]) if v is not None]
@@ -361,7 +386,9 @@ def task_scores_figure(groups: Sequence[Group]) -> FigureSpec | None:
     ax.set(ylabel="Spearman × 100", title="Test scores: mean over seeds (bars), each run with its 95 % interval")
     ax.title.set_fontsize(9)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncols=min(3, len(rows)))
+    longest = max(len(s["label"]) for s in series)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.08),
+              ncols=max(1, min(3, len(rows), int(fig.get_figwidth() * 14 // max(longest, 1)))))
     data = {"kind": "test_scores", "title": "Test scores", "x_label": "task", "y_label": "Spearman x 100",
             "series": series}
     return FigureSpec("test_scores", "Test scores per task",
@@ -381,8 +408,9 @@ def align_uniform_figure(groups: Sequence[Group]) -> FigureSpec | None:
     ax = fig.add_subplot()
     series = []
     colours = {key: f"C{i}" for i, key in enumerate(dict.fromkeys(id(g) for g, _, _ in runs))}
+    names = row_names([g for g in groups if g.runs])
     for g, run, points in runs:
-        label = f"{group_title(g)}, {_seed_label(run)}"
+        label = f"{names[id(g)]}, {_seed_label(run)}"
         xs, ys = [p["uniformity"] for p in points], [p["alignment"] for p in points]
         colour = colours[id(g)]
         ax.plot(xs, ys, marker="o", ms=3, lw=0.8, color=colour, label=label, gid=f"trajectory:{label}")
@@ -391,7 +419,7 @@ def align_uniform_figure(groups: Sequence[Group]) -> FigureSpec | None:
                         arrowprops={"arrowstyle": "->", "color": colour, "lw": 0.8})
         ax.annotate(f"step {points[0]['step']}", (xs[0], ys[0]), textcoords="offset points", xytext=(4, 4),
                     fontsize=7)
-        series.append({"label": label, "kind": "trajectory", "run": str(run.path),
+        series.append({"label": label, "kind": "trajectory", "row": group_title(g), "run": str(run.path),
                        "step": [p["step"] for p in points], "x": xs, "y": ys})
     ax.set(xlabel="ℓ_uniform (lower: more uniform)", ylabel="ℓ_align (lower: positives closer)",
            title="Alignment and uniformity during training")
@@ -416,7 +444,8 @@ def build_figures(report: Report, sweep_x: str | None = None, score: str | None 
     """
     groups = [g for g in report.groups if g.runs]
     figures = [sweep_figure(groups, sweep_x, score), task_scores_figure(groups), align_uniform_figure(groups)]
-    figures += [dev_curve_figure(g, i) for i, g in enumerate(groups)]
+    names = row_names(groups)
+    figures += [dev_curve_figure(g, i, names[id(g)]) for i, g in enumerate(groups)]
     return [f for f in figures if f is not None]
 
 
@@ -447,5 +476,5 @@ def write_figures(report: Report, out_dir: str | Path, sweep_x: str | None = Non
 
 
 __all__ = ["FigureSpec", "IMAGE_FORMATS", "WrittenFigure", "align_uniform_figure", "align_uniform_trajectory",
-           "build_figures", "dev_curve", "dev_curve_figure", "save_figure", "score_column", "selected_step",
+           "build_figures", "dev_curve", "dev_curve_figure", "row_names", "save_figure", "score_column", "selected_step",
            "sweep_figure", "sweep_x_key", "swept_keys", "task_scores_figure", "write_figures"]
