@@ -116,14 +116,26 @@ def test_bad_arguments_name_the_key(kwargs, key):
         AlignUniform("data", **kwargs)
 
 
-def _callbacks(*overrides: str) -> dict:
+def _config(*overrides: str) -> dict:
     import cselab.config  # noqa: F401  (resolvers)
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=list(overrides))
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(cfg.callbacks, resolve=False)
+    return OmegaConf.to_container(cfg, resolve=False)
+
+
+def _callbacks(*overrides: str) -> dict:
+    return _config(*overrides)["callbacks"]
+
+
+def test_the_fig2_experiment_is_the_simcse_row_plus_the_callback():
+    """scripts/parity_snapshot.py takes simcse/unsup_bert_base's recorded case for it (SAME_AS_RECORDED)."""
+    fig2, row = _config("experiment=simcse/unsup_fig2_bert_base"), _config("experiment=simcse/unsup_bert_base")
+    assert fig2.pop("callbacks") != row.pop("callbacks")
+    assert fig2.pop("group") == "simcse/unsup_fig2_bert_base" and row.pop("group") == "simcse/unsup_bert_base"
+    assert fig2 == row
 
 
 def test_off_by_default_on_in_simcse_fig2():
@@ -131,7 +143,7 @@ def test_off_by_default_on_in_simcse_fig2():
 
     default = _callbacks()["align_uniform"]
     assert default["_target_"] == "cselab.callbacks.align_uniform.AlignUniform" and default["enabled"] is False
-    fig2 = _callbacks("experiment=simcse/fig2_unsup_bert_base")["align_uniform"]
+    fig2 = _callbacks("experiment=simcse/unsup_fig2_bert_base")["align_uniform"]
     assert fig2["enabled"] is True and fig2["every_n_steps"] == 10 and fig2["split"] == "dev"
     assert (fig2["threshold"], fig2["alpha"], fig2["t"]) == (4.0, 2.0, 2.0)
     node = {k: v for k, v in fig2.items() if k not in ("data_dir", "batch_size")}

@@ -13,7 +13,7 @@ draws the trajectory from ``csv/metrics.csv``.
 Cost: one encode of the split's distinct sentences (STS-B dev: 2,880) per measurement plus an O(N^2) uniformity;
 each measurement is logged with its seconds, and the end of the fit logs the total and its share of the fit.
 Off by default (``callbacks.align_uniform.enabled: false`` in ``conf/callbacks/default.yaml``); on in
-``experiment=simcse/fig2_unsup_bert_base``, or with ``callbacks.align_uniform.enabled=true``.  Only rank 0
+``experiment=simcse/unsup_fig2_bert_base``, or with ``callbacks.align_uniform.enabled=true``.  Only rank 0
 measures (as :class:`cselab.evaluation.callback.STSCallback`); the steps that measure wait for the device.
 """
 
