@@ -409,16 +409,20 @@ def align_uniform_figure(groups: Sequence[Group]) -> FigureSpec | None:
     series = []
     colours = {key: f"C{i}" for i, key in enumerate(dict.fromkeys(id(g) for g, _, _ in runs))}
     names = row_names([g for g in groups if g.runs])
+    seen: dict[int, int] = {}
     for g, run, points in runs:
         label = f"{names[id(g)]}, {_seed_label(run)}"
         xs, ys = [p["uniformity"] for p in points], [p["alignment"] for p in points]
-        colour = colours[id(g)]
-        ax.plot(xs, ys, marker="o", ms=3, lw=0.8, color=colour, label=label, gid=f"trajectory:{label}")
+        colour, k_seed = colours[id(g)], seen.setdefault(id(g), 0)
+        seen[id(g)] += 1   # a row's colour, one line style and marker per seed
+        ax.plot(xs, ys, marker="osD^v"[k_seed % 5], ms=3, lw=0.8, ls=("-", "--", ":", "-.")[k_seed % 4],
+                color=colour, label=label, gid=f"trajectory:{label}")
         for k in range(len(points) - 1):  # an arrow per step, in the training direction (as SimCSE Fig. 2)
             ax.annotate("", xy=(xs[k + 1], ys[k + 1]), xytext=(xs[k], ys[k]),
                         arrowprops={"arrowstyle": "->", "color": colour, "lw": 0.8})
-        ax.annotate(f"step {points[0]['step']}", (xs[0], ys[0]), textcoords="offset points", xytext=(4, 4),
-                    fontsize=7)
+        for at in {0, len(points) - 1}:
+            ax.annotate(f"step {points[at]['step']}", (xs[at], ys[at]), textcoords="offset points", xytext=(4, 4),
+                        fontsize=7)
         series.append({"label": label, "kind": "trajectory", "row": group_title(g), "run": str(run.path),
                        "step": [p["step"] for p in points], "x": xs, "y": ys})
     ax.set(xlabel="ℓ_uniform (lower: more uniform)", ylabel="ℓ_align (lower: positives closer)",
