@@ -53,3 +53,12 @@ def test_bad_tables_are_refused_naming_the_row_or_column():
         Table([], [])
     with pytest.raises(ValueError, match="2 widths for 3 columns"):
         text_lines(_table(), widths=[1, 2])
+
+
+def test_html_escapes_the_text_and_aligns_by_column():
+    from cselab.tables import html
+
+    lines = html(Table([Column("Task"), Column("n", "right")], [("<b>&", 3)]))
+    assert lines[0] == "<table>" and lines[-1] == "</table>"
+    assert '<th style="text-align: left">Task</th><th style="text-align: right">n</th>' in lines[2]
+    assert '<td style="text-align: left">&lt;b&gt;&amp;</td><td style="text-align: right">3</td>' in lines[5]

@@ -1,8 +1,8 @@
 """The one table writer: a typed table (columns with a header, an alignment and a cell format; rows of values)
-written as GitHub Markdown, aligned console text, a LaTeX booktabs ``tabular`` or CSV.
+written as GitHub Markdown, aligned console text, a LaTeX booktabs ``tabular``, CSV or an HTML ``<table>``.
 
 Every table cselab prints or writes goes through it: the report's tables (``report/render.py``, ``compare.py``,
-``transfer.py``), ``cselab compare``, the console tables of a run and of ``cselab transfer``
+``transfer.py``, the report page ``figures.py``), ``cselab compare``, the console tables of a run and of ``cselab transfer``
 (``evaluation/sts.py``, ``evaluation/transfer.py``) and the model card's (``model_card.py``).  The writer lays
 out cells; what a cell says (rounding, ``±``, escaping) is the column's ``format`` or the caller's text.
 
@@ -19,12 +19,13 @@ out cells; what a cell says (rounding, ``±``, escaping) is the column's ``forma
 from __future__ import annotations
 
 import csv
+import html as html_lib
 import io
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ALIGNS", "Column", "Table", "csv_text", "latex", "latex_escape", "markdown", "markdown_escape",
+__all__ = ["ALIGNS", "Column", "Table", "csv_text", "html", "latex", "latex_escape", "markdown", "markdown_escape",
            "text", "text_lines"]
 
 #: a column's alignment: Markdown rule ``---`` / ``--:`` / ``:-:``, LaTeX ``l`` / ``r`` / ``c``, console
@@ -173,3 +174,15 @@ def csv_text(table: Table) -> str:
     writer.writerow(table.headers)
     writer.writerows(table.cells())
     return buf.getvalue()
+
+
+def html(table: Table) -> list[str]:
+    """An HTML ``<table>`` as lines: a ``<thead>`` row of ``<th>`` and a ``<tbody>`` row per table row, each cell's
+    text HTML-escaped (headers and cells are plain text here, unlike Markdown / LaTeX) and aligned by its column
+    (``style="text-align: ..."``)."""
+    def row(tag: str, cells: Sequence[str]) -> str:
+        return "<tr>" + "".join(f'<{tag} style="text-align: {c.align}">{html_lib.escape(cell)}</{tag}>'
+                                for c, cell in zip(table.columns, cells, strict=True)) + "</tr>"
+
+    return ["<table>", "<thead>", row("th", table.headers), "</thead>", "<tbody>",
+            *(row("td", cells) for cells in table.cells()), "</tbody>", "</table>"]

@@ -4,8 +4,8 @@
   biases avg."; the Table 11 frequent-token lists as data).
 * :mod:`cselab.representations.topk` -- the MLM head at the template's [MASK]: Eq. 3 top-k token representation
   (Table 9) and the top-k predicted tokens (Table 7), with or without template denoising.
-* :mod:`cselab.analysis.geometry` -- anisotropy (Eq. 1), alignment and uniformity (Wang & Isola 2020) and the
-  STS-B alignment / uniformity protocol.
+* :mod:`cselab.analysis.geometry` -- anisotropy (Eq. 1); alignment and uniformity (Wang & Isola 2020) and the
+  STS-B alignment / uniformity protocol are :mod:`cselab.evaluation.align_uniform`'s (the training callback's too).
 * :mod:`cselab.analysis.plots_data` -- the numbers behind ``notebooks/*.ipynb`` (token-embedding PCA by
   frequency, cosine by gold bin, similarity vs gold, geometry summaries, top-k with / without denoising).
 * :mod:`cselab.analysis.representations` -- one ``encode`` per ``--pooler`` representation of a raw backbone;
@@ -16,7 +16,7 @@ Every ``*_encoder`` returns ``encode(list[str]) -> Tensor[N, D]`` (float32, CPU)
 :class:`cselab.evaluation.sts.STSEvaluator`.
 """
 
-from cselab.analysis.geometry import align_uniform_stsb, alignment, anisotropy, uniformity
+from cselab.analysis.geometry import anisotropy
 from cselab.analysis.plots_data import (
     DEFAULT_GOLD_EDGES,
     WIKI_SAMPLE,
@@ -34,6 +34,7 @@ from cselab.analysis.plots_data import (
     topk_comparison,
     wiki_sample_sentences,
 )
+from cselab.evaluation.align_uniform import align_uniform_stsb, alignment, uniformity
 from cselab.representations.static import (
     BERT_PUNCTUATION,
     BIASED_TOKENS,

@@ -302,7 +302,8 @@ def similarity_vs_gold(cosine: Sequence[float] | np.ndarray, gold: Sequence[floa
 def geometry_summary(encode: Callable[[list[str]], torch.Tensor], pairs: STSPairs, corpus: Sequence[str],
                      threshold: float = 4.0) -> dict[str, float]:
     """Anisotropy (PromptBERT Eq. 1) over ``corpus``; alignment (pairs with gold > ``threshold``) and uniformity
-    (every distinct sentence of ``pairs``) as :func:`cselab.analysis.align_uniform_stsb` computes them on STS-B.
+    (every distinct sentence of ``pairs``) as :func:`cselab.evaluation.align_uniform.align_uniform_stsb` computes them
+    on STS-B (:class:`cselab.evaluation.align_uniform.AlignUniformInputs`).
 
     Returns:
         ``{"anisotropy", "alignment", "uniformity", "n_pairs" (positives), "n_sentences", "n_corpus"}``.
@@ -311,29 +312,15 @@ def geometry_summary(encode: Callable[[list[str]], torch.Tensor], pairs: STSPair
         ValueError: no pair above the threshold, fewer than 2 corpus sentences, or ``encode`` returned the wrong
         number of rows.
     """
-    from cselab.analysis.geometry import alignment, anisotropy, uniformity
+    from cselab.analysis.geometry import anisotropy
+    from cselab.evaluation.align_uniform import AlignUniformInputs
 
-    pos = [i for i, s in enumerate(pairs.scores) if s > threshold]
-    if not pos:
-        raise ValueError(f"geometry_summary: no pair with gold score > {threshold}")
-    sentences = list(dict.fromkeys([*pairs.sent1, *pairs.sent2]))
-    where = {s: i for i, s in enumerate(sentences)}
-    emb = encode(sentences)
-    if emb.shape[0] != len(sentences):
-        raise ValueError(f"encode returned {emb.shape[0]} rows for {len(sentences)} sentences")
-    x = emb[torch.tensor([where[pairs.sent1[i]] for i in pos], dtype=torch.long)]
-    y = emb[torch.tensor([where[pairs.sent2[i]] for i in pos], dtype=torch.long)]
+    inputs = AlignUniformInputs.from_pairs(pairs, threshold)
+    measured = inputs.measure(encode)
     corpus_emb = encode(list(corpus))
     if corpus_emb.shape[0] != len(corpus):
         raise ValueError(f"encode returned {corpus_emb.shape[0]} rows for {len(corpus)} corpus sentences")
-    return {
-        "anisotropy": anisotropy(corpus_emb),
-        "alignment": alignment(x, y),
-        "uniformity": uniformity(emb),
-        "n_pairs": float(len(pos)),
-        "n_sentences": float(len(sentences)),
-        "n_corpus": float(len(corpus)),
-    }
+    return {"anisotropy": anisotropy(corpus_emb), **measured, "n_corpus": float(len(corpus))}
 
 
 def representation_encoders(

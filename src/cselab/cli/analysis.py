@@ -35,8 +35,9 @@ from collections.abc import Sequence
 import torch
 
 from cselab.analysis.corpus import read_corpus
-from cselab.analysis.geometry import align_uniform_stsb, anisotropy
+from cselab.analysis.geometry import anisotropy
 from cselab.analysis.representations import REPRESENTATIONS, make_encode_fn
+from cselab.evaluation.align_uniform import align_uniform_stsb
 from cselab.representations.topk import TABLE7_SENTENCES, manual_template, topk_mask_tokens
 from cselab.targets import TARGETS
 

@@ -12,6 +12,12 @@ latter, and the paired comparisons of rows tested on the same tasks, seed by see
 ``test_pairs.npz``).  CSV adds the seed intervals, the paper check and (n = 1) the pairs interval as columns;
 ``--comparisons-csv FILE`` writes the comparisons.  Runs that share a seed in one row are refused (exit 1).
 
+``--figures OUT`` also writes the papers' figures from the runs (:mod:`cselab.report.figures`: each row's STS-B
+dev curve, the sweep curve of a swept numeric key with seed intervals and the paper's marker, the per-task test
+scores with their bootstrap intervals, the alignment-uniformity trajectory of runs that logged it; PNG + SVG +
+the plotted data as JSON) and one static HTML page, ``OUT/index.html``, with the tables (``report.md``,
+``report.tex``, ``report.csv`` beside it) and the figures, readable offline (:mod:`cselab.report.page`).
+
 Exit status: 0 on success (failed runs included), 1 when nothing was found, the published data is invalid or two
 runs of a row share a seed, 2 on bad arguments or a missing directory.
 """
@@ -26,7 +32,7 @@ from pathlib import Path
 from cselab.evaluation.stats import DEFAULT_BOOTSTRAP
 from cselab.report.collect import Report, SameSeedError, collect
 from cselab.report.compare import AUTO_MAX_PAIRS, comparable_pairs, compare_groups, comparison_records
-from cselab.report.published import DEFAULT_PATH, PublishedDataError, load_published
+from cselab.report.published import DEFAULT_PATH, SCORE_KEYS, PublishedDataError, load_published
 from cselab.report.render import FORMATS, group_title, render, table_records
 from cselab.tables import Table, csv_text
 
@@ -62,6 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seed of the comparisons' resampling (default: %(default)s)")
     p.add_argument("--comparisons-csv", type=Path, default=None, metavar="FILE",
                    help="also write the paired comparisons as CSV (a row per pair of rows, seed and task)")
+    p.add_argument("--figures", type=Path, default=None, metavar="DIR",
+                   help="also write the figures (PNG, SVG, their data as JSON), the tables (report.md / .tex / .csv) "
+                        "and an offline HTML page DIR/index.html that shows them together")
+    p.add_argument("--figures-x", default=None, metavar="KEY",
+                   help="the sweep figure's x: a key that varies across rows (default: the first one with numeric "
+                        "values, e.g. tuning.pre_seq_len)")
+    p.add_argument("--figures-score", choices=SCORE_KEYS, default=None, metavar="COLUMN",
+                   help="the sweep figure's score column (default: avg when every row has the 7 tasks, else stsb)")
     p.add_argument("--wandb", nargs="?", const="cselab", default=None, metavar="PROJECT",
                    help="also log the table to W&B project PROJECT (default cselab); offline without "
                         "WANDB_API_KEY; never fails the command")
@@ -101,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = [d for d in args.dirs if not Path(d).exists()]
     if missing:
         parser.error(f"no such file or directory: {', '.join(missing)}")   # exits 2
+    if args.figures is not None and args.figures.exists() and not args.figures.is_dir():
+        parser.error(f"--figures {args.figures}: a file, not a directory; name a directory for the figures and the page")
     group_by = [k.strip() for k in args.group_by.split(",") if k.strip()] if args.group_by else None
     try:
         published = load_published(args.published)
@@ -116,8 +132,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not report.groups and not report.failed:
         print(f"error: no results.json or Hydra run directory under {', '.join(args.dirs)}", file=sys.stderr)
         return 1
+    if args.figures_x is not None:
+        from cselab.report.figures import swept_keys
+
+        keys = swept_keys([g for g in report.groups if g.runs])
+        if args.figures_x not in keys:
+            parser.error(f"--figures-x {args.figures_x}: not a key that varies across the rows found; they vary in: "
+                         f"{', '.join(keys) or 'nothing'}")
     comparisons = []
-    if args.compare != "none" and (args.format == "markdown" or args.comparisons_csv is not None):
+    wants = args.format == "markdown" or args.comparisons_csv is not None or args.figures is not None
+    if args.compare != "none" and wants:
         if args.n_resamples < 100:
             parser.error(f"--n-resamples {args.n_resamples}: expected >= 100")
         comparisons = compare_groups(report.groups, args.compare, n_resamples=args.n_resamples,
@@ -145,6 +169,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {args.out} ({len(report.groups)} groups, {len(report.failed)} failed runs)", file=sys.stderr)
     else:
         sys.stdout.write(text)
+    if args.figures is not None:
+        write_report_page(args, report, text if args.format == "markdown" else None, comparisons)
     if args.wandb:
         log_wandb(report, project=args.wandb)
     return 0
+
+
+def write_report_page(args: argparse.Namespace, report: Report, markdown_text: str | None, comparisons) -> None:
+    """``--figures DIR``: the figures, the three table files and ``DIR/index.html``; one line to stderr."""
+    from cselab.report.figures import write_figures
+    from cselab.report.page import TABLE_FILES, write_page
+
+    figures = write_figures(report, args.figures, sweep_x=args.figures_x, score=args.figures_score)
+    tables = {name: markdown_text if fmt == "markdown" and markdown_text is not None
+              else render(report, fmt, dev=args.dev, comparisons=comparisons) for name, fmt in TABLE_FILES.items()}
+    page = write_page(args.figures, report, figures, tables, dev=args.dev)
+    print(f"wrote {page} ({len(figures)} figures: {', '.join(f.stem for f in figures) or 'none'})", file=sys.stderr)

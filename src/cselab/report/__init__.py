@@ -3,8 +3,10 @@
 * :mod:`cselab.report.published` -- the papers' published numbers (``published.yaml``) and config -> row matching;
 * :mod:`cselab.report.collect` -- find runs, pool seeds, aggregate (mean ± sample std, Spearman x 100);
 * :mod:`cselab.report.render` -- Markdown / LaTeX / CSV tables;
+* :mod:`cselab.report.figures` -- the papers' figures from the runs (dev curves, sweeps, test scores, the
+  alignment-uniformity trajectory), PNG + SVG + their data; :mod:`cselab.report.page` -- the offline HTML page;
 * ``cselab report`` / ``python -m cselab report DIR... [--format markdown|latex|csv] [--out FILE] [--group-by KEYS]
-  [--wandb]`` (:mod:`cselab.cli.report`).
+  [--wandb] [--figures OUT]`` (:mod:`cselab.cli.report`).
 
 Submodules are imported lazily.  A run's ``results.json`` is written by :mod:`cselab.evaluation.results`.
 """

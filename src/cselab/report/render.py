@@ -102,21 +102,37 @@ def _markdown_cell(g: Group, col: str) -> str:
     return text or "–"
 
 
-def render_markdown(report: Report, dev: bool = False, comparisons: Sequence | None = None) -> str:
-    """The report as a GitHub Markdown table plus a legend, paper notes, the intervals (per run over the test
-    pairs, per row over seeds, against the paper), the paired ``comparisons``
-    (:func:`cselab.report.compare.compare_groups`) and the failed-run list."""
+def sts_table(report: Report, dev: bool = False, markup: str = "markdown") -> Table:
+    """The report's main table: a row per group (method, backbone, setting, variant / overrides, n, the score
+    columns as ``ours (paper; ours - paper)``, the paper).  ``markup``: ``markdown`` (the variant in bold, ``|``
+    escaped) or ``plain`` (text as it is: the HTML page, :func:`cselab.tables.html`).
+
+    Raises:
+        ValueError: an unknown ``markup``.
+    """
+    if markup not in ("markdown", "plain"):
+        raise ValueError(f"sts_table: markup {markup!r}; expected markdown or plain")
     cols = _columns(dev)
     rows = []
     for g in report.groups:
         name = _name(g)
-        what = " ; ".join(x for x in (f"**{name['variant']}**" if name["variant"] else "", name["label"]) if x)
+        variant = (f"**{name['variant']}**" if markup == "markdown" else name["variant"]) if name["variant"] else ""
+        what = " ; ".join(x for x in (variant, name["label"]) if x)
         n = f"{g.n}" + (f" (+{len(g.failed)} failed)" if g.failed else "")
         rows.append([name["method"], name["backbone"], name["setting"], what, n,
                      *[_markdown_cell(g, c) for c in cols], _source(g)])
-    table = Table([Column("Method"), Column("Backbone"), Column("Setting"),
-                   Column("Variant / overrides", format=markdown_escape), Column("n"),
-                   *_score_columns([COLUMN_TITLES[c] for c in cols]), Column("Paper")], rows)
+    escape = markdown_escape if markup == "markdown" else str
+    return Table([Column("Method"), Column("Backbone"), Column("Setting"),
+                  Column("Variant / overrides", format=escape), Column("n"),
+                  *_score_columns([COLUMN_TITLES[c] for c in cols]), Column("Paper")], rows)
+
+
+def render_markdown(report: Report, dev: bool = False, comparisons: Sequence | None = None) -> str:
+    """The report as a GitHub Markdown table (:func:`sts_table`) plus a legend, paper notes, the intervals (per run
+    over the test pairs, per row over seeds, against the paper), the paired ``comparisons``
+    (:func:`cselab.report.compare.compare_groups`) and the failed-run list."""
+    cols = _columns(dev)
+    table = sts_table(report, dev)
     out = ["## STS results (Spearman × 100)", ""]
     out += markdown(table) if report.groups else ["_no finished runs found_"]
     out += ["", "Cell: ours, mean ± sample std (ddof=1) over the n seeds (std only when n > 1), then "
@@ -375,4 +391,4 @@ def render(report: Report, fmt: str = "markdown", dev: bool = False, comparisons
 
 
 __all__ = ["FORMATS", "cell_parts", "group_title", "interval_sections", "latex_escape", "render", "render_csv", "render_latex",
-           "render_markdown", "table_records"]
+           "render_markdown", "sts_table", "table_records"]
