@@ -134,6 +134,7 @@ def test_export_cli_refuses_before_loading_the_checkpoint(fake_hub, monkeypatch,
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
     monkeypatch.setattr(cselab, "load", lambda *a, **k: pytest.fail("the checkpoint was loaded before the refusal"))
     monkeypatch.setattr(export_module, "export", lambda *a, **k: pytest.fail("export ran before the refusal"))
+    (tmp_path / "m.ckpt").write_bytes(b"")  # a target that exists (a missing one is refused first, by name)
     assert main([str(tmp_path / "m.ckpt"), str(tmp_path / "out"), "--push-to-hub", "me/m"]) == 2
     assert "needs a Hugging Face token" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and fake_hub.calls == []
