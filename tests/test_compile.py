@@ -1,9 +1,12 @@
-"""The compiled training forward (``compile.*``, :mod:`cselab.methods.compiled`): token ids -> loss as one graph, no
-graph break, a few graphs for a whole run, the eager step's loss and gradients, checkpoints unchanged, resume both
-ways; the combinations that cannot hold refused by name.  Inductor on CPU (gcc); the models are tiny."""
+"""The compiled training step (``compile.*``, :mod:`cselab.methods.compiled`): the repeated layer compiled once for
+all layers and the loss in its own graph (regional compilation), no graph break, a few graphs for a whole run, the
+eager step's loss and gradients on every method, checkpoints unchanged, resume both ways, the on-disk caches under
+``compile.cache_dir`` loaded by a second compilation, the FLOP counter's step leaving the compiled code alone; the
+combinations that cannot hold refused by name.  Inductor on CPU (gcc); the models are tiny."""
 
 from __future__ import annotations
 
+import copy
 import shutil
 import warnings
 from pathlib import Path
@@ -13,8 +16,9 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
-from cselab.methods.compiled import CompileOptions, compile_training
+from cselab.methods.compiled import CompileOptions, compile_report, compile_training, repeated_layers
 from cselab.pipeline import ConfigError
+from tests.test_cached_step import CASES, _assert_same, _build, dirs  # noqa: F401
 
 CORPUS = str(Path(__file__).resolve().parent / "data" / "wiki1m_head300.txt")  # real sentences of varied lengths: widths change from batch to batch
 
@@ -37,11 +41,36 @@ def _dropout_off(method) -> None:
                 setattr(config, key, 0.0)
 
 
+@pytest.fixture
+def fresh_dynamo(monkeypatch):
+    """dynamo's caches and counters cleared (a frame skipped by another test stays skipped otherwise), and
+    ``TORCHINDUCTOR_CACHE_DIR`` restored after the test (``compile_training`` sets it)."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(Path.cwd() / "unused_cache"))
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def _clear_in_memory_compile_caches() -> None:
+    """What a new process would not have: dynamo's code caches and inductor's loaded modules (the on-disk FX graph
+    and AOTAutograd caches stay)."""
+    from torch._inductor.codecache import PyCodeCache
+
+    torch._dynamo.reset()
+    PyCodeCache.cache_clear(purge=True)
+    counters.clear()
+
+
 @pytest.mark.parametrize("name", ["simcse", "promptbert"])
-def test_compiled_forward_equals_the_eager_step_and_keeps_the_keys(name, make_method) -> None:
+def test_compiled_step_equals_the_eager_step_and_reuses_its_graphs_from_disk(name, make_method, tmp_path,
+                                                                             fresh_dynamo) -> None:
     """Dropout off, float64 (float32 would compare inductor's reduction order, ~1e-4 on PromptBERT's head bias at
-    temperature 0.05): the compiled (inductor) training forward's loss and gradients equal the eager one's to 1e-5;
-    the state dict's keys do not change (nothing is wrapped)."""
+    temperature 0.05): the compiled (inductor) training step's loss and gradients equal the eager one's to 1e-5;
+    the state dict's keys do not change (nothing is wrapped).  Regional: ONE graph for both layers plus the loss's
+    (2 graphs, compiled once); the compiled artefacts are written under ``compile.cache_dir`` and a second
+    compilation (a new process's: in-memory caches cleared) loads every graph from there (FX graph and
+    AOTAutograd cache hits, no miss)."""
     extra = {"pooler": "mask", "denoise": "position", "prompt": "promptbert"} if name == "promptbert" else {}
     method = make_method(name, "bert", **extra).double().train()
     _dropout_off(method)
@@ -56,15 +85,48 @@ def test_compiled_forward_equals_the_eager_step_and_keeps_the_keys(name, make_me
         return loss.detach(), {n: p.grad.clone() for n, p in method.named_parameters() if p.grad is not None}
 
     eager_loss, eager_grads = loss_and_grads(method.forward_loss)
-    torch._dynamo.reset()
-    compile_training(method, CompileOptions(enabled=True, backend="inductor"))
-    assert method.training_forward() is method.compiled_forward_loss
-    compiled_loss, compiled_grads = loss_and_grads(method.compiled_forward_loss)
+    cache = tmp_path / "compile_cache"
+    assert compile_training(method, CompileOptions(enabled=True, backend="inductor", cache_dir=str(cache))) == "layers"
+    assert method.training_forward() == method.forward_loss and method.compiled_forward_loss is None
+    compiled_loss, compiled_grads = loss_and_grads(method.training_forward())
     torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-5)
     assert compiled_grads.keys() == eager_grads.keys()
     for key, grad in eager_grads.items():
         torch.testing.assert_close(compiled_grads[key], grad, rtol=1e-5, atol=1e-5, msg=key)
     assert list(method.state_dict()) == keys
+    cold = compile_report()
+    assert (cold["graphs"], cold["recompilations"], cold["graph_breaks"]) == (2, 0, 0), cold
+    assert cold["fx_cache_misses"] > 0 and (cache / "fxgraph").is_dir() and (cache / "aotautograd").is_dir()
+
+    _clear_in_memory_compile_caches()
+    warm_loss, warm_grads = loss_and_grads(method.training_forward())
+    warm = compile_report()
+    assert warm["fx_cache_hits"] > 0 and warm["fx_cache_misses"] == 0, warm
+    assert warm["aot_cache_hits"] >= cold["graphs"], warm  # (a miss is counted for a trace that dynamo restarts)
+    torch.testing.assert_close(warm_loss, compiled_loss, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("case", "chunk"), [(c, k) for c in CASES for k in (None, 4)],
+                         ids=[f"{c}-{'cached' if k else 'uncached'}" for c in CASES for k in (None, 4)])
+def test_every_method_compiled_equals_eager(case, chunk, dirs, tmp_path, fresh_dynamo) -> None:  # noqa: F811
+    """Every method of the cached step's cases (encoders and a LoRA decoder; prefixes, soft prompts, MLM,
+    template bias), uncached and cached: ``compile_training`` with the ``eager`` backend (dynamo's tracing, the
+    same kernels) gives the eager step's loss and gradients (float64, the same dropout masks); no graph break;
+    the deep prefixes compile the whole forward, every other backbone its repeated layer."""
+    from tests.conftest import loss_and_grads
+
+    method, batch = _build(case, *dirs, chunk=chunk)
+    ref_loss, ref_grads = loss_and_grads(method, batch)
+    compiled = copy.deepcopy(method)
+    scope = compile_training(compiled, CompileOptions(enabled=True, backend="eager", cache_dir=str(tmp_path)))
+    prefix = compiled.encoder.tuning == "prefix" and compiled.encoder.prefix_variant != "input_layer"
+    assert scope == ("forward" if prefix else "layers")
+    if scope == "layers":
+        assert len(repeated_layers(compiled.encoder.base_model)) == 2
+    loss, grads = loss_and_grads(compiled, batch)
+    _assert_same(loss, grads, ref_loss, ref_grads, rtol=1e-9)
+    report = compile_report()
+    assert report["graphs"] >= 1 and report["graph_breaks"] == 0, report
 
 
 @pytest.mark.integration

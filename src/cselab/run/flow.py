@@ -23,6 +23,7 @@ import lightning as L
 
 from cselab.callbacks.run_config import check_resume
 from cselab.evaluation.callback import STSCallback
+from cselab.methods.compiled import log_compile_report
 from cselab.run import assemble
 from cselab.run.inputs import check_inputs
 from cselab.run.results import Outcome, RunState, finish
@@ -101,6 +102,8 @@ class Run:
         trainer = assemble.build_trainer(self.spec.training, list(callbacks.values()), loggers, state.output_dir)
         datamodule = assemble.build_datamodule(self.spec.training, method)
         trainer.fit(method, datamodule=datamodule, ckpt_path=state.ckpt_path, weights_only=False)
+        if getattr(method, "compile_scope", None) and trainer.is_global_zero:
+            log_compile_report(method.compile_scope, self.spec.training.compile)  # once per run
         best, best_dev = validate_at_end(trainer, method, sts, callbacks.get("checkpoint"), state.output_dir)
         with sigterm_stops("test"):  # the test phase is one callback call: Lightning alone would ignore SIGTERM
             if self.spec.evaluation.reloads_backbone and best:
