@@ -389,6 +389,7 @@ def paper_runs(results: list[dict]) -> list[dict]:
         batch, steps, evals = PAPER_RUNS[r["method"]]
         row = next((x for x in r.get("by_batch", []) if x.get("batch_size") == batch and x.get("step_ms")), None)
         if row is None:
+            print(f"paper run {r['method']} unsup, {r['mode']}: no step measured at its batch of {batch}")
             continue
         compile_s = (row.get("compile") or {}).get("compile_s", 0.0)
         total = steps * row["step_ms"] / 1000 + evals * (dev_s or 0.0) + compile_s

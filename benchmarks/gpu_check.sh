@@ -28,6 +28,7 @@
 #      compile seconds apart, first step), the STS evaluation (7 test tasks, STS-B dev) and the full paper runs
 #      extrapolated (steps x step time + evaluations x STS-B dev time + compile);
 #   4. cached: PromptBERT compiled at 256 sentences, the cached step at chunk 128 (against part 3's uncached step).
+# Lightning stops gracefully on SIGTERM, so each timeout kills 10 s after it (-k 10).  PARTS="1 3" runs only those.
 # Dry run on a CPU (shortened):
 #   DEVICE=cpu LAYERS=1 STEPS=1 WARMUP=0 BATCHES=8 CACHED_BATCH=8 PYTHON=.venv/bin/python T_DEMO=600 T_SYNC=300 \
 #     T_STEPS=900 T_CACHED=600 DEMO_OVERRIDES="trainer.max_steps=4 trainer.val_check_interval=2 eval.test_tasks=[stsb] \
@@ -46,6 +47,8 @@ CACHED_BATCH=${CACHED_BATCH:-256}
 T_DEMO=${T_DEMO:-180}; T_SYNC=${T_SYNC:-75}; T_STEPS=${T_STEPS:-220}; T_CACHED=${T_CACHED:-60}
 DEMO_OVERRIDES=${DEMO_OVERRIDES:-}
 SYNC_K=${SYNC_K:-simcse and not gpu_settings}
+PARTS=${PARTS:-1 2 3 4}   # a rerun of one part: PARTS=3
+part() { [[ " $PARTS " == *" $1 "* ]]; }
 DEMO_CPU_AVG=74.43   # `make demo` on the 2-core CPU (README)
 DATA=${CSELAB_DATA_DIR:-$( [ -d .gpu_data ] && echo .gpu_data || echo data )}
 DATA=$(cd "$DATA" && pwd)
@@ -67,11 +70,12 @@ BENCH="$PYTHON benchmarks/bench_step.py --device $DEVICE $BF16 --layers $LAYERS 
 log "machine"; { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || true
   $PYTHON -c "import torch, transformers, lightning; print('torch', torch.__version__, 'transformers', transformers.__version__, 'lightning', lightning.__version__)"; } 2>&1 | tee -a "$OUT/log.txt"
 
+if part 1; then
 log "1. demo: python run.py experiment=demo (timeout ${T_DEMO} s)"
 ACCEL=$( [ "$DEVICE" = cpu ] && echo "trainer.accelerator=cpu" )
 start=$(date +%s.%N)
 # shellcheck disable=SC2086
-timeout "$T_DEMO" $PYTHON run.py experiment=demo "data_dir=$DATA" "hydra.run.dir=$OUT/demo" run_name=gpu_check_demo \
+timeout -k 10 "$T_DEMO" $PYTHON run.py experiment=demo "data_dir=$DATA" "hydra.run.dir=$OUT/demo" run_name=gpu_check_demo \
     overwrite=true "compile.cache_dir=$DEMO_CACHE" trainer.enable_progress_bar=false $ACCEL $DEMO_OVERRIDES \
     > "$OUT/demo.log" 2>&1
 rc=$?
@@ -106,9 +110,11 @@ print("demo:", json.dumps({k: v for k, v in res.items() if k != "test"}))
 if rc:
     print("demo: exit status", rc, "(124: the timeout); its log's tail:\n" + "\n".join(log.splitlines()[-8:]))
 EOF
+fi
 
+if part 2; then
 log "2. sync tests (timeout ${T_SYNC} s)"
-timeout "$T_SYNC" $PYTHON -m pytest -q -p no:cacheprovider --tb=short tests/test_sync_free.py -k "$SYNC_K" \
+timeout -k 10 "$T_SYNC" $PYTHON -m pytest -q -p no:cacheprovider --tb=short tests/test_sync_free.py -k "$SYNC_K" \
     > "$OUT/sync.txt" 2>&1
 rc=$?
 tail -3 "$OUT/sync.txt" | tee -a "$OUT/log.txt"
@@ -122,15 +128,20 @@ failed = re.findall(r"^FAILED (\S+)", text, re.M)
 (out / "sync.json").write_text(json.dumps({"rc": rc, **counts, "failed": failed,
                                            "where": re.findall(r"'where': \{[^}]*\}", text)[:8]}, indent=1))
 EOF
+fi
 
+if part 3; then
 log "3. eager vs compiled at ${BATCHES}; evaluation; the paper runs (timeout ${T_STEPS} s)"
 # shellcheck disable=SC2086
 # (each compiled case compiles cold, into a fresh cache of its own)
-timeout "$T_STEPS" $BENCH --methods simcse promptbert --modes eager compiled --batch-sizes $BATCHES --eval --paper-runs \
+timeout -k 10 "$T_STEPS" $BENCH --methods simcse promptbert --modes eager compiled --batch-sizes $BATCHES --eval --paper-runs \
     --json "$OUT/steps.json" 2>&1 | tee -a "$OUT/log.txt"
+fi
 
+if part 4; then
 log "4. the cached step at chunk 128 (timeout ${T_CACHED} s)"
-timeout "$T_CACHED" $BENCH --methods promptbert --modes compiled --batch-sizes "$CACHED_BATCH" --cached 128 \
+timeout -k 10 "$T_CACHED" $BENCH --methods promptbert --modes compiled --batch-sizes "$CACHED_BATCH" --cached 128 \
     --json "$OUT/cached.json" 2>&1 | tee -a "$OUT/log.txt"
+fi
 
 log "done in $(( $(date +%s) - T0 )) s"
