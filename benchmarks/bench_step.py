@@ -25,7 +25,15 @@ throughput, RNG state) and AdamW as configured (``optim.fused: auto``).
 * ``--sync-check N``: N more steps with ``torch.cuda.set_sync_debug_mode("error")`` (CUDA) and
   ``trainer.log_every_n_steps`` above them: the first synchronising call raises, and its place is reported;
 * ``--cached C ...``: the cached step (``trainer.cached_step.chunk_size=C``) besides the uncached one;
-* ``--eval``: the 7-task STS test evaluation of the method's ``encode`` (``eval.precision: auto``);
+* ``first_step_s``: seconds from the case process's start to the end of its first step run as configured (eager:
+  step 1; compiled: step 2, the FLOP counter's step 1 running eagerly), model build included; ``compile``: the
+  case's :func:`cselab.methods.compiled.compile_report` (graphs, recompilations, compile seconds, cache hits);
+* ``--warm``: every compiled case run twice, in two processes sharing one fresh ``compile.cache_dir``: ``start``
+  ``cold`` (empty cache) then ``warm`` (the on-disk FX graph and AOTAutograd caches hit);
+* ``--eval``: the 7-task STS test evaluation of the method's ``encode`` (``eval.precision: auto``) and the STS-B dev
+  evaluation (``dev_s``, what a run repeats every ``val_check_interval`` steps);
+* ``--paper-runs``: the full unsup paper runs extrapolated from the measured cases (:data:`PAPER_RUNS`): steps x
+  ``step_ms`` + evaluations x ``dev_s`` + compile seconds (the largest cold ``compile_s``);
 * ``--peer``: sentence-transformers' ``MultipleNegativesRankingLoss`` step on the same model and batch
   (``benchmarks/bench_train_eval.py``'s peer case), when sentence-transformers is installed.
 
@@ -53,6 +61,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_train_eval import available_flops, build_random_bert_base, count_step_flops, load_sentences  # noqa: E402
 
 METHODS = {"simcse": [], "promptbert": [], "cot_bert": []}  # unsup, the paper defaults (denoising included)
+#: the unsup paper runs on bert-base (conf/method/*.yaml hparams; SimCSE's 1M wiki sentences, one epoch, STS-B dev
+#: every 125 steps): method -> (batch, steps, evaluations)
+PAPER_RUNS = {"simcse": (64, -(-1_000_000 // 64), -(-1_000_000 // 64) // 125),
+              "promptbert": (256, -(-1_000_000 // 256), -(-1_000_000 // 256) // 125)}
 MODES = {"eager": ["compile.enabled=false"], "compiled": ["compile.enabled=true"],
          "reduce-overhead": ["compile.enabled=true", "compile.mode=reduce-overhead"]}
 
@@ -83,6 +95,7 @@ class _Clock(L.Callback):
     def __init__(self, first: int, cuda: bool, sync_from: int | None = None, sync_to: int | None = None):
         self.first, self.cuda, self.sync_from, self.sync_to = first, cuda, sync_from, sync_to
         self.t0 = self.t1 = None
+        self.ends: list[float] = []  # time.time() at the end of each of the first two steps
 
     def _sync(self):
         import torch
@@ -102,6 +115,9 @@ class _Clock(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         import torch
 
+        if len(self.ends) < 2:
+            self._sync()
+            self.ends.append(time.time())
         if self.cuda and self.sync_to is not None and batch_idx == self.sync_to - 1:
             torch.cuda.set_sync_debug_mode(0)
             self._sync()
@@ -177,6 +193,14 @@ def run_case(args) -> dict:
         timed = args.steps if clock.t1 is not None and sync_to is None else None
         row = {"batch_size": b, "width": int(batch["input_ids"].shape[-1]), "build_s": time.perf_counter() - t_build,
                "error": error}
+        first = 0 if args.mode == "eager" else 1  # the FLOP counter's step runs eagerly (set_stance force_eager)
+        if len(clock.ends) > first and args.t0:
+            row["first_step_s"] = clock.ends[first] - args.t0
+        if getattr(method, "compile_scope", None):
+            from cselab.methods.compiled import compile_report
+
+            row["compile"] = {"scope": method.compile_scope,
+                              **compile_report(regions=2 if method.compile_scope == "layers" else 1)}
         if timed and clock.t0 is not None:
             row["step_ms"] = 1000 * (clock.t1 - clock.t0) / timed
         elif clock.t0 is not None and clock.t1 is not None and sync_to is not None:
@@ -190,7 +214,8 @@ def run_case(args) -> dict:
                 return m.forward_loss(b)[0]
             return m.loss_fn(m.gather_embeddings(m.embed(b)))  # an older cselab
 
-        flops = count_step_flops(loss_of, autocast, optimizer)
+        with torch.compiler.set_stance("force_eager"):  # a dispatch mode would make dynamo skip the layers for good
+            flops = count_step_flops(loss_of, autocast, optimizer)
         peak = available_flops(torch.device(args.device), torch.bfloat16 if args.bf16 else torch.float32)
         row["gflop_per_step"] = flops / 1e9
         if row.get("step_ms"):
@@ -229,7 +254,7 @@ def count_host_ops(method, batch, autocast, optimizer) -> dict:
     events = [e for e in prof.events() if e.name.startswith("aten::")]
     top = [e for e in events if not _has_aten_parent(e)]
     kernels = None
-    if getattr(method, "compiled_forward_loss", None) is not None:
+    if getattr(method, "compile_scope", None) or getattr(method, "compiled_forward_loss", None) is not None:
         from torch._inductor import metrics
 
         kernels = int(metrics.generated_kernel_count)
@@ -264,7 +289,14 @@ def run_eval(args) -> dict:
     evaluator.evaluate_detailed(method.encode, TEST_TASKS)
     if args.device == "cuda":
         torch.cuda.synchronize()
-    return {"method": "sts_eval", "mode": "7 test tasks", "eval_s": time.perf_counter() - t}
+    eval_s = time.perf_counter() - t
+    evaluator.load(["stsb"], "dev")
+    method.encode(["warm up"])
+    t = time.perf_counter()
+    evaluator.evaluate_detailed(lambda s: method.encode(s, encoder="dev"), ["stsb"], split="dev")
+    if args.device == "cuda":
+        torch.cuda.synchronize()
+    return {"method": "sts_eval", "mode": "7 test tasks", "eval_s": eval_s, "dev_s": time.perf_counter() - t}
 
 
 def run_peer(args) -> dict:
@@ -287,8 +319,10 @@ def child(args, kind: str, **case) -> dict:
     cmd = [sys.executable, __file__, "--_child", kind, "--_model", args.model, "--device", args.device,
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--data-dir", str(args.data_dir),
            "--threads", str(args.threads), "--sync-check", str(args.sync_check),
-           "--batch-sizes", *[str(b) for b in case.get("batch_sizes", args.batch_sizes)]]
-    for key in ("method", "mode", "cached"):
+           "--batch-sizes", *[str(b) for b in case.get("batch_sizes", args.batch_sizes)], "--_t0", str(time.time())]
+    if case.get("cache_dir"):
+        cmd += ["--override", f"compile.cache_dir={case['cache_dir']}"]
+    for key in ("method", "mode", "cached", "start"):
         if case.get(key) is not None:
             cmd += [f"--_{key}", str(case[key])]
     if args.bf16:
@@ -304,13 +338,14 @@ def child(args, kind: str, **case) -> dict:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        return {**case, "error": f"timed out after {args.case_timeout} s"}
+        return {**{k: v for k, v in case.items() if k != "cache_dir"}, "error": f"timed out after {args.case_timeout} s"}
     finally:
         _RUNNING.clear()
     for line in stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
-    return {**case, "error": (stderr or "?").strip().splitlines()[-1][:400]}
+            return {**json.loads(line[len("RESULT "):]), **({"start": case["start"]} if case.get("start") else {})}
+    return {**{k: v for k, v in case.items() if k != "cache_dir"},
+            "error": (stderr or "?").strip().splitlines()[-1][:400]}
 
 
 #: the case process in flight, killed with this one (a `timeout` around the script stops the whole case)
@@ -324,19 +359,48 @@ def _stop(signum, frame) -> None:
 
 
 def print_table(results: list[dict]) -> None:
-    print(f"\n{'method':<12}{'mode':<17}{'cached':>7}{'batch':>7}{'width':>7}{'step ms':>10}{'MFU':>7}"
-          f"{'GFLOP':>9}{'peak GB':>9}{'host ops':>10}{'kernels':>9}  error")
+    print(f"\n{'method':<12}{'mode':<17}{'start':>6}{'cached':>7}{'batch':>7}{'width':>7}{'step ms':>10}{'MFU':>7}"
+          f"{'GFLOP':>9}{'peak GB':>9}{'host ops':>10}{'kernels':>9}{'1st s':>8}{'comp s':>8}{'graphs':>7}  error")
     for r in results:
         for row in r.get("by_batch", [{}]) or [{}]:
             mfu = f"{100 * row['mfu']:.1f}%" if row.get("mfu") else "-"
             step = f"{row['step_ms']:.1f}" if row.get("step_ms") else "-"
-            print(f"{r.get('method', '?'):<12}{r.get('mode', '?'):<17}{str(r.get('cached') or '-'):>7}"
+            comp = row.get("compile") or {}
+            first = f"{row['first_step_s']:.1f}" if row.get("first_step_s") else "-"
+            print(f"{r.get('method', '?'):<12}{r.get('mode', '?'):<17}{r.get('start', '-'):>6}"
+                  f"{str(r.get('cached') or '-'):>7}"
                   f"{row.get('batch_size', '-'):>7}{row.get('width', '-'):>7}{step:>10}{mfu:>7}"
                   f"{row.get('gflop_per_step', 0):>9.0f}{row.get('peak_mem_GB', 0):>9.1f}"
                   f"{str(row.get('host_aten_ops', '-')):>10}{str(row.get('inductor_kernels', '-')):>9}"
+                  f"{first:>8}{comp.get('compile_s', '-'):>8}{comp.get('graphs', '-'):>7}"
                   f"  {row.get('error') or r.get('error') or ''}")
         if "eval_s" in r:
-            print(f"{'sts_eval':<12}{'7 test tasks':<17}{'':>7}{'':>7}{'':>7}{1000 * r['eval_s']:>10.0f}")
+            print(f"sts_eval: the 7 test tasks {r['eval_s']:.1f} s, STS-B dev {r.get('dev_s', float('nan')):.1f} s")
+
+
+def paper_runs(results: list[dict]) -> list[dict]:
+    """The unsup paper runs of :data:`PAPER_RUNS` extrapolated from ``results``: for each method and mode measured
+    at its paper batch, steps x ``step_ms`` + evaluations x the STS-B dev time (``--eval``; 0 when not measured)
+    + the compile seconds (the case's cold ``compile_s``; 0 eager).  Printed and returned (``minutes``)."""
+    dev_s = next((r["dev_s"] for r in results if "dev_s" in r), None)
+    out = []
+    for r in results:
+        if r.get("method") not in PAPER_RUNS or r.get("cached") or r.get("start") == "warm":
+            continue
+        batch, steps, evals = PAPER_RUNS[r["method"]]
+        row = next((x for x in r.get("by_batch", []) if x.get("batch_size") == batch and x.get("step_ms")), None)
+        if row is None:
+            print(f"paper run {r['method']} unsup, {r['mode']}: no step measured at its batch of {batch}")
+            continue
+        compile_s = (row.get("compile") or {}).get("compile_s", 0.0)
+        total = steps * row["step_ms"] / 1000 + evals * (dev_s or 0.0) + compile_s
+        out.append({"method": r["method"], "mode": r["mode"], "batch": batch, "steps": steps, "evaluations": evals,
+                    "step_ms": row["step_ms"], "dev_s": dev_s, "compile_s": compile_s, "minutes": total / 60})
+        dev = f"{dev_s:.1f} s" if dev_s is not None else "(not measured: --eval)"
+        print(f"paper run {r['method']} unsup, {r['mode']}: {steps:,} steps x {row['step_ms']:.1f} ms + {evals} x "
+              f"STS-B dev {dev} + compile "
+              f"{compile_s:.0f} s = {total / 60:.1f} min")
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -352,7 +416,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=3, help="untimed steps before (compilation happens there)")
     p.add_argument("--sync-check", type=int, default=0, help="N more steps under the CUDA sync debug mode")
     p.add_argument("--ops", action="store_true", help="count the host ops of one step (torch.profiler)")
-    p.add_argument("--eval", action="store_true", help="time the 7-task STS evaluation")
+    p.add_argument("--eval", action="store_true", help="time the 7-task STS test and the STS-B dev evaluation")
+    p.add_argument("--warm", action="store_true", help="compiled cases twice: cold, then warm from the same cache")
+    p.add_argument("--paper-runs", action="store_true", help="print the paper runs extrapolated (PAPER_RUNS)")
     p.add_argument("--peer", action="store_true", help="sentence-transformers' MNRL step on the same model")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--override", action="append", default=[], help="a Hydra override for every case")
@@ -360,13 +426,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--vocab", type=Path, default=None, help="a bert-base-uncased vocab.txt (default: MiniLM's)")
     p.add_argument("--data-dir", type=Path, default=Path(os.environ.get("CSELAB_DATA_DIR", ROOT / "data")))
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
-    for hidden in ("--_child", "--_model", "--_method", "--_mode", "--_cached"):
+    for hidden in ("--_child", "--_model", "--_method", "--_mode", "--_cached", "--_start"):
         p.add_argument(hidden, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_t0", type=float, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.data_dir = args.data_dir.resolve()
     if args._child:
         args.model, args.method, args.mode = args._model, args._method, args._mode
         args.cached = int(args._cached) if args._cached else None
+        args.t0 = args._t0
         res = {"case": run_case, "eval": run_eval, "peer": run_peer}[args._child](args)
         print("RESULT " + json.dumps(res), flush=True)
         return
@@ -387,14 +455,24 @@ def main(argv: list[str] | None = None) -> None:
 
         for method in args.methods:
             for mode in args.modes:
-                done(child(args, "case", method=method, mode=mode))
+                if mode == "eager":
+                    done(child(args, "case", method=method, mode=mode))
+                    continue
+                cache = str(Path(tmp) / f"compile_cache_{method}_{mode}")  # cold: a fresh cache per case
+                for start in ("cold", "warm") if args.warm else ("cold",):
+                    done(child(args, "case", method=method, mode=mode, start=start, cache_dir=cache))
             for chunk in args.cached:
-                done(child(args, "case", method=method, mode=args.modes[0], cached=chunk))
+                done(child(args, "case", method=method, mode=args.modes[-1], cached=chunk,
+                           cache_dir=str(Path(tmp) / f"compile_cache_{method}_cached")))
         if args.eval:
             done(child(args, "eval", batch_sizes=[64]))
         if args.peer:
             done(child(args, "peer"))
     print_table(results)
+    if args.paper_runs:
+        runs = paper_runs(results)
+        if args.json:
+            args.json.write_text(json.dumps(results + [{"paper_runs": runs}], indent=1))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ class _Count(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.ops: Counter = Counter()
+        self.where: Counter = Counter()  # "op at file:line" of each counted op (what a failing GPU run names)
         self.seen = 0  # every op dispatched (a probe that sees none proves nothing)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -28,7 +29,24 @@ class _Count(TorchDispatchMode):
         name = func.__name__.split(".")[0]
         if name in SYNC_OPS and not _host_side():
             self.ops[name] += 1
+            devices = sorted({str(a.device) for a in args if hasattr(a, "device")})
+            self.where[f"{name} on {','.join(devices)} at {_caller()}"] += 1
         return func(*args, **(kwargs or {}))
+
+
+def _caller() -> str:
+    """The innermost Python frame outside this file and ``torch/`` (the code that asked for the read), then the
+    innermost ``torch/`` frame below it, as ``path:line``."""
+    frame, torch_frame = sys._getframe(2), None
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name != __file__ and f"{os.sep}torch{os.sep}" not in name:
+            break
+        if name != __file__ and torch_frame is None:
+            torch_frame = frame
+        frame = frame.f_back
+    where = lambda f: f"{'/'.join(f.f_code.co_filename.split(os.sep)[-3:])}:{f.f_lineno}"  # noqa: E731
+    return " < ".join(where(f) for f in (torch_frame, frame) if f is not None) or "?"
 
 
 def _host_side() -> bool:
@@ -50,6 +68,7 @@ def _host_side() -> bool:
 
 class SyncProbe(L.Callback):
     """``windows``: one dict per training batch: ``step`` (global step at its start), ``syncs`` (the counted ops),
+    ``where`` (each counted op's devices and caller: ``op on cuda:0 at torch/file.py:N < cselab/file.py:M``),
     ``cuda_syncs`` (calls of ``torch.cuda.synchronize``, counted by the test's patch in :attr:`cuda_syncs`),
     ``validated`` (a validation ran in the window), ``logging`` (a logging step), ``ops`` (ops seen).
 
@@ -66,16 +85,17 @@ class SyncProbe(L.Callback):
         self._validated = self._logging = False
 
     def _snapshot(self) -> tuple:
-        return dict(self._mode.ops), self._mode.seen, SyncProbe.cuda_syncs
+        return dict(self._mode.ops), self._mode.seen, SyncProbe.cuda_syncs, dict(self._mode.where)
 
     def _close(self, trainer) -> None:
         if self._start is None:
             return
-        step, (ops, seen, cuda) = self._start
-        now_ops, now_seen, now_cuda = self._snapshot()
+        step, (ops, seen, cuda, where) = self._start
+        now_ops, now_seen, now_cuda, now_where = self._snapshot()
         syncs = {k: v - ops.get(k, 0) for k, v in now_ops.items() if v - ops.get(k, 0)}
         self.windows.append({"step": step, "syncs": syncs, "cuda_syncs": now_cuda - cuda,
-                             "validated": self._validated, "logging": self._logging, "ops": now_seen - seen})
+                             "validated": self._validated, "logging": self._logging, "ops": now_seen - seen,
+                             "where": {k: v - where.get(k, 0) for k, v in now_where.items() if v - where.get(k, 0)}})
         self._start = None
 
     def on_train_start(self, trainer, pl_module) -> None:

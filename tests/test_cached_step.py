@@ -325,13 +325,15 @@ def test_run_with_cached_step_trains_and_may_resume_with_another_chunk_size(tmp_
     assert variant_name(["trainer.cached_step.chunk_size=32"]) == "default"
 
 
-def test_cached_step_with_a_compiled_backbone(dirs) -> None:
+def test_cached_step_with_a_compiled_backbone(dirs, tmp_path) -> None:
     """``compile.enabled=true`` (here the ``eager`` backend: dynamo's tracing without a C compiler): the compiled
-    backbone runs the first pass without a graph and the second with one; same loss and gradients (dropout off)."""
+    layers run the first pass without a graph and the second with one; same loss and gradients (dropout off)."""
+    from cselab.methods.compiled import CompileOptions, compile_training
+
     uncached, batch = _build("promptbert_position", *dirs)
     _dropout_off(uncached)
     ref_loss, ref_grads = loss_and_grads(uncached, batch)
     cached = copy.deepcopy(uncached)
-    cached.encoder.model.compile(backend="eager", dynamic=True)
     cached.cached_step = CachedStep(4)
+    assert compile_training(cached, CompileOptions(enabled=True, backend="eager", cache_dir=str(tmp_path))) == "layers"
     _assert_same(*loss_and_grads(cached, batch), ref_loss, ref_grads)

@@ -1,9 +1,12 @@
-"""The compiled training forward (``compile.*``, :mod:`cselab.methods.compiled`): token ids -> loss as one graph, no
-graph break, a few graphs for a whole run, the eager step's loss and gradients, checkpoints unchanged, resume both
-ways; the combinations that cannot hold refused by name.  Inductor on CPU (gcc); the models are tiny."""
+"""The compiled training step (``compile.*``, :mod:`cselab.methods.compiled`): the repeated layer compiled once for
+all layers and the loss in its own graph (regional compilation), no graph break, a few graphs for a whole run, the
+eager step's loss and gradients on every method, checkpoints unchanged, resume both ways, the on-disk caches under
+``compile.cache_dir`` loaded by a second compilation, the FLOP counter's step leaving the compiled code alone; the
+combinations that cannot hold refused by name.  Inductor on CPU (gcc); the models are tiny."""
 
 from __future__ import annotations
 
+import copy
 import shutil
 import warnings
 from pathlib import Path
@@ -13,8 +16,9 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
-from cselab.methods.compiled import CompileOptions, compile_training
+from cselab.methods.compiled import CompileOptions, compile_report, compile_training, repeated_layers
 from cselab.pipeline import ConfigError
+from tests.test_cached_step import CASES, _assert_same, _build, dirs  # noqa: F401
 
 CORPUS = str(Path(__file__).resolve().parent / "data" / "wiki1m_head300.txt")  # real sentences of varied lengths: widths change from batch to batch
 
@@ -37,11 +41,36 @@ def _dropout_off(method) -> None:
                 setattr(config, key, 0.0)
 
 
+@pytest.fixture
+def fresh_dynamo(monkeypatch):
+    """dynamo's caches and counters cleared (a frame skipped by another test stays skipped otherwise), and
+    ``TORCHINDUCTOR_CACHE_DIR`` restored after the test (``compile_training`` sets it)."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(Path.cwd() / "unused_cache"))
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def _clear_in_memory_compile_caches() -> None:
+    """What a new process would not have: dynamo's code caches and inductor's loaded modules (the on-disk FX graph
+    and AOTAutograd caches stay)."""
+    from torch._inductor.codecache import PyCodeCache
+
+    torch._dynamo.reset()
+    PyCodeCache.cache_clear(purge=True)
+    counters.clear()
+
+
 @pytest.mark.parametrize("name", ["simcse", "promptbert"])
-def test_compiled_forward_equals_the_eager_step_and_keeps_the_keys(name, make_method) -> None:
+def test_compiled_step_equals_the_eager_step_and_reuses_its_graphs_from_disk(name, make_method, tmp_path,
+                                                                             fresh_dynamo) -> None:
     """Dropout off, float64 (float32 would compare inductor's reduction order, ~1e-4 on PromptBERT's head bias at
-    temperature 0.05): the compiled (inductor) training forward's loss and gradients equal the eager one's to 1e-5;
-    the state dict's keys do not change (nothing is wrapped)."""
+    temperature 0.05): the compiled (inductor) training step's loss and gradients equal the eager one's to 1e-5;
+    the state dict's keys do not change (nothing is wrapped).  Regional: ONE graph for both layers plus the loss's
+    (2 graphs, compiled once); the compiled artefacts are written under ``compile.cache_dir`` and a second
+    compilation (a new process's: in-memory caches cleared) loads every graph from there (FX graph and
+    AOTAutograd cache hits, no miss)."""
     extra = {"pooler": "mask", "denoise": "position", "prompt": "promptbert"} if name == "promptbert" else {}
     method = make_method(name, "bert", **extra).double().train()
     _dropout_off(method)
@@ -56,29 +85,92 @@ def test_compiled_forward_equals_the_eager_step_and_keeps_the_keys(name, make_me
         return loss.detach(), {n: p.grad.clone() for n, p in method.named_parameters() if p.grad is not None}
 
     eager_loss, eager_grads = loss_and_grads(method.forward_loss)
-    torch._dynamo.reset()
-    compile_training(method, CompileOptions(enabled=True, backend="inductor"))
-    assert method.training_forward() is method.compiled_forward_loss
-    compiled_loss, compiled_grads = loss_and_grads(method.compiled_forward_loss)
+    cache = tmp_path / "compile_cache"
+    assert compile_training(method, CompileOptions(enabled=True, backend="inductor", cache_dir=str(cache))) == "layers"
+    assert method.training_forward() == method.forward_loss and method.compiled_forward_loss is None
+    compiled_loss, compiled_grads = loss_and_grads(method.training_forward())
     torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-5)
     assert compiled_grads.keys() == eager_grads.keys()
     for key, grad in eager_grads.items():
         torch.testing.assert_close(compiled_grads[key], grad, rtol=1e-5, atol=1e-5, msg=key)
     assert list(method.state_dict()) == keys
+    cold = compile_report()
+    assert (cold["graphs"], cold["recompilations"], cold["graph_breaks"]) == (2, 0, 0), cold
+    assert cold["fx_cache_misses"] > 0 and (cache / "fxgraph").is_dir() and (cache / "aotautograd").is_dir()
+
+    _clear_in_memory_compile_caches()
+    warm_loss, warm_grads = loss_and_grads(method.training_forward())
+    warm = compile_report()
+    assert warm["fx_cache_hits"] > 0 and warm["fx_cache_misses"] == 0, warm
+    assert warm["aot_cache_hits"] >= cold["graphs"], warm  # (a miss is counted for a trace that dynamo restarts)
+    torch.testing.assert_close(warm_loss, compiled_loss, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("case", "chunk"), [(c, k) for c in CASES for k in (None, 4)],
+                         ids=[f"{c}-{'cached' if k else 'uncached'}" for c in CASES for k in (None, 4)])
+def test_every_method_compiled_equals_eager(case, chunk, dirs, tmp_path, fresh_dynamo) -> None:  # noqa: F811
+    """Every method of the cached step's cases (encoders and a LoRA decoder; prefixes, soft prompts, MLM,
+    template bias), uncached and cached: ``compile_training`` with the ``eager`` backend (dynamo's tracing, the
+    same kernels) gives the eager step's loss and gradients (float64, the same dropout masks); no graph break;
+    the deep prefixes compile the whole forward, every other backbone its repeated layer."""
+    from tests.conftest import loss_and_grads
+
+    method, batch = _build(case, *dirs, chunk=chunk)
+    ref_loss, ref_grads = loss_and_grads(method, batch)
+    compiled = copy.deepcopy(method)
+    scope = compile_training(compiled, CompileOptions(enabled=True, backend="eager", cache_dir=str(tmp_path)))
+    prefix = compiled.encoder.tuning == "prefix" and compiled.encoder.prefix_variant != "input_layer"
+    assert scope == ("forward" if prefix else "layers")
+    if scope == "layers":
+        assert len(repeated_layers(compiled.encoder.base_model)) == 2
+    loss, grads = loss_and_grads(compiled, batch)
+    _assert_same(loss, grads, ref_loss, ref_grads, rtol=1e-9)
+    report = compile_report()
+    assert report["graphs"] >= 1 and report["graph_breaks"] == 0, report
+
+
+def test_a_compiled_run_logs_its_graphs_once_and_keeps_its_cache_where_configured(tmp_path, tiny_bert_dir,
+                                                                                   sts_data_dir, fresh_dynamo,
+                                                                                   caplog) -> None:
+    """``run.py compile.enabled=true compile.cache_dir=<dir>``: the layers compile although the FLOP counter's first
+    step of each shape runs eagerly (under ``set_stance("force_eager")``: a frame that dynamo skipped under the
+    counter's dispatch mode would never compile), inductor's cache points at ``compile.cache_dir``, and the run logs
+    its graphs and recompilations once, at the end of fit."""
+    import logging
+    import os
+
+    from cselab.pipeline import run
+    from tests.conftest import compose_tiny_run
+
+    cache = tmp_path / "my_cache"
+    cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]", "compile.enabled=true",
+                           "compile.backend=eager", f"compile.cache_dir={cache}", "data.pad_to_multiple_of=8")
+    with warnings.catch_warnings(), caplog.at_level(logging.INFO, logger="cselab.methods.compiled"):
+        warnings.simplefilter("ignore")
+        results = run(cfg, tmp_path / "run")
+    assert results["global_step"] == 4
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(cache) and cache.is_dir()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("torch.compile (layers)")]
+    assert len(lines) == 1, lines
+    report = compile_report()
+    assert report["graphs"] >= 2 and report["graph_breaks"] == 0, report  # the layer's and the loss's, at least
+    assert f"{report['graphs']} graphs" in lines[0] and str(cache) in lines[0]
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("name", ["simcse", "promptbert"])
-def test_a_200_step_run_compiles_at_most_4_graphs_without_a_graph_break(name, tmp_path, tiny_bert_dir,
-                                                                       sts_data_dir) -> None:
+def test_a_200_step_run_recompiles_at_most_4_times_without_a_graph_break(name, tmp_path, tiny_bert_dir,
+                                                                         sts_data_dir) -> None:
     """``run.py compile.enabled=true data.pad_to_multiple_of=8`` (the GPU defaults) on real sentences of varied
-    lengths: 200 steps, at most 4 graphs, 0 graph breaks (dynamo's counters)."""
+    lengths: 200 steps, a validation and the test, at most 4 recompilations (the layer's and the loss's graphs
+    first compiled, then e.g. the layer without gradients for the evaluation), 0 graph breaks (dynamo's counters)."""
     from cselab.pipeline import run
     from tests.conftest import compose_tiny_run
 
     torch._dynamo.reset()
     counters.clear()
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, f"method={name}", f"data.path={CORPUS}",
+                           f"compile.cache_dir={tmp_path / 'cache'}",
                            "data.batch_size=6", "trainer.max_steps=200", "trainer.max_epochs=4", "trainer.val_check_interval=200",
                            "eval.test_tasks=[stsb]", "compile.enabled=true", "data.pad_to_multiple_of=8")
     with warnings.catch_warnings():
@@ -86,7 +178,8 @@ def test_a_200_step_run_compiles_at_most_4_graphs_without_a_graph_break(name, tm
         results = run(cfg, tmp_path / "run")
     assert results["global_step"] == 200
     assert dict(counters["graph_break"]) == {}
-    assert 1 <= counters["stats"]["unique_graphs"] <= 4, dict(counters["stats"])
+    report = compile_report()
+    assert report["graphs"] >= 2 and report["recompilations"] <= 4, report
 
 
 @pytest.mark.integration
@@ -106,7 +199,8 @@ def test_a_compiled_run_resumes_eager_and_compiled(tmp_path, tiny_bert_dir, sts_
 
     def config(out, compiled: bool, *extra):
         return compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]",
-                                f"compile.enabled={str(compiled).lower()}", "compile.backend=eager", *extra)
+                                f"compile.enabled={str(compiled).lower()}", "compile.backend=eager",
+                                f"compile.cache_dir={tmp_path / 'cache'}", *extra)
 
     out = tmp_path / "run"
     with monkeypatch.context() as patch, warnings.catch_warnings():

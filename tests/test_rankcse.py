@@ -357,7 +357,7 @@ def test_global_negatives_and_teacher_targets_match_one_process(tmp_path, tiny_b
         assert _max_grad_diff(res["grads"], ref_grads) < 5e-5 * max(1.0, scale)
 
 
-def test_compiled_forward_takes_the_teacher_targets_as_inputs(tiny_bert_dir, teacher_dir) -> None:
+def test_compiled_forward_takes_the_teacher_targets_as_inputs(tiny_bert_dir, teacher_dir, tmp_path) -> None:
     """The teacher step stays eager (strings); the compiled forward (dynamo, ``eager`` backend) gets its targets and
     listMLE's permutation as batch tensors and gives the uncached loss and gradients."""
     from test_cached_step import _assert_same
@@ -366,7 +366,7 @@ def test_compiled_forward_takes_the_teacher_targets_as_inputs(tiny_bert_dir, tea
 
     plain = _rankcse(tiny_bert_dir, [{"path": str(teacher_dir)}], "listmle").double().train()
     compiled = copy.deepcopy(plain)
-    compile_training(compiled, CompileOptions(enabled=True, backend="eager"))
+    compile_training(compiled, CompileOptions(enabled=True, backend="eager", cache_dir=str(tmp_path)))
     batch = plain.train_collate([{"text": s} for s in SENTENCES])
     ref_loss, ref_grads = loss_and_grads(plain, batch)
     loss, grads = loss_and_grads(compiled, batch)

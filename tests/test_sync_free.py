@@ -74,6 +74,33 @@ def test_no_host_sync_between_logging_steps(name, chunk, tmp_path, tiny_mlm_dir,
     assert any(w["syncs"] for w in windows if w["logging"] or w["validated"]), windows  # the probe sees the reads
 
 
+#: what a CUDA machine changes in the run, stood in for on the CPU (issue #41): bf16 autocast (``precision: auto``),
+#: widths padded to a multiple of 8 (``data.pad_to_multiple_of: auto``), a loader worker (``data.num_workers: auto``),
+#: the compiled step (``compile.enabled: auto``; the ``eager`` backend: dynamo's tracing), the fused AdamW (on CPU
+#: too).  Not stood in for: pinned memory and its copy stream, the CUDA generator's state (read at checkpoints only),
+#: inductor's Triton kernels, the throughput callback's ``torch.cuda.synchronize`` (logging steps only:
+#: tests/test_throughput.py) and the SDPA CUDA kernels (flash / memory-efficient attention).
+GPU_SETTINGS = ["trainer.precision=bf16-mixed", "data.pad_to_multiple_of=8", "data.num_workers=1",
+                "compile.enabled=true", "compile.backend=eager"]
+GPU_CASES = [(name, chunk) for name in ("simcse", "simcse_sup", "promptbert") for chunk in (None, 3)]
+
+
+@pytest.mark.parametrize(("name", "chunk"), GPU_CASES,
+                         ids=[f"{n}-{'cached' if c else 'uncached'}" for n, c in GPU_CASES])
+def test_no_host_sync_between_logging_steps_with_the_gpu_settings(name, chunk, tmp_path, tiny_mlm_dir,
+                                                                  tiny_decoder_dirs, sts_data_dir, monkeypatch):
+    """The SimCSE cases that failed on an H100 (and PromptBERT's), with what a GPU changes stood in for on the CPU
+    (:data:`GPU_SETTINGS`): no host read on a quiet step."""
+    overrides, _ = METHODS[name]
+    cached = [f"trainer.cached_step.chunk_size={chunk}"] if chunk else []
+    windows = _windows(tmp_path, tiny_mlm_dir, "bert", sts_data_dir, [*overrides, *cached, *GPU_SETTINGS],
+                       monkeypatch)
+    quiet = [w for w in windows if not w["logging"] and not w["validated"]]
+    assert len(windows) == 6 and len(quiet) >= 3, windows
+    for w in quiet:
+        assert w["syncs"] == {} and w["cuda_syncs"] == 0, (name, chunk, w)
+
+
 def test_sigterm_broadcast_on_logging_steps_only() -> None:
     """Lightning's per-batch SIGTERM broadcast (a ``.item()`` under DDP) runs on the logging steps' batches only,
     the same batches on every rank."""

@@ -24,7 +24,7 @@ class FlopCounter(L.Callback):
     def __init__(self, max_shapes: int = 4096) -> None:
         self.max_shapes = int(max_shapes)
         self.by_shape: dict[tuple, int] = {}
-        self._counting: tuple[Any, tuple] | None = None
+        self._counting: tuple[Any, tuple, Any] | None = None
 
     @staticmethod
     def _key(batch: Any) -> tuple:
@@ -40,9 +40,13 @@ class FlopCounter(L.Callback):
             return
         from torch.utils.flop_counter import FlopCounterMode
 
+        # compiled code runs eagerly while counted: dynamo does not trace under a dispatch mode, and a frame it
+        # skipped once it would never compile again (torch._dynamo.convert_frame); the stance leaves it alone
+        stance = torch.compiler.set_stance("force_eager")
         counter = FlopCounterMode(display=False)
+        stance.__enter__()
         counter.__enter__()
-        self._counting = (counter, key)
+        self._counting = (counter, key, stance)
         # the cached step (trainer.cached_step) ends its forward before its own backward passes: it calls this
         pl_module.flops_forward_done = lambda: self._stop(pl_module)
 
@@ -56,13 +60,15 @@ class FlopCounter(L.Callback):
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         if self._counting is not None:
             self._counting[0].__exit__(None, None, None)
+            self._counting[2].__exit__(None, None, None)
             self._counting = None
 
     def _stop(self, pl_module: L.LightningModule) -> None:
         pl_module.flops_forward_done = None
         if self._counting is None:
             return
-        counter, key = self._counting
+        counter, key, stance = self._counting
         counter.__exit__(None, None, None)
+        stance.__exit__(None, None, None)
         self._counting = None
         pl_module.flops_per_batch = self.by_shape[key] = 3 * int(counter.get_total_flops())

@@ -99,8 +99,11 @@ class ContrastiveMethod(EmbeddingModelAccess, NonFiniteHooks, L.LightningModule)
         self.aux_mlm = AuxiliaryMLM(self.mlm, self.encoder, spec.tuning.name) if self.mlm else None
         chunk = (cached_step or {}).get("chunk_size")
         self.cached_step = CachedStep(chunk) if chunk is not None else None
-        #: ``torch.compile`` of :meth:`forward_loss` (:func:`cselab.methods.compiled.compile_training`), or None
+        #: ``torch.compile`` of :meth:`forward_loss` (:func:`cselab.methods.compiled.compile_training` with deep
+        #: prefixes), or None
         self.compiled_forward_loss = None
+        #: what :func:`cselab.methods.compiled.compile_training` compiled: ``layers``, ``forward`` or None (eager)
+        self.compile_scope: str | None = None
         #: every DDP rank's batch has the same size (the DataModule's ``equal_rank_batches``, read at fit start)
         self.equal_rank_batches = False
         self._freeze_unused_layers()
@@ -209,10 +212,11 @@ class ContrastiveMethod(EmbeddingModelAccess, NonFiniteHooks, L.LightningModule)
         return loss
 
     def training_forward(self):
-        """The compiled :meth:`forward_loss` when there is one (:mod:`cselab.methods.compiled`), else the eager one;
-        the eager one too while a ``TorchDispatchMode`` observes the step (the FLOP counter's first step of each
-        batch shape, :class:`cselab.callbacks.FlopCounter`): dynamo would not trace under it, and would not trace
-        that code again."""
+        """The compiled :meth:`forward_loss` when there is one (:mod:`cselab.methods.compiled`, deep prefixes), else
+        the eager one (whose layers and loss may be compiled in place); the eager one too while a
+        ``TorchDispatchMode`` observes the step (a test's probe): dynamo would not trace under it, and would not
+        trace that code again.  (The FLOP counter's step runs under ``torch.compiler.set_stance("force_eager")``,
+        :class:`cselab.callbacks.FlopCounter`, which leaves the compiled code alone.)"""
         if self.compiled_forward_loss is None or is_in_torch_dispatch_mode(include_infra_modes=False):
             return self.forward_loss
         return self.compiled_forward_loss

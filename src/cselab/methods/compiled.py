@@ -1,39 +1,64 @@
-"""``torch.compile`` of the training forward: token ids -> backbone (+ prompt module) -> pooling (- template bias)
--> head -> loss, as one graph (``compile.*``).
+"""``torch.compile`` of the training step (``compile.*``): the repeated transformer block compiled once and reused by
+every layer, the loss in its own graph, and inductor's / AOTAutograd's on-disk caches under ``compile.cache_dir``.
 
 On a GPU the eager step is bound by the host: thousands of small kernels each cost 5-12 us of Python and launch
-time (pytorch/pytorch#41383), longer than the device takes to run them at the batch sizes of these papers.  One
-compiled graph fuses the element-wise work (LayerNorm, GELU, dropout, the loss) and launches far fewer kernels;
-with ``compile.mode=reduce-overhead`` the graph is also replayed as a CUDA graph (one launch).
+time (pytorch/pytorch#41383), longer than the device takes to run them at the batch sizes of these papers.  Compiled
+code fuses the element-wise work (LayerNorm, GELU, dropout, the loss) and launches far fewer kernels; with
+``compile.mode=reduce-overhead`` the graphs are also replayed as CUDA graphs.
 
-What is compiled: :meth:`cselab.methods.base.ContrastiveMethod.forward_loss` (the method's views embedded, the DDP
-gather, the loss and the MLM auxiliary loss), through ``torch.compile`` on the bound method: no module is wrapped, so
-parameter names, checkpoints and exports do not change, and evaluation (``encode``) stays eager.  Under the cached
-step (``trainer.cached_step``) the backbone is compiled in place instead (``nn.Module.compile``), since the step
-runs it chunk by chunk.  Widths vary from batch to batch: ``compile.dynamic=true`` traces them symbolically (one
-graph for all widths), and ``data.pad_to_multiple_of`` (8 on a GPU) bounds the distinct shapes for
-``dynamic=false`` and CUDA graphs.
+What is compiled (:func:`compile_training`), PyTorch's *regional compilation* recipe
+(https://docs.pytorch.org/tutorials/recipes/regional_compilation.html): each layer of the backbone's repeated block
+(:func:`repeated_layers`: BERT's ``encoder.layer``, a decoder's ``layers``) is compiled in place
+(``nn.Module.compile``); the layers share their code, and dynamo passes parameters as graph inputs, so ONE graph
+(forward + backward) serves all L layers: compiling a 12-layer model costs one layer's compilation, not twelve.  The
+loss module (``method.loss_fn``) is its own graph.  The embeddings, pooling and head stay eager (a few dozen ops).
+Nothing is wrapped: parameter names, checkpoints and exports do not change; the cached step
+(``trainer.cached_step``) runs the same compiled layers chunk by chunk; evaluation (``encode``) runs them too.  A
+backbone with deep prefixes (``tuning=prefix``, the key/values of every layer in a cache indexed by the layer's
+number) would compile the block once per layer: there the whole training forward
+(:meth:`cselab.methods.base.ContrastiveMethod.forward_loss`) is compiled instead, as one graph.
+
+Widths vary from batch to batch: ``compile.dynamic=true`` traces them symbolically (one graph for all widths), and
+``data.pad_to_multiple_of`` (8 on a GPU) bounds the distinct shapes for ``dynamic=false`` and CUDA graphs.
+:func:`compile_report` counts the graphs and recompilations of a run (logged once, at the end of fit; the goal is at
+most :data:`MAX_RECOMPILATIONS`).
+
+The compiled artefacts (inductor's FX graph cache, AOTAutograd's cache, Triton's kernels on a GPU) are kept on disk
+under ``compile.cache_dir`` (``TORCHINDUCTOR_CACHE_DIR``; default ``~/.cache/cselab/torch_compile``): a second
+process with the same model shapes and options (a sweep's next job, another seed, a resumed run) loads them
+instead of compiling.  Deleting the folder only costs the next run its compilation.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from cselab.model.spec import ConfigError
+
+log = logging.getLogger(__name__)
 
 ENABLED = ("auto", True, False)
 #: ``torch.compile`` modes (``compile.mode``)
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: the recompilations a run should stay within (issue #41): more are logged as a warning, with what to change
+MAX_RECOMPILATIONS = 4
+#: ``compile.cache_dir`` when the config gives none (``~`` expanded)
+DEFAULT_CACHE_DIR = "~/.cache/cselab/torch_compile"
 
 
 @dataclass(frozen=True)
 class CompileOptions:
     """The ``compile`` node: ``enabled`` (``auto``: on when training on a CUDA GPU), ``backend`` (``inductor``;
-    ``eager``: dynamo's tracing only, for checks), ``mode`` (:data:`MODES`), ``dynamic`` (symbolic widths).
+    ``eager``: dynamo's tracing only, for checks), ``mode`` (:data:`MODES`), ``dynamic`` (symbolic widths),
+    ``cache_dir`` (the on-disk compile caches, :meth:`use_cache_dir`; None: :data:`DEFAULT_CACHE_DIR`).
 
     Raises:
         ConfigError: an unknown ``enabled`` / ``mode`` / ``backend`` (names the ``compile.*`` key).
@@ -43,6 +68,7 @@ class CompileOptions:
     backend: str = "inductor"
     mode: str | None = None
     dynamic: bool = True
+    cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.enabled not in ENABLED:
@@ -58,7 +84,36 @@ class CompileOptions:
         """From the ``compile`` node (missing keys: the defaults; ``None``: disabled)."""
         if node is None:
             return cls(enabled=False)
-        return cls(**{k: node[k] for k in ("enabled", "backend", "mode", "dynamic") if k in node})
+        return cls(**{k: node[k] for k in ("enabled", "backend", "mode", "dynamic", "cache_dir") if k in node})
+
+    @property
+    def cache_path(self) -> Path:
+        """``cache_dir`` (or :data:`DEFAULT_CACHE_DIR`), ``~`` expanded, absolute."""
+        return Path(os.path.expanduser(self.cache_dir or DEFAULT_CACHE_DIR)).resolve()
+
+    def use_cache_dir(self) -> Path:
+        """Point inductor's on-disk caches at :attr:`cache_path` (``TORCHINDUCTOR_CACHE_DIR``, read by
+        ``torch._inductor.runtime.cache_dir_utils.cache_dir`` at each use): the FX graph cache
+        (``torch._inductor.config.fx_graph_cache``), AOTAutograd's cache (``torch._functorch.config.
+        enable_autograd_cache``, the backward graphs too) and, on a GPU, Triton's kernels (``<dir>/triton``, unless
+        ``TRITON_CACHE_DIR`` is set); both caches are switched on (their default).  Returns the folder, created.
+
+        Raises:
+            ConfigError: the folder cannot be created (names ``compile.cache_dir``).
+        """
+        import torch._functorch.config
+        import torch._inductor.config
+
+        path = self.cache_path
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ConfigError(f"compile.cache_dir={str(path)!r}: cannot create it ({err.strerror}); set "
+                              "compile.cache_dir to a writable folder") from None
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+        torch._inductor.config.fx_graph_cache = True
+        torch._functorch.config.enable_autograd_cache = True
+        return path
 
     def active(self, cuda: bool, quantized: bool = False) -> bool:
         """Whether to compile: ``enabled``, with ``auto`` meaning on a CUDA device (``cuda``) and not a 4-bit
@@ -96,10 +151,75 @@ class CompileOptions:
         return out
 
 
-def compile_training(method, options: CompileOptions) -> None:
-    """Compile ``method``'s training forward (:meth:`ContrastiveMethod.forward_loss`) with ``options``; with the
-    cached step, its backbone in place.  Nothing is wrapped: the state dict's keys are unchanged."""
-    if method.cached_step is not None:
-        method.encoder.model.compile(**options.kwargs())
-        return
-    method.compiled_forward_loss = torch.compile(method.forward_loss, **options.kwargs())
+def repeated_layers(model: nn.Module) -> list[nn.Module]:
+    """The transformer's repeated block: the layers of the longest ``nn.ModuleList`` in ``model`` whose entries
+    are all of one class (BERT / RoBERTa ``encoder.layer``, LLaMA / Qwen2 ``layers``, OPT ``decoder.layers``,
+    GPT-2 ``h``); [] when there is none."""
+    best: list[nn.Module] = []
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList) and len(module) > len(best) and len({type(m) for m in module}) == 1:
+            best = list(module)
+    return best
+
+
+def compile_training(method, options: CompileOptions) -> str:
+    """Compile ``method``'s training step with ``options``, in place (nothing wrapped: the state dict's keys are
+    unchanged), after pointing the on-disk caches at ``compile.cache_dir`` (:meth:`CompileOptions.use_cache_dir`):
+    regionally (each layer of :func:`repeated_layers` and the loss module, ``nn.Module.compile``), or, for a
+    backbone with deep prefixes or without a repeated block, the whole training forward (:meth:`forward_loss`,
+    ``method.compiled_forward_loss``).  Returns what was compiled, also kept as ``method.compile_scope``:
+    ``"layers"`` or ``"forward"``.
+
+    Raises:
+        ConfigError: ``compile.cache_dir`` cannot be created.
+    """
+    options.use_cache_dir()
+    kwargs = options.kwargs()
+    encoder = method.encoder
+    layers = repeated_layers(encoder.base_model)
+    deep_prefix = encoder.tuning == "prefix" and encoder.prefix_variant != "input_layer"
+    if deep_prefix or not layers:  # the prefix cache is indexed by layer number: one graph per layer otherwise
+        if method.cached_step is not None:
+            encoder.base_model.compile(**kwargs)  # the module the prefix forward calls (cselab.model.backbone)
+        else:
+            method.compiled_forward_loss = torch.compile(method.forward_loss, **kwargs)
+        method.compile_scope = "forward"
+        return method.compile_scope
+    for layer in layers:
+        layer.compile(**kwargs)
+    method.loss_fn.compile(**kwargs)
+    method.compile_scope = "layers"
+    return method.compile_scope
+
+
+def compile_report(regions: int = 2) -> dict[str, Any]:
+    """What dynamo compiled in this process so far (``torch._dynamo.utils.counters``): ``graphs`` (distinct
+    graphs), ``recompilations`` (graphs beyond the first of each of the ``regions`` compiled code objects: the
+    layer and the loss, or the one forward), ``graph_breaks``, ``compile_s`` (dynamo + inductor, forward and
+    backward, seconds: ``calculate_time_spent``'s ``total_wall_time``) and the on-disk caches' ``fx_cache_hits`` /
+    ``fx_cache_misses`` (inductor) and ``aot_cache_hits`` / ``aot_cache_misses`` (AOTAutograd)."""
+    from torch._dynamo.utils import calculate_time_spent, counters
+
+    graphs = int(counters["stats"]["unique_graphs"])
+    return {"graphs": graphs, "recompilations": max(0, graphs - regions),
+            "graph_breaks": int(sum(counters["graph_break"].values())),
+            "compile_s": round(float(calculate_time_spent().get("total_wall_time", 0.0)), 2),
+            "fx_cache_hits": int(counters["inductor"]["fxgraph_cache_hit"]),
+            "fx_cache_misses": int(counters["inductor"]["fxgraph_cache_miss"]),
+            "aot_cache_hits": int(counters["aot_autograd"]["autograd_cache_hit"]),
+            "aot_cache_misses": int(counters["aot_autograd"]["autograd_cache_miss"])}
+
+
+def log_compile_report(scope: str, options: CompileOptions) -> dict[str, Any]:
+    """Log :func:`compile_report` once (the run calls it at the end of fit), a warning when the recompilations
+    exceed :data:`MAX_RECOMPILATIONS` (with the keys that bound them); returns the report."""
+    report = compile_report(regions=2 if scope == "layers" else 1)
+    log.info("torch.compile (%s): %d graphs, %d recompilations, %d graph breaks, %.1f s compiling; caches in %s: "
+             "FX graphs %d hits / %d misses, AOTAutograd %d hits / %d misses", scope, report["graphs"],
+             report["recompilations"], report["graph_breaks"], report["compile_s"], options.cache_path,
+             report["fx_cache_hits"], report["fx_cache_misses"], report["aot_cache_hits"], report["aot_cache_misses"])
+    if report["recompilations"] > MAX_RECOMPILATIONS:
+        log.warning("torch.compile recompiled %d times (more than %d): set compile.dynamic=true, or bucket the widths "
+                    "with data.pad_to_multiple_of (TORCH_LOGS=recompiles names the guards that failed)",
+                    report["recompilations"], MAX_RECOMPILATIONS)
+    return report

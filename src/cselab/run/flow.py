@@ -24,6 +24,7 @@ import lightning as L
 
 from cselab.callbacks.run_config import check_resume
 from cselab.evaluation.callback import STSCallback
+from cselab.methods.compiled import log_compile_report
 from cselab.run import assemble
 from cselab.run.inputs import check_inputs
 from cselab.run.results import Outcome, RunState, finish
@@ -121,6 +122,8 @@ class Run:
                 saved = last.is_file() and checkpoint_step(str(last)) == step
                 raise StoppedBySignal(received.get("signum", signal.SIGTERM), step,
                                       str(last) if saved else None) from None
+        if getattr(method, "compile_scope", None) and trainer.is_global_zero:
+            log_compile_report(method.compile_scope, self.spec.training.compile)  # once per run
         best, best_dev = validate_at_end(trainer, method, sts, callbacks.get("checkpoint"), state.output_dir)
         with sigterm_stops("test"):  # the test phase is one callback call: Lightning alone would ignore SIGTERM
             if self.spec.evaluation.reloads_backbone and best:
