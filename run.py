@@ -8,13 +8,13 @@ Runs live in ``outputs/<run_name>`` (sweeps in ``multirun/<run_name>/<job>``), a
 overrides: re-running the same command resumes an interrupted run from ``checkpoints/last.ckpt`` and skips a
 finished one (logged once).  In a -m sweep a failing job writes ``failed.json`` in its directory and the sweep
 goes on with the next job; at its end the sweep prints a summary of its jobs and exits 1 if one failed
-(``cselab.sweep``).  A single run that fails writes ``failed.json`` and its cause in ``run.log`` and re-raises
+(``cselab.run.sweep``).  A single run that fails writes ``failed.json`` and its cause in ``run.log`` and re-raises
 (non-zero exit).  A refused command -- a config error or a bad input file (a key named in the message, a ``+key``
 that no code reads), a run directory in use by another process or already finished, ``resume=`` with changed
 values -- is one line on stderr, exit 1, decided before anything is written: an existing run directory stays byte
 for byte as it was (``.hydra/`` and ``run.log`` are written only when the run proceeds,
 ``cselab.run.record.RunRecord``) and a new one is not left behind.  SIGTERM / Ctrl-C in training save
-``last.ckpt`` and exit 128 + the signal with the command that resumes (``cselab.signals``).
+``last.ckpt`` and exit 128 + the signal with the command that resumes (``cselab.run.signals``).
 """
 
 import contextlib
@@ -30,7 +30,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
 
-from cselab.config import (  # (registers the resolvers)
+from cselab.io.config import (  # (registers the resolvers)
     MOVED_KEYS,
     backbone_path_overrides,
     moved_key_error,
@@ -38,11 +38,11 @@ from cselab.config import (  # (registers the resolvers)
     teacher_overrides,
     variant_name,
 )
-from cselab.files import unwritable_folder
-from cselab.logs import one_line_per_event
+from cselab.io.files import unwritable_folder
+from cselab.io.logs import one_line_per_event
 from cselab.methods.checks import MOVED_MODULE_KEYS
 from cselab.model.loading import register_family_resolver  # noqa: F401  (${cselab_backbone_family:...})
-from cselab.sweep import exit_status
+from cselab.run.sweep import exit_status
 
 log = logging.getLogger("cselab")
 
@@ -51,15 +51,15 @@ log = logging.getLogger("cselab")
 def main(cfg: DictConfig) -> float | None:
     # (importing cselab.run imports Lightning, which adds its console handler)
     from cselab.callbacks.run_config import finished_run_changes
-    from cselab.config_keys import check_added_keys
     from cselab.methods.checks import ConfigError
+    from cselab.run.config_keys import check_added_keys
     from cselab.run.failure import record_failure
     from cselab.run.flow import Run
+    from cselab.run.lock import RunDirInUse, hold_run_dir, release_run_dir
     from cselab.run.record import RunRecord
     from cselab.run.resume import RunFinished
+    from cselab.run.signals import StoppedBySignal
     from cselab.run.spec import RunSpec
-    from cselab.run_lock import RunDirInUse, hold_run_dir, release_run_dir
-    from cselab.signals import StoppedBySignal
 
     one_line_per_event()  # Hydra has configured the job's logging: Lightning's records go through it, once
 
@@ -191,7 +191,7 @@ if __name__ == "__main__":
     if not informs and (unwritable := unwritable_folder(output_folder(sys.argv[1:]))) is not None:  # before Hydra
         sys.exit(f"cselab: {unwritable_message(unwritable)}")
     if sys.argv[1:] and not any(a.startswith("-") for a in sys.argv[1:]):  # one run: a typo'd key named at once
-        from cselab.config_keys import missing_key_error
+        from cselab.run.config_keys import missing_key_error
 
         if (missing := missing_key_error(sys.argv[1:], Path(__file__).resolve().parent / "conf")) is not None:
             sys.exit(f"cselab: {missing}")

@@ -55,8 +55,9 @@ def run_case(args) -> dict:
     import torch
     from hydra import compose, initialize_config_dir
 
-    import cselab.config  # noqa: F401  (resolvers)
-    from cselab.pipeline import build_method
+    import cselab.io.config  # noqa: F401  (resolvers)
+    from cselab.run import assemble
+    from cselab.run.spec import module_node
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -68,7 +69,7 @@ def run_case(args) -> dict:
         overrides.append(f"trainer.cached_step.chunk_size={args.chunk}")
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
-    method = build_method(cfg).to(device).train()
+    method = assemble.build_method(module_node(cfg)).to(device).train()
     if args.activation_checkpointing:
         method.encoder.enable_activation_checkpointing()
     batch = method.train_collate([{"text": t} for t in load_sentences(args.data_dir, args.batch_size)])

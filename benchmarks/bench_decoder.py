@@ -5,9 +5,9 @@ a test).
     python benchmarks/bench_decoder.py --size 1.3b --device cuda --bf16     # a GPU: bf16 weights, bf16 autocast
 
 The model is a RANDOM OPT of the named size (``OPTConfig``: 125m = 12 x 768, 350m = 24 x 1024 (512 out),
-1.3b = 24 x 2048; 50,272-token vocabulary) with the tiny byte-level BPE of :mod:`cselab.tiny_decoders` (trained
+1.3b = 24 x 2048; 50,272-token vocabulary) with the tiny byte-level BPE of :mod:`cselab.cli.tiny_decoders` (trained
 on the wiki sample; its ids are a subset of the model's vocabulary), built the way ``run.py`` builds
-``method=prompteol`` (:class:`cselab.methods.prompteol.PromptEOL`, the PromptEOL template, ``last_token``).
+``method=prompteol`` (:class:`cselab.methods.prompteol.method.PromptEOL`, the PromptEOL template, ``last_token``).
 
 * Evaluation: ``encode`` of ``--n`` real wiki sentences (length-sorted batches of ``--eval-batch-size``, the one
   encode loop of cselab), after one warm-up batch: sentences per second.
@@ -39,7 +39,7 @@ SIZES = {  # OPT configs (hidden, layers, heads, ffn, word_embed_proj_dim)
 def build(size: str, folder: Path) -> Path:
     from transformers import AutoTokenizer, OPTConfig, OPTModel
 
-    from cselab.tiny_decoders import build_tiny_decoder, read_corpus
+    from cselab.cli.tiny_decoders import build_tiny_decoder, read_corpus
 
     build_tiny_decoder("opt", folder, read_corpus(ROOT / "tests" / "data" / "wiki1m_head300.txt", limit=None))
     hidden, layers, heads, ffn, proj = SIZES[size]
@@ -68,7 +68,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     import yaml
 
-    from cselab.methods.prompteol import PromptEOL
+    from cselab.methods.prompteol.method import PromptEOL
 
     folder = build(args.size, Path(tempfile.mkdtemp()) / f"opt_{args.size}")
     lines = [s for s in (ROOT / "tests" / "data" / "wiki1m_head300.txt").read_text().splitlines() if s.strip()]

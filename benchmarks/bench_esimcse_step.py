@@ -2,7 +2,7 @@
 
     python benchmarks/bench_esimcse_step.py --batch-size 64 --steps 5
 
-Both methods are built as ``run.py`` builds them (Hydra compose + ``pipeline.build_method``, ``backbone=minilm_l6``,
+Both methods are built as ``run.py`` builds them (Hydra compose + ``cselab.run.assemble.build_method``, ``backbone=minilm_l6``,
 eager), on the same B sentences of the embedded wiki1m sample, collated by each method's own training collate
 (ESimCSE: the repetition drawn with the run's seed).  A step is ``training_step`` + backward + AdamW's step; after one
 warm-up step each, the methods' steps alternate (so that a busy machine slows both alike) and the median is printed.
@@ -20,9 +20,10 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
 
-import cselab.config  # noqa: F401  (resolvers)
-from cselab.data.repetition import PLAN_KEY, repetition_plan
-from cselab.pipeline import build_method
+import cselab.io.config  # noqa: F401  (resolvers)
+from cselab.methods.esimcse.repetition import PLAN_KEY, repetition_plan
+from cselab.run import assemble
+from cselab.run.spec import module_node
 
 ROOT = Path(__file__).resolve().parents[1]
 WIKI = ROOT / "tests" / "data" / "wiki1m_head300.txt"
@@ -32,7 +33,7 @@ def build(method: str):
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[f"method={method}", "backbone=minilm_l6", "compile.enabled=false"])
     torch.manual_seed(0)
-    module = build_method(cfg)
+    module = assemble.build_method(module_node(cfg))
     module.log = lambda *a, **k: None  # no trainer: the step's logging is a no-op here
     return module
 

@@ -47,14 +47,15 @@ def test_phase(data_dir: str) -> tuple[float, dict, dict]:
     """Time the test phase of ``method=baseline method.pooler=avg backbone=minilm_l6`` (no intervals)."""
     from hydra import compose, initialize_config_dir
 
-    import cselab.config  # noqa: F401  (resolvers)
+    import cselab.io.config  # noqa: F401  (resolvers)
     from cselab.evaluation.callback import STSCallback
-    from cselab.pipeline import build_method
+    from cselab.run import assemble
+    from cselab.run.spec import module_node
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["method=baseline", "method.pooler=avg", "backbone=minilm_l6",
                                            f"data_dir={data_dir}"])
-    method = build_method(cfg)
+    method = assemble.build_method(module_node(cfg))
     sts = STSCallback(data_dir=cfg.data_dir, test_tasks=list(cfg.eval.test_tasks), dev_task=cfg.eval.dev_task,
                       aggregation=cfg.eval.aggregation, batch_size=cfg.eval.batch_size, progress_every_s=1e9)
     start = time.perf_counter()

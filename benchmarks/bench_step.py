@@ -8,7 +8,7 @@ against compiled (a script, not a test).
     python benchmarks/bench_step.py --device cuda --bf16 --cached 64 128 --batch-sizes 512 --methods promptbert
 
 What is measured.  Each (method, mode) runs in its own process: the method built as ``run.py`` builds it (Hydra
-compose + ``pipeline.build_run_method``, so ``compile.*`` applies as in a run) on a RANDOM BERT of bert-base shape
+compose + ``cselab.run.assemble.build_run_method``, so ``compile.*`` applies as in a run) on a RANDOM BERT of bert-base shape
 (12 x 768, 12 heads, 3072; ``--layers``) with the real bert-base-uncased vocabulary (30,522 entries, from the
 embedded MiniLM package), a batch of B real sentences of the wiki1m sample collated as the run's DataModule collates
 them (``data.pad_to_multiple_of`` 8 on a GPU), then ``lightning.Trainer.fit`` for ``--warmup + --steps`` steps on
@@ -74,7 +74,7 @@ def compose(args, method: str, mode: str, batch_size: int, cached: int | None):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    import cselab.config  # noqa: F401  (resolvers)
+    import cselab.io.config  # noqa: F401  (resolvers)
 
     overrides = [f"method={method}", "backbone=bert_base", f"backbone.name_or_path={args.model}",
                  "backbone.family=bert", f"data.batch_size={batch_size}", f"data_dir={args.data_dir}",
@@ -83,7 +83,7 @@ def compose(args, method: str, mode: str, batch_size: int, cached: int | None):
         overrides.append("trainer.accelerator=cpu")
     if cached:
         overrides.append(f"trainer.cached_step.chunk_size={cached}")
-    conf = Path(cselab.config.__file__).resolve().parents[2] / "conf"  # the conf/ of the cselab imported
+    conf = Path(cselab.io.config.__file__).resolve().parents[2] / "conf"  # the conf/ of the cselab imported
     with initialize_config_dir(str(conf), version_base="1.3"):
         return hydra_compose("config", overrides=overrides)
 
@@ -135,7 +135,9 @@ def run_case(args) -> dict:
     import torch._dynamo
     from torch.utils.data import DataLoader
 
-    from cselab.pipeline import build_run_method, resolve_precision
+    from cselab.run import assemble
+    from cselab.run.pieces import resolve_precision
+    from cselab.run.spec import RunSpec
 
     try:
         from cselab.data.datamodule import resolve_pad_to_multiple_of
@@ -153,7 +155,7 @@ def run_case(args) -> dict:
         cfg = compose(args, args.method, args.mode, b, args.cached)
         torch.manual_seed(0)
         t_build = time.perf_counter()
-        method = build_run_method(cfg)
+        method = assemble.build_run_method(RunSpec.from_config(cfg))
         collate = method.train_collate
         collate.pad_to_multiple_of = resolve_pad_to_multiple_of(cfg.data.get("pad_to_multiple_of"), cuda)
         rows = [{"text": t} for t in load_sentences(args.data_dir, b)]
@@ -276,11 +278,12 @@ def run_eval(args) -> dict:
     import torch
 
     from cselab.evaluation.sts import TEST_TASKS, STSEvaluator
-    from cselab.pipeline import build_run_method
+    from cselab.run import assemble
+    from cselab.run.spec import RunSpec
 
     warnings.simplefilter("ignore")
     cfg = compose(args, "simcse", "eager", 64, None)
-    method = build_run_method(cfg).to(args.device).eval()
+    method = assemble.build_run_method(RunSpec.from_config(cfg)).to(args.device).eval()
     evaluator = STSEvaluator(args.data_dir)
     evaluator.load(TEST_TASKS, "test")
     if args.device == "cuda":

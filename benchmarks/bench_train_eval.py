@@ -6,7 +6,7 @@
 What is measured, on ONE model, batch size and sequence length:
 
 * Training: one optimizer step (forward, loss, backward, AdamW step; tokenization done beforehand and timed
-  apart as ``collate ms``) of each method, as ``run.py`` builds it (Hydra config + ``pipeline.build_method``):
+  apart as ``collate ms``) of each method, as ``run.py`` builds it (Hydra config + ``cselab.run.assemble.build_method``):
   ``simcse`` unsup (dropout views, one forward of 2B rows), ``simcse`` sup (NLI triplets, 3B rows; here
   triplets of corpus sentences: only the cost matters), ``promptbert`` unsup (two templates, ``position``
   denoising), ``cot_bert`` (three templates, ``pad`` denoising).  PEER: unsup SimCSE as sentence-transformers
@@ -102,11 +102,12 @@ def load_sentences(data_dir: Path, n: int) -> list[str]:
 
 
 def compose_method(case: str, model: str, seq_len: int, data_dir: Path):
-    """The method of ``case`` exactly as ``run.py`` builds it (Hydra compose + ``pipeline.build_method``)."""
+    """The method of ``case`` exactly as ``run.py`` builds it (Hydra compose + ``cselab.run.assemble.build_method``)."""
     from hydra import compose, initialize_config_dir
 
-    import cselab.config  # noqa: F401  (resolvers)
-    from cselab.pipeline import build_method
+    import cselab.io.config  # noqa: F401  (resolvers)
+    from cselab.run import assemble
+    from cselab.run.spec import module_node
 
     method, setting, extra = CASE_METHOD[case]
     overrides = [f"method={method}", f"setting={setting}", f"max_seq_len={seq_len}", f"data_dir={data_dir}"]
@@ -116,7 +117,7 @@ def compose_method(case: str, model: str, seq_len: int, data_dir: Path):
         overrides += ["backbone=bert_base", f"backbone.name_or_path={model}", "backbone.family=bert"]
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=overrides + extra)
-    return build_method(cfg)
+    return assemble.build_method(module_node(cfg))
 
 
 def model_path(model: str) -> str:

@@ -36,7 +36,7 @@ def build_cache(path: Path, model_name: str, pooler: str, data_dir: str | None) 
     """Encode every sentence of the seven tasks once and save ``{sentence: row}`` + the embeddings."""
     import cselab
 
-    model = cselab.load(model_name, pooler=pooler)  # any model target (cselab.targets)
+    model = cselab.load(model_name, pooler=pooler)  # any model target (cselab.io.targets)
     evaluator = TransferEvaluator(data_dir, TRANSFER_TASKS, "fasttest")
     tasks = {t: load_transfer_task(data_dir, t) for t in TRANSFER_TASKS}
     start = time.perf_counter()

@@ -67,9 +67,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from transformers import AutoModel, AutoTokenizer
 
+    from cselab.cli.tiny_decoders import build_tiny_decoder, read_corpus
     from cselab.data.sts import load_task
-    from cselab.methods.prompteol import PromptEOL
-    from cselab.tiny_decoders import build_tiny_decoder, read_corpus
+    from cselab.methods.prompteol.method import PromptEOL
 
     torch.set_num_threads(1)
     folder = build_tiny_decoder("opt", Path(tempfile.mkdtemp()) / "tiny_opt",

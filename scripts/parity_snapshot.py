@@ -109,8 +109,9 @@ def cases() -> list[tuple[str, list[str]]]:
 def snapshot(dirs: dict[str, Path]) -> dict[str, dict]:
     from hydra import compose, initialize_config_dir
 
-    import cselab.config  # noqa: F401  (resolvers)
-    from cselab.pipeline import build_method
+    import cselab.io.config  # noqa: F401  (resolvers)
+    from cselab.run import assemble
+    from cselab.run.spec import module_node
 
     results = {}
     for name, overrides in cases():
@@ -120,7 +121,7 @@ def snapshot(dirs: dict[str, Path]) -> dict[str, dict]:
             cfg = compose("config", overrides=[*overrides, f"backbone.name_or_path={dirs[family]}"])
         try:
             torch.manual_seed(0)
-            model = build_method(cfg)
+            model = assemble.build_method(module_node(cfg))
         except Exception as err:  # a case a version cannot build is recorded, not fatal
             results[name] = {"error": f"{type(err).__name__}: {err}"}
             continue

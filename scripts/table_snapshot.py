@@ -1,5 +1,5 @@
 """Record (or compare) every table cselab prints or writes, on fixed inputs: a refactor of the table code
-(``cselab.tables`` and its users) must leave every string byte-identical.
+(``cselab.io.tables`` and its users) must leave every string byte-identical.
 
 The inputs are the tests' own fixtures (``tests/test_report.py``, ``tests/test_report_intervals.py``,
 ``tests/test_hub_card.py``): the report in Markdown / LaTeX / CSV (paper notes, failed and unfinished runs, ``|``
@@ -36,7 +36,7 @@ from cselab.cli.report import main as report_main  # noqa: E402
 from cselab.data.transfer import TRANSFER_TASKS  # noqa: E402
 from cselab.evaluation.sts import TEST_TASKS, format_table  # noqa: E402
 from cselab.evaluation.transfer import format_transfer_table  # noqa: E402
-from cselab.model_card import sts_table  # noqa: E402
+from cselab.export.model_card import sts_table  # noqa: E402
 from cselab.report import render as R  # noqa: E402
 from cselab.report.collect import collect  # noqa: E402
 from cselab.report.compare import (  # noqa: E402

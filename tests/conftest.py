@@ -269,7 +269,7 @@ def compose_tiny_run(tmp_path: Path, tiny_bert_dir: Path, sts_data_dir, *overrid
     steps, no progress bars), with ``overrides`` after the defaults."""
     from hydra import compose, initialize_config_dir
 
-    import cselab.config  # noqa: F401  (resolvers)
+    import cselab.io.config  # noqa: F401  (resolvers)
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(f"sentence number {i} is here\n" for i in range(40)))
@@ -291,9 +291,29 @@ WIKI_HEAD = Path(__file__).resolve().parent / "data" / "wiki1m_head300.txt"
 @pytest.fixture(scope="session")
 def tiny_decoder_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tiny random decoders (2 layers, 32 wide) with a byte-level BPE trained here on the wiki sample:
-    ``{"opt": ..., "llama": ..., "qwen2": ...}`` folders (:func:`cselab.tiny_decoders.build_tiny_decoder`)."""
-    from cselab.tiny_decoders import KINDS, build_tiny_decoder, read_corpus
+    ``{"opt": ..., "llama": ..., "qwen2": ...}`` folders (:func:`cselab.cli.tiny_decoders.build_tiny_decoder`)."""
+    from cselab.cli.tiny_decoders import KINDS, build_tiny_decoder, read_corpus
 
     lines = read_corpus(WIKI_HEAD, limit=None)
     root = tmp_path_factory.mktemp("tiny_decoders")
     return {kind: build_tiny_decoder(kind, root / f"tiny_{kind}", lines, seed=0) for kind in KINDS}
+
+
+def run(cfg, output_dir: str | Path) -> dict:
+    """``run.py``'s two steps in one call: the composed config read into a :class:`cselab.run.spec.RunSpec`, then
+    :func:`cselab.run.flow.run` (``results.json``'s dict)."""
+    import time
+
+    from cselab.run import flow
+    from cselab.run.spec import RunSpec
+
+    return flow.run(RunSpec.from_config(cfg, output_dir), output_dir, time.perf_counter())
+
+
+def build_method(cfg, backbone: dict | None = None):
+    """The composed config's method, as the run builds it (:func:`cselab.run.assemble.build_method` of its
+    ``module`` node)."""
+    from cselab.run import assemble
+    from cselab.run.spec import module_node
+
+    return assemble.build_method(module_node(cfg), backbone)

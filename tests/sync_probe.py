@@ -107,7 +107,7 @@ class SyncProbe(L.Callback):
         self._start, self._validated, self._logging = (trainer.global_step, self._snapshot()), False, False
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        from cselab.progress import is_logging_step
+        from cselab.io.progress import is_logging_step
 
         self._logging = is_logging_step(trainer)
 

@@ -117,7 +117,7 @@ def test_bad_arguments_name_the_key(kwargs, key):
 
 
 def _config(*overrides: str) -> dict:
-    import cselab.config  # noqa: F401  (resolvers)
+    import cselab.io.config  # noqa: F401  (resolvers)
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=list(overrides))

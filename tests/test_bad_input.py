@@ -97,14 +97,15 @@ def test_nli_rows_with_non_utf8_bytes_are_skipped_and_counted(tmp_path):
 def test_missing_training_file_is_refused_before_the_backbone_loads(tmp_path):
     from hydra import compose, initialize_config_dir
 
-    import cselab.config  # noqa: F401
-    from cselab.pipeline import check_data_files
+    import cselab.io.config  # noqa: F401
+    from cselab.run.inputs import check_inputs
+    from cselab.run.spec import RunSpec
 
     conf = str(Path(__file__).resolve().parents[1] / "conf")
     with initialize_config_dir(config_dir=conf, version_base="1.3"):
         cfg = compose(config_name="config", overrides=[f"data.path={tmp_path}/none.txt"])
     with pytest.raises(FileNotFoundError, match=r"unsup corpus not found at .*none.txt \(config key data.path\)"):
-        check_data_files(cfg)
+        check_inputs(RunSpec.from_config(cfg).inputs)
 
 
 # ------------------------------------------------------------------ every input checked before the backbone loads
@@ -112,7 +113,7 @@ def test_missing_training_file_is_refused_before_the_backbone_loads(tmp_path):
 def _compose(*overrides: str):
     from hydra import compose, initialize_config_dir
 
-    import cselab.config  # noqa: F401  (resolvers)
+    import cselab.io.config  # noqa: F401  (resolvers)
 
     conf = str(Path(__file__).resolve().parents[1] / "conf")
     with initialize_config_dir(config_dir=conf, version_base="1.3"):
@@ -122,7 +123,6 @@ def _compose(*overrides: str):
 @pytest.fixture
 def no_backbone(monkeypatch):
     """``run`` fails loudly if it gets as far as loading the backbone."""
-    import cselab.pipeline
     import cselab.run.assemble
 
     def refuse(*args, **kwargs):
@@ -132,7 +132,7 @@ def no_backbone(monkeypatch):
 
 
 def _run(tmp_path, *overrides: str):
-    from cselab.pipeline import run
+    from tests.conftest import run
 
     return run(_compose(*overrides), tmp_path / "run")
 
@@ -173,7 +173,7 @@ def test_wrong_nli_header_fails_before_the_backbone_loads(tmp_path, no_backbone,
 
 
 def test_negative_learning_rate_fails_before_the_backbone_loads(tmp_path, no_backbone, sts_data_dir):
-    from cselab.pipeline import ConfigError
+    from cselab.model.spec import ConfigError
 
     with pytest.raises(ConfigError, match=r"optim.lr=-3e-05: expected a number > 0"):
         _run(tmp_path, "method=simcse", "optim.lr=-3e-5", f"data_dir={sts_data_dir}")

@@ -52,10 +52,10 @@ def test_analysis_mask_equals_the_baseline_mask_method(tiny_bert_dir):
 
     from hydra import compose, initialize_config_dir
 
-    import cselab.config  # noqa: F401  (resolvers)
+    import cselab.io.config  # noqa: F401  (resolvers)
     from cselab.analysis.representations import make_encode_fn
     from cselab.model.loading import load_backbone
-    from cselab.pipeline import build_method
+    from tests.conftest import build_method
 
     conf = str(Path(__file__).resolve().parents[1] / "conf")
     with initialize_config_dir(config_dir=conf, version_base="1.3"):

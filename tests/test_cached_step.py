@@ -26,11 +26,11 @@ from hydra import compose, initialize_config_dir
 from torch import nn
 from torch.utils.data import DataLoader
 
-import cselab.config  # noqa: F401  (resolvers)
+import cselab.io.config  # noqa: F401  (resolvers)
 from cselab.methods.cached_step import CachedStep, check_options, chunk_rows
 from cselab.model.spec import ConfigError
-from cselab.pipeline import build_method, validate
-from tests.conftest import loss_and_grads
+from cselab.run.spec import RunSpec
+from tests.conftest import build_method, loss_and_grads
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 SENTENCES = ["a man is playing a guitar", "the cat sat on the mat", "two dogs are running in the park",
@@ -301,16 +301,17 @@ def test_refused_combinations_are_named(dirs) -> None:
             cfg = compose("config", overrides=["method=simcse", f"backbone.name_or_path={mlm_dir}",
                                                 "backbone.family=bert", *overrides])
             with pytest.raises(ConfigError, match=match):
-                validate(cfg)
+                RunSpec.from_config(cfg)
 
 
 def test_run_with_cached_step_trains_and_may_resume_with_another_chunk_size(tmp_path, tiny_bert_dir, sts_data_dir):
     """``run.py trainer.cached_step.chunk_size=3``: the Trainer is built without the key (the module takes it) and
     the run trains with the cached step; the chunk size is not a change of the run's recipe (a resume may change
     it, and the W&B variant does not name it)."""
-    from cselab.config import variant_name
-    from cselab.pipeline import config_changes, resolved_config, run
-    from tests.conftest import compose_tiny_run
+    from cselab.callbacks.run_config import config_changes
+    from cselab.io.config import variant_name
+    from cselab.run.spec import copies_of, resolved_config
+    from tests.conftest import compose_tiny_run, run
 
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]",
                            "trainer.cached_step.chunk_size=3", "trainer.max_steps=2",
@@ -321,7 +322,7 @@ def test_run_with_cached_step_trains_and_may_resume_with_another_chunk_size(tmp_
     assert ckpt["hyper_parameters"]["cached_step"] == {"chunk_size": 3}
     other = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]",
                              "trainer.cached_step.chunk_size=5", "trainer.max_steps=2")
-    assert config_changes(resolved_config(cfg), other) == []
+    assert config_changes(resolved_config(cfg), resolved_config(other), copies_of(other)) == []
     assert variant_name(["trainer.cached_step.chunk_size=32"]) == "default"
 
 

@@ -10,12 +10,11 @@ from datetime import timedelta
 import torch
 
 import cselab
-from cselab.checkpoint_io import LastCheckpoint
+from cselab.run.checkpoints import LastCheckpoint
 
 
 def test_a_finished_run_keeps_a_weights_only_best_and_no_last(tmp_path, tiny_bert_dir, sts_data_dir, caplog):
-    from cselab.pipeline import run
-    from tests.conftest import compose_tiny_run
+    from tests.conftest import compose_tiny_run, run
 
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]",
                            "callbacks.throughput=null")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-import cselab.config  # noqa: F401  (resolvers)
+import cselab.io.config  # noqa: F401  (resolvers)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
@@ -58,7 +58,7 @@ def test_an_unwritable_output_folder_is_named(tmp_path, monkeypatch):
         import run as run_py
     finally:
         sys.path.remove(str(ROOT))
-    from cselab.files import unwritable_folder
+    from cselab.io.files import unwritable_folder
 
     outputs = tmp_path / "outputs"
     outputs.mkdir()
@@ -109,7 +109,7 @@ def test_a_rankcse_run_whose_teacher_fails_writes_failed_json_and_its_cause_in_r
 
 
 def test_teachers_given_as_run_directories_parse_unquoted(tmp_path):
-    from cselab.config import teacher_overrides
+    from cselab.io.config import teacher_overrides
 
     name = "outputs/simcse_splade_tiny_unsup+data.batch_size=16+eval.test_tasks=-stsb-,sts12~15a349ac"
     for given, weights in ((f"method.teachers={name}", [1.0]),

@@ -17,7 +17,7 @@ import torch._dynamo
 from torch._dynamo.utils import counters
 
 from cselab.methods.compiled import CompileOptions, compile_report, compile_training, repeated_layers
-from cselab.pipeline import ConfigError
+from cselab.model.spec import ConfigError
 from tests.test_cached_step import CASES, _assert_same, _build, dirs  # noqa: F401
 
 CORPUS = str(Path(__file__).resolve().parent / "data" / "wiki1m_head300.txt")  # real sentences of varied lengths: widths change from batch to batch
@@ -139,8 +139,7 @@ def test_a_compiled_run_logs_its_graphs_once_and_keeps_its_cache_where_configure
     import logging
     import os
 
-    from cselab.pipeline import run
-    from tests.conftest import compose_tiny_run
+    from tests.conftest import compose_tiny_run, run
 
     cache = tmp_path / "my_cache"
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]", "compile.enabled=true",
@@ -164,8 +163,7 @@ def test_a_200_step_run_recompiles_at_most_4_times_without_a_graph_break(name, t
     """``run.py compile.enabled=true data.pad_to_multiple_of=8`` (the GPU defaults) on real sentences of varied
     lengths: 200 steps, a validation and the test, at most 4 recompilations (the layer's and the loss's graphs
     first compiled, then e.g. the layer without gradients for the evaluation), 0 graph breaks (dynamo's counters)."""
-    from cselab.pipeline import run
-    from tests.conftest import compose_tiny_run
+    from tests.conftest import compose_tiny_run, run
 
     torch._dynamo.reset()
     counters.clear()
@@ -187,8 +185,7 @@ def test_a_compiled_run_resumes_eager_and_compiled(tmp_path, tiny_bert_dir, sts_
     """A compiled run killed after its step-2 checkpoint resumes to the end with ``compile.enabled=false`` and with
     ``compile.enabled=true`` (the checkpoint holds the plain module's keys)."""
     from cselab.methods.base import ContrastiveMethod
-    from cselab.pipeline import run
-    from tests.conftest import compose_tiny_run
+    from tests.conftest import compose_tiny_run, run
 
     real_step = ContrastiveMethod.training_step
 
@@ -245,7 +242,7 @@ def test_options_refused_by_name() -> None:
 def test_validate_refuses_bad_compile_and_data_keys(tiny_bert_dir) -> None:
     from hydra import compose, initialize_config_dir
 
-    from cselab.pipeline import validate
+    from cselab.run.spec import RunSpec
     conf = str(Path(__file__).resolve().parents[1] / "conf")
     for override, match in (("compile.mode=fast", "compile.mode='fast'"),
                             ("data.num_workers=-1", "data.num_workers=-1"),
@@ -255,4 +252,4 @@ def test_validate_refuses_bad_compile_and_data_keys(tiny_bert_dir) -> None:
             cfg = compose("config", overrides=["method=simcse", f"backbone.name_or_path={tiny_bert_dir}",
                                                 "backbone.family=bert", override])
         with pytest.raises(ConfigError, match=match):
-            validate(cfg)
+            RunSpec.from_config(cfg)

@@ -8,8 +8,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import cselab.config  # noqa: F401  (resolvers)
-from cselab.pipeline import ConfigError, prompt_config, resolve_precision, validate
+import cselab.io.config  # noqa: F401  (resolvers)
+from cselab.io.config import has_templates
+from cselab.model.spec import ConfigError
+from cselab.run.pieces import resolve_precision
+from cselab.run.spec import RunSpec
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 BACKBONES = ["minilm_l6", "bert_base", "bert_large", "roberta_base", "roberta_large"]
@@ -30,12 +33,12 @@ def test_every_paper_row_composes(method, setting, backbone):
     assert resolved["data"]["batch_size"] == resolved["hp"]["batch_size"]
     assert resolved["optim"]["lr"] == resolved["hp"]["lr"]
     assert resolved["trainer"]["max_epochs"] == resolved["hp"]["epochs"]
-    validate(cfg)
+    RunSpec.from_config(cfg)
 
 
 @pytest.mark.parametrize("method", ["cot_bert", "scpcse", "optiprompt", "baseline"])
 def test_unsup_only_methods_compose(method):
-    validate(_compose(f"method={method}"))
+    RunSpec.from_config(_compose(f"method={method}"))
 
 
 def test_prompt_tuning_rows():
@@ -68,7 +71,7 @@ def test_simcse_mlp_only_train_follows_setting():
 
 def test_prompt_follows_method_and_can_be_overridden():
     assert _compose("method=promptbert").prompt.name == "promptbert"
-    assert prompt_config(_compose("method=simcse")) is None
+    assert not has_templates(_compose("method=simcse").prompt)
     assert _compose("method=baseline", "prompt=promptbert_manual", "method.pooler=mask").prompt.name == "promptbert_manual"
 
 
@@ -95,35 +98,35 @@ def test_command_line_overrides_win():
 )
 def test_invalid_configs_are_refused_with_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
-        validate(_compose(*overrides))
+        RunSpec.from_config(_compose(*overrides))
 
 
 @pytest.mark.parametrize("prompt", ["promptbert", "promptbert_manual", "cot_bert", "cot_bert_only_prefix"])
 def test_prompt_template_on_a_named_prompt_says_what_to_type(prompt):
     cfg = _compose("method=baseline", "method.pooler=mask", f"prompt={prompt}", "prompt.template='This [X] means [MASK] .'")
     with pytest.raises(ConfigError) as err:
-        validate(cfg)
+        RunSpec.from_config(cfg)
     message = str(err.value)
     assert f"prompt.template='This [X] means [MASK] .' is read only by prompt=custom, but prompt={prompt}" in message
     assert "type: prompt=custom prompt.template='This [X] means [MASK] .'" in message
     family, views = next(iter(cfg.prompt.templates.items()))
     assert f"prompt.templates.{family}.{next(iter(views))}='This [X] means [MASK] .'" in message
     # what the message says to type composes and validates
-    validate(_compose("method=baseline", "method.pooler=mask", "prompt=custom", "prompt.template='This [X] means [MASK] .'"))
-    validate(_compose("method=baseline", "method.pooler=mask", f"prompt={prompt}",
+    RunSpec.from_config(_compose("method=baseline", "method.pooler=mask", "prompt=custom", "prompt.template='This [X] means [MASK] .'"))
+    RunSpec.from_config(_compose("method=baseline", "method.pooler=mask", f"prompt={prompt}",
                       f"prompt.templates.{family}.{next(iter(views))}='This [X] means [MASK] .'"))
 
 
 def test_prompt_template_on_prompt_none_says_what_to_type():
     cfg = _compose("method=baseline", "method.pooler=mask", "prompt.template='[X] means [MASK] .'")
     with pytest.raises(ConfigError, match=r"but prompt=none\. .*type: prompt=custom prompt.template='\[X\] means"):
-        validate(cfg)
+        RunSpec.from_config(cfg)
 
 
 def test_the_old_top_level_keys_are_gone_and_run_py_names_their_new_home():
     from hydra.errors import ConfigCompositionException
 
-    from cselab.config import moved_key_error
+    from cselab.io.config import moved_key_error
 
     cfg = _compose("method=baseline", "method.pooler=avg")
     assert "pooler" not in cfg and "denoise" not in cfg and "train" not in cfg
@@ -237,7 +240,7 @@ SWEEPS = sorted(p.stem for p in (Path(CONF) / "sweep").glob("*.yaml"))
 def test_every_experiment_composes_and_validates(experiment):
     cfg = _compose(f"experiment={experiment}")
     OmegaConf.to_container(cfg, resolve=True)
-    validate(cfg)
+    RunSpec.from_config(cfg)
     if experiment != "demo":
         method, row = experiment.split("/")
         whitening = method == "whitening"  # BERT-whitening: method=baseline + eval.whitening (trains nothing)
@@ -282,12 +285,12 @@ def test_every_sweep_composes_for_each_of_its_values(sweep):
             override = f"{key}={_override_value(value)}"
             cfg = _compose(f"sweep={sweep}", override)
             OmegaConf.to_container(cfg, resolve=True)
-            validate(cfg)
+            RunSpec.from_config(cfg)
 
 
 def test_variant_name_keeps_only_what_changes_the_model():
-    from cselab.config import variant_name
-    from cselab.pipeline import _short_tag
+    from cselab.io.config import variant_name
+    from cselab.run.assemble import _short_tag
 
     overrides = ["method=cot_bert", "backbone=minilm_l6", "seed=3", "method.denoise=pad", "+objective=same_template",
                  "trainer.max_steps=3", "hydra.run.dir=x", "logger=wandb", "loss.temperature=0.1",
@@ -315,7 +318,7 @@ def test_another_backbone_family_needs_no_row_in_the_heads_tables():
 def test_backbone_typed_as_an_id_or_folder_becomes_backbone_auto(tmp_path):
     """``backbone=<hub id or folder>`` (#15: ``backbone=<tiny decoder folder>``): run.py writes it as ``backbone=auto
     backbone.name_or_path=...``; a sweep over ids sweeps ``backbone.name_or_path``; options and other keys pass."""
-    from cselab.config import backbone_name, backbone_path_overrides
+    from cselab.io.config import backbone_name, backbone_path_overrides
 
     options = {p.stem for p in (Path(CONF) / "backbone").glob("*.yaml")}
     folder = tmp_path / "my-model"
@@ -346,7 +349,7 @@ def test_backbone_auto_reads_the_family_and_finds_the_paper_rows(tiny_decoder_di
     opt = _compose("method=prompteol", "backbone=auto", f"backbone.name_or_path={tiny_decoder_dirs['opt']}",
                    "method.train=false")
     assert (opt.backbone.name, opt.backbone.family, opt.module.backbone.family) == ("tiny_opt", "decoder", "decoder")
-    validate(opt)
+    RunSpec.from_config(opt)
     bert = _compose("method=promptbert", "setting=sup", "backbone=auto", f"backbone.name_or_path={tiny_bert_dir}")
     assert bert.backbone.family == "bert" and bert.method.head == "mlm_transform"  # the official BERT row
     opt13 = tiny_decoder_dirs["opt"].parent / "opt-13b"

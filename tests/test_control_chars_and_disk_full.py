@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from cselab.data.checks import check_corpus, check_nli, scan_lines
-from cselab.files import DiskFullError, atomic_write_text
+from cselab.io.files import DiskFullError, atomic_write_text
 
 TORCH_WRITER = "[enforce fail at inline_container.cc:672] . unexpected pos 5248 vs 5146"
 
@@ -58,16 +58,16 @@ def test_an_nli_csv_of_control_characters_is_refused(tmp_path):
 def test_a_control_character_corpus_stops_the_run_before_the_backbone_loads(tmp_path, sts_data_dir, monkeypatch):
     from hydra import compose, initialize_config_dir
 
-    import cselab.config  # noqa: F401
-    import cselab.pipeline
+    import cselab.io.config  # noqa: F401
     import cselab.run.assemble
+    from tests.conftest import run
 
     monkeypatch.setattr(cselab.run.assemble, "build_method", lambda *a, **k: pytest.fail("the backbone was loaded"))
     path = _control_corpus(tmp_path / "nul.txt")
     with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["method=simcse", f"data.path={path}", f"data_dir={sts_data_dir}"])
     with pytest.raises(ValueError, match="data.max_control_share=0.01"):
-        cselab.pipeline.run(cfg, tmp_path / "run")
+        run(cfg, tmp_path / "run")
 
 
 # ------------------------------------------------------------------------------------------------ a full disk
@@ -91,8 +91,8 @@ def test_a_disk_full_checkpoint_write_is_recorded_with_path_and_free_space(tmp_p
                                                                           monkeypatch):
     """A real run whose first checkpoint write gets torch's `unexpected pos` (ENOSPC in its context): the run
     fails with DiskFullError and failed.json names the cause, the checkpoint path and the free space."""
-    from cselab.pipeline import record_failure, run
-    from tests.conftest import compose_tiny_run
+    from cselab.run.failure import record_failure
+    from tests.conftest import compose_tiny_run, run
 
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]")
     out = tmp_path / "run"
@@ -111,20 +111,20 @@ def test_a_disk_full_checkpoint_write_is_recorded_with_path_and_free_space(tmp_p
 
 
 def test_torch_writer_failure_without_errno_is_disk_full_only_when_the_disk_is_nearly_full(tmp_path, monkeypatch):
-    import cselab.files
+    import cselab.io.files
 
     def writer_fails(obj, f, *args, **kwargs):
         f.write(b"\0" * 1024)
         raise RuntimeError(TORCH_WRITER)
 
-    from cselab.checkpoint_io import AtomicCheckpointIO
+    from cselab.run.checkpoints import AtomicCheckpointIO
 
     monkeypatch.setattr(torch, "save", writer_fails)
     with pytest.raises(RuntimeError, match="unexpected pos") as plain:  # plenty of space: left as it is
         AtomicCheckpointIO().save_checkpoint({"global_step": 1}, tmp_path / "a.ckpt")
     assert not isinstance(plain.value, DiskFullError)
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(cselab.files.shutil, "disk_usage", lambda p: usage(10 * 2**30, 10 * 2**30 - 4096, 4096))
+    monkeypatch.setattr(cselab.io.files.shutil, "disk_usage", lambda p: usage(10 * 2**30, 10 * 2**30 - 4096, 4096))
     with pytest.raises(DiskFullError, match=r"writing .*b.ckpt failed with 4.0 KiB free") as full:
         AtomicCheckpointIO().save_checkpoint({"global_step": 1}, tmp_path / "b.ckpt")
     assert full.value.errno == errno.ENOSPC and full.value.free_bytes == 4096
@@ -134,7 +134,7 @@ def test_torch_writer_failure_without_errno_is_disk_full_only_when_the_disk_is_n
 def test_results_json_on_a_full_disk_is_a_disk_full_record(tmp_path, monkeypatch):
     """A text output (results.json) hitting ENOSPC: DiskFullError names the file; failed.json, written once
     space is back, has the cause, the path and the free space."""
-    from cselab.pipeline import record_failure
+    from cselab.run.failure import record_failure
 
     real_fsync = __import__("os").fsync
 
@@ -152,7 +152,7 @@ def test_results_json_on_a_full_disk_is_a_disk_full_record(tmp_path, monkeypatch
 
 
 def test_an_enospc_outside_the_staged_writers_is_recorded_too(tmp_path):
-    from cselab.pipeline import record_failure
+    from cselab.run.failure import record_failure
 
     try:
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "csv" / "metrics.csv"))

@@ -154,7 +154,7 @@ def _ddp_sim_config():
     """``conf/trainer/ddp_sim.yaml`` as composed (the test launches its strategy by fork instead of re-running)."""
     from hydra import compose, initialize_config_dir
 
-    import cselab.config  # noqa: F401  (resolvers)
+    import cselab.io.config  # noqa: F401  (resolvers)
 
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["trainer=ddp_sim"])

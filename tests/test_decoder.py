@@ -93,7 +93,7 @@ def load_prompt(name: str) -> dict:
 
 def make_decoder_method(path: Path, prompt: str = "prompteol", tuning: dict | None = None, setting: str = "sup",
                         loss: dict | None = None, **kwargs):
-    from cselab.methods.prompteol import PromptEOL
+    from cselab.methods.prompteol.method import PromptEOL
 
     torch.manual_seed(0)
     model = {"pooler": "last_token", "head": "none", "prompt": load_prompt(prompt),
@@ -217,7 +217,7 @@ def test_training_decode_cleanup_is_the_2023_default_when_asked(tokenizers):
 def test_icl_template_is_the_official_demonstration():
     from hydra import compose, initialize_config_dir
 
-    import cselab.config  # noqa: F401  (resolvers)
+    import cselab.io.config  # noqa: F401  (resolvers)
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["method=prompteol", "prompt=prompteol_icl", "backbone=opt_125m"])
@@ -241,8 +241,8 @@ def test_icl_file_reads_one_template_per_line_for_the_demonstration_search(tmp_p
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    import cselab.config  # noqa: F401  (resolvers)
-    from cselab.pipeline import validate
+    import cselab.io.config  # noqa: F401  (resolvers)
+    from cselab.run.spec import RunSpec
 
     lines = ['This_sentence_:_"*sent_0*"_means_in_one_word:"', OFFICIAL_ICL_OPT_125M, "", "last"]
     (tmp_path / "icl.txt").write_text("\n".join(lines) + "\n")
@@ -254,7 +254,7 @@ def test_icl_file_reads_one_template_per_line_for_the_demonstration_search(tmp_p
                                                 f"prompt.line={line}"])
 
     cfg = compose_line(2)
-    validate(cfg)
+    RunSpec.from_config(cfg)
     view = cfg.prompt.templates.decoder.view1
     assert view == OFFICIAL_ICL_OPT_125M
     collate = PromptCollate(None, [ViewSpec("text", view)], eval_rules=True)
@@ -468,7 +468,7 @@ def test_sentence_transformers_export(merge, tiny_decoder_dirs, tmp_path):
 # ------------------------------------------------------------------------------------------ refusals
 
 def test_refusals_name_why(tiny_decoder_dirs, tiny_bert_dir):
-    from cselab.methods.cot_bert import CoTBERT
+    from cselab.methods.cot_bert.method import CoTBERT
     from cselab.model.loading import load_backbone
 
     path = {"name_or_path": str(tiny_decoder_dirs["opt"]), "family": "decoder"}
@@ -482,7 +482,7 @@ def test_refusals_name_why(tiny_decoder_dirs, tiny_bert_dir):
     with pytest.raises(ConfigError, match="tuning=prefix conflicts with method=prompteol"):
         make_decoder_method(tiny_decoder_dirs["opt"], tuning={"name": "prefix", "pre_seq_len": 4})
     with pytest.raises(ConfigError, match="needs a decoder LLM"):
-        from cselab.methods.prompteol import PromptEOL
+        from cselab.methods.prompteol.method import PromptEOL
 
         PromptEOL(backbone={"name_or_path": str(tiny_bert_dir), "family": "bert"},
                   model={"pooler": "last_token", "head": "none", "prompt": load_prompt("prompteol")})

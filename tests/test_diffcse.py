@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from cselab.methods.diffcse import DiffCSE
-from cselab.methods.rtd import ReplacedTokenDetection, replaced_token_labels, rtd_loss
+from cselab.methods.diffcse.method import DiffCSE
+from cselab.methods.diffcse.rtd import ReplacedTokenDetection, replaced_token_labels, rtd_loss
 from cselab.model.loading import BackboneUnavailableError
 from cselab.model.spec import ConfigError
 from tests.conftest import BERT_VOCAB, SENTENCES
@@ -350,7 +350,7 @@ def test_rtd_module_generator_dropout_off_keeps_it_in_eval_mode(tiny_bert_dir, t
 def test_paper_configs_compose(tmp_path):
     from hydra import compose, initialize_config_dir
 
-    import cselab.config  # noqa: F401  (resolvers)
+    import cselab.io.config  # noqa: F401  (resolvers)
 
     conf = str(Path(__file__).resolve().parents[1] / "conf")
     with initialize_config_dir(config_dir=conf, version_base="1.3"):

@@ -18,16 +18,16 @@ import pytest
 import torch
 from torch import nn
 
-from cselab.data.repetition import (
+from cselab.methods.cached_step import CachedStep
+from cselab.methods.esimcse.loss import QueueInfoNCE
+from cselab.methods.esimcse.momentum import MomentumQueue, init_weights_bert_421
+from cselab.methods.esimcse.repetition import (
     PLAN_KEY,
     RepetitionCollate,
     repeat_tokens,
     repeat_words,
     repetition_plan,
 )
-from cselab.losses.queue_infonce import QueueInfoNCE
-from cselab.methods.cached_step import CachedStep
-from cselab.methods.momentum import MomentumQueue, init_weights_bert_421
 from cselab.model.spec import ConfigError
 
 WIKI = Path(__file__).resolve().parent / "data" / "wiki1m_head300.txt"
@@ -149,7 +149,7 @@ def _dropout_off(module: nn.Module) -> None:
 
 def _esimcse(make_method, family: str = "bert", **options):
     method = make_method("esimcse", family, pooler="cls", head="mlp", mlp_only_train=True,
-                         loss={"name": "infonce_queue", "_target_": "cselab.losses.queue_infonce.QueueInfoNCE",
+                         loss={"name": "infonce_queue", "_target_": "cselab.methods.esimcse.loss.QueueInfoNCE",
                                "temperature": 0.05},
                          esimcse={"momentum": 0.9, "queue_size": 6, "dup_rate": 0.32, **options})
     method.log = lambda *a, **k: None  # no trainer attached
@@ -418,11 +418,11 @@ def test_refusals_are_named(make_method, bert_tokenizer) -> None:
         make_method("esimcse", "bert", pooler="cls", head="mlp", esimcse={})
     with pytest.raises(ConfigError, match="prompt=none"):
         make_method("esimcse", "bert", pooler="cls", head="mlp", prompt="promptbert", esimcse={},
-                    loss={"_target_": "cselab.losses.queue_infonce.QueueInfoNCE"})
+                    loss={"_target_": "cselab.methods.esimcse.loss.QueueInfoNCE"})
     with pytest.raises(ConfigError, match="setting=unsup"):
         make_method("esimcse", "bert", pooler="cls", head="mlp", setting="sup", esimcse={},
-                    loss={"_target_": "cselab.losses.queue_infonce.QueueInfoNCE"})
-    from cselab.data.repetition import add_repetition_column
+                    loss={"_target_": "cselab.methods.esimcse.loss.QueueInfoNCE"})
+    from cselab.methods.esimcse.repetition import add_repetition_column
 
     with pytest.raises(ConfigError, match="data.streaming"):
         add_repetition_column([{"text": "a"}], RepetitionCollate(bert_tokenizer, 0.3), 42)
@@ -508,7 +508,7 @@ def test_ddp_gathers_the_batch_and_keeps_the_queue_per_rank(tmp_path, tiny_bert_
         torch.manual_seed(0)
         return method_class("esimcse")(backbone={"name_or_path": str(nodrop), "family": "bert"},
                                        model={"pooler": "cls", "head": "mlp", "mlp_only_train": True},
-                                       loss={"_target_": "cselab.losses.queue_infonce.QueueInfoNCE"},
+                                       loss={"_target_": "cselab.methods.esimcse.loss.QueueInfoNCE"},
                                        esimcse={"queue_size": 100})
 
     method = build()

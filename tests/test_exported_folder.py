@@ -1,4 +1,4 @@
-"""One loader for every model target (``cselab.targets.resolve_target`` + ``cselab.load``): ``cselab transfer``,
+"""One loader for every model target (``cselab.io.targets.resolve_target`` + ``cselab.load``): ``cselab transfer``,
 ``cselab mteb``, ``cselab export``, ``cselab analysis`` and ``cselab.load`` take a run directory, a checkpoint, an
 exported folder (encoded exactly as ``SentenceTransformer(folder)``: its own pooling, not ``--pooler avg``) and a
 backbone name, with one message for anything else."""
@@ -19,7 +19,7 @@ import cselab  # noqa: E402
 from cselab.cli.export import main as export_main  # noqa: E402
 from cselab.cli.transfer import main as transfer_main  # noqa: E402
 from cselab.export import export  # noqa: E402
-from cselab.exported import describe_folder, encoder_line  # noqa: E402
+from cselab.methods.exported import describe_folder, encoder_line  # noqa: E402
 
 TRAIN = ["a man is playing a guitar", "the cat sat on the mat", "two dogs are running", "it is raining today"]
 PROBES = ["a man is playing a guitar", "The cat sat on the mat.", "birds fly", "a cat sat and the dog ran away"]
@@ -115,7 +115,7 @@ def test_every_command_takes_the_same_targets_with_one_message(simcse_run, tmp_p
         assert analysis_main(["anisotropy", "--backbone", target, "--pooler", "avg", "--json",
                               "--sentences", "a man is playing a guitar", "the cat sat on the mat"]) == 0
         assert json.loads(capsys.readouterr().out)["n_sentences"] == 2
-    from cselab.targets import TARGETS, resolve_target
+    from cselab.io.targets import TARGETS, resolve_target
 
     ckpt = run_dir / "checkpoints" / "best-step2.ckpt"
     assert [(t.kind, t.path) for t in map(resolve_target, [run_dir, ckpt, folder])] == [

@@ -16,10 +16,10 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
-import cselab.config  # noqa: F401  (resolvers)
-from cselab.losses import build_loss
+import cselab.io.config  # noqa: F401  (resolvers)
+from cselab.methods.registry import build_loss
 from cselab.model.loading import BackboneUnavailableError
-from cselab.pipeline import build_method
+from tests.conftest import build_method
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = str(ROOT / "conf")

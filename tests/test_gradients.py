@@ -15,8 +15,8 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-import cselab.config  # noqa: F401  (resolvers)
-from cselab.pipeline import build_method
+import cselab.io.config  # noqa: F401  (resolvers)
+from tests.conftest import build_method
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 SENTENCES = ["a man is playing a guitar", "the cat sat on the mat", "two dogs are running in the park",

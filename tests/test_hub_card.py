@@ -8,8 +8,8 @@ from pathlib import Path
 import lightning as L
 import pytest
 
-from cselab.hub import HubError, check_push_access
-from cselab.model_card import find_results, model_card
+from cselab.export.hub import HubError, check_push_access
+from cselab.export.model_card import find_results, model_card
 from cselab.report.published import TASKS, load_published, lookup
 
 TEST = {"sts12": 70.11, "sts13": 83.02, "sts14": 75.33, "sts15": 82.44, "sts16": 79.55, "stsb": 80.66,

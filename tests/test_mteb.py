@@ -14,8 +14,8 @@ pytest.importorskip("mteb")
 import mteb  # noqa: E402
 
 from cselab.data.sts import load_task  # noqa: E402
+from cselab.evaluation.mteb import LOCAL_TASK_NAMES, CselabMTEBEncoder, local_sts_task  # noqa: E402
 from cselab.evaluation.sts import STSEvaluator  # noqa: E402
-from cselab.mteb import LOCAL_TASK_NAMES, CselabMTEBEncoder, local_sts_task  # noqa: E402
 
 SENTENCES = ["a man is playing a guitar", "the cat sat on the mat", "two dogs are running in the park",
              "a woman is slicing an onion", "birds fly"]

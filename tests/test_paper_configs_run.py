@@ -1,5 +1,5 @@
 """One experiment config and one sweep config of each paper, composed as a user launches them and run end to end
-(``pipeline.run``: train with ``trainer.fast_dev_run``, validate, test, write results) on a tiny BERT with its MLM
+(``cselab.run.flow.run``: train with ``trainer.fast_dev_run``, validate, test, write results) on a tiny BERT with its MLM
 head, the real STS-B files and a tiny corpus / NLI csv standing in for the full data."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
-import cselab.config  # noqa: F401  (resolvers)
-from cselab.pipeline import ConfigError, run
+import cselab.io.config  # noqa: F401  (resolvers)
+from cselab.model.spec import ConfigError
+from tests.conftest import run
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = str(ROOT / "conf")

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cselab.progress import EvalProgress, ProgressLog, StepRichProgressBar, StepTQDMProgressBar
+from cselab.io.progress import EvalProgress, ProgressLog, StepRichProgressBar, StepTQDMProgressBar
 
 
 def _trainer(global_step=0, batches=187, max_steps=20, restarting=False, ready=0, accumulate=1, total=None):
@@ -35,13 +35,13 @@ def test_training_bar_total_is_bounded_by_max_steps(bar_class, monkeypatch):
 
 
 def test_progress_log_lines_for_training(caplog, monkeypatch):
-    import cselab.progress as progress
+    import cselab.io.progress as progress
 
     clock = iter([0.0, 30.0, 61.0, 130.0])
     monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
     cb = ProgressLog(every_s=60)
     trainer = _trainer(global_step=0, total=200)
-    with caplog.at_level(logging.INFO, logger="cselab.progress"):
+    with caplog.at_level(logging.INFO, logger="cselab.io.progress"):
         cb.on_train_start(trainer, None)
         for step in (10, 20, 40):  # at 30 s (too soon), 61 s and 130 s
             trainer.global_step = step
@@ -56,13 +56,13 @@ def test_progress_log_lines_for_training(caplog, monkeypatch):
 def test_progress_log_s_per_step_leaves_validation_out(caplog, monkeypatch):
     """Issue #40: 20 steps in 40 s of training plus a 20 s validation is 2.00 s/step (not 3.00); the time left
     keeps the wall-clock rate (validations recur): 180 steps x 3 s = 9:00."""
-    import cselab.progress as progress
+    import cselab.io.progress as progress
 
     clock = iter([0.0, 20.0, 40.0, 61.0])  # train start, validation start, validation end, step 20
     monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
     cb = ProgressLog(every_s=60)
     trainer = _trainer(global_step=0, total=200)
-    with caplog.at_level(logging.INFO, logger="cselab.progress"):
+    with caplog.at_level(logging.INFO, logger="cselab.io.progress"):
         cb.on_train_start(trainer, None)
         cb.on_validation_start(trainer, None)
         cb.on_validation_end(trainer, None)
@@ -73,7 +73,7 @@ def test_progress_log_s_per_step_leaves_validation_out(caplog, monkeypatch):
 
 def test_progress_shows_the_loss_read_on_logging_steps_only(monkeypatch):
     """Between logging steps the loss shown is the last one read: the display never reads the device's value."""
-    import cselab.progress as progress
+    import cselab.io.progress as progress
 
     clock = iter([0.0, 61.0, 130.0])
     monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
@@ -94,12 +94,12 @@ def test_progress_shows_the_loss_read_on_logging_steps_only(monkeypatch):
 
 
 def test_evaluation_progress_lines_when_not_a_terminal(caplog, monkeypatch):
-    import cselab.progress as progress
+    import cselab.io.progress as progress
 
     clock = iter([0.0, 0.0, 70.0, 100.0])
     monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
     report = EvalProgress(None, "test", every_s=60)
-    with caplog.at_level(logging.INFO, logger="cselab.progress"):
+    with caplog.at_level(logging.INFO, logger="cselab.io.progress"):
         report("sts12", 0, 6000)
         report("sts12", 2000, 6000)  # 70 s in: a line
         report("sts12", 6000, 6000)  # done
@@ -116,7 +116,7 @@ def test_evaluation_bar_shows_speed_and_time_left_after_one_slow_chunk():
     left and 0.00it/s; ours show the average since the task began (500 sentences in 40 s: 12.5/s, 40 s left)."""
     from rich.progress import Progress
 
-    from cselab.progress import SpeedColumn, TimeLeftColumn, average_speed, time_left
+    from cselab.io.progress import SpeedColumn, TimeLeftColumn, average_speed, time_left
 
     clock = [0.0]
     progress = Progress(get_time=lambda: clock[0])
@@ -134,14 +134,14 @@ def test_evaluation_bar_shows_speed_and_time_left_after_one_slow_chunk():
 
 
 def test_rich_bar_uses_the_time_left_columns():
-    from cselab.progress import SpeedColumn, TimeLeftColumn
+    from cselab.io.progress import SpeedColumn, TimeLeftColumn
 
     kinds = {type(c) for c in StepRichProgressBar().configure_columns(None)}
     assert {TimeLeftColumn, SpeedColumn} <= kinds
 
 
 def test_evaluation_without_a_trainer_draws_a_tqdm_bar_in_a_terminal(monkeypatch, capsys):
-    import cselab.progress as progress
+    import cselab.io.progress as progress
 
     monkeypatch.setattr(progress, "interactive", lambda: True)
     report = EvalProgress(None, "test")

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from cselab.losses.rankcse import RankCSELoss, consistency_loss
-from cselab.losses.ranking import listmle_loss, listnet_loss
-from cselab.methods.teachers import TeacherScores, TeacherSpec, teacher_specs
+from cselab.methods.rankcse.loss import RankCSELoss, consistency_loss
+from cselab.methods.rankcse.ranking import listmle_loss, listnet_loss
+from cselab.methods.rankcse.teachers import TeacherScores, TeacherSpec, teacher_specs
 from cselab.model.spec import ConfigError
 from tests.conftest import loss_and_grads
 
@@ -143,7 +143,7 @@ def test_teacher_config_errors_name_the_key(teachers, temperature, match) -> Non
 @pytest.fixture(scope="module")
 def teacher_dir(tiny_bert_dir, tmp_path_factory) -> Path:
     """A tiny SimCSE model saved as a cselab folder (``cselab_model.json``): a teacher on the student's tokenizer."""
-    from cselab.methods.simcse import SimCSE
+    from cselab.methods.simcse.method import SimCSE
 
     torch.manual_seed(7)
     teacher = SimCSE({"name_or_path": str(tiny_bert_dir), "family": "bert"},
@@ -154,10 +154,10 @@ def teacher_dir(tiny_bert_dir, tmp_path_factory) -> Path:
 
 
 def _rankcse(backbone_dir: Path, teachers: list[dict], ranking: str = "listnet", **kwargs):
-    from cselab.methods.rankcse import RankCSE
+    from cselab.methods.rankcse.method import RankCSE
 
     torch.manual_seed(0)
-    loss = {"_target_": "cselab.losses.rankcse.RankCSELoss", "ranking": ranking,
+    loss = {"_target_": "cselab.methods.rankcse.loss.RankCSELoss", "ranking": ranking,
             "ranking_weight": 0.1 if ranking == "listnet" else 1.0}
     return RankCSE({"name_or_path": str(backbone_dir), "family": "bert"},
                    model={"pooler": "cls", "head": "mlp", "mlp_only_train": True}, loss=loss, teachers=teachers,
@@ -200,7 +200,7 @@ UNK_SENTENCES = ["a man is playing a \u2603 guitar", *SENTENCES[1:]]
 def avg_teacher_dir(tiny_bert_dir, tmp_path_factory) -> Path:
     """A tiny avg-pooled teacher on the student's tokenizer (the official ``avg`` teacher, teachers.py:42-48; a tiny
     random BERT's [CLS] barely depends on the tokens, its mean does)."""
-    from cselab.methods.simcse import SimCSE
+    from cselab.methods.simcse.method import SimCSE
 
     torch.manual_seed(7)
     teacher = SimCSE({"name_or_path": str(tiny_bert_dir), "family": "bert"}, model={"pooler": "avg"})
@@ -242,8 +242,8 @@ def test_a_teacher_on_another_vocabulary_reads_the_decoded_view_with_its_unk(tin
                                                                              teacher_dir, tmp_path) -> None:
     """The documented extension: a teacher whose vocabulary differs (or with a template) reads the first view decoded,
     its framing special tokens dropped and [UNK] kept (not shortened)."""
-    from cselab.methods.simcse import SimCSE
-    from cselab.methods.teachers import decode_view, teacher_feed
+    from cselab.methods.rankcse.teachers import decode_view, teacher_feed
+    from cselab.methods.simcse.method import SimCSE
 
     method = _rankcse(tiny_bert_dir, [{"path": str(teacher_dir)}]).train()
     batch = method.train_collate([{"text": s} for s in UNK_SENTENCES])
@@ -287,7 +287,7 @@ def test_missing_or_unloadable_teacher_is_named(tiny_bert_dir, tmp_path) -> None
 
 
 def test_method_refuses_what_rankcse_cannot_be(tiny_bert_dir, teacher_dir) -> None:
-    from cselab.methods.rankcse import RankCSE
+    from cselab.methods.rankcse.method import RankCSE
 
     backbone = {"name_or_path": str(tiny_bert_dir), "family": "bert"}
     teachers = [{"path": str(teacher_dir)}]
@@ -389,12 +389,12 @@ def test_published_rows_and_the_listmle_variant() -> None:
     assert variant_of(config) == "listMLE"
 
 
-# ------------------------------------------------------------------------------ runs (pipeline.run, run.py)
+# ------------------------------------------------------------------------------ runs (cselab.run.flow.run, run.py)
 def _tiny_run_config(tmp_path: Path, tiny_bert_dir: Path, sts_data_dir: Path, teacher: Path, *overrides: str):
     """A 4-step RankCSE run on the tiny BERT and a 40-line corpus, validation every 2 steps, STS-B test only."""
     from hydra import compose, initialize_config_dir
 
-    import cselab.config  # noqa: F401  (resolvers)
+    import cselab.io.config  # noqa: F401  (resolvers)
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(f"sentence number {i} is here\n" for i in range(40)))
@@ -416,8 +416,8 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, tiny_bert_dir,
                                                         monkeypatch) -> None:
     """Resume: the student, optimizer and data position come from last.ckpt, the teachers are loaded again at fit
     start; the resumed run ends where the uninterrupted one ends."""
-    from cselab.methods.rankcse import RankCSE
-    from cselab.pipeline import run
+    from cselab.methods.rankcse.method import RankCSE
+    from tests.conftest import run
 
     whole = run(_tiny_run_config(tmp_path, tiny_bert_dir, sts_data_dir, teacher_dir), tmp_path / "whole")
     real_step = RankCSE.training_step

@@ -14,7 +14,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from test_run_lock import _hold_in_another_process
 
-import cselab.config  # noqa: F401  (resolvers)
+import cselab.io.config  # noqa: F401  (resolvers)
 from cselab.callbacks.run_config import STATE_KEY
 from cselab.run.spec import resolved_config
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from cselab.checkpoint_io import AtomicCheckpointIO
-from cselab.files import atomic_write_text
+from cselab.io.files import atomic_write_text
 from cselab.methods.nonfinite import NonFiniteLossError
+from cselab.run.checkpoints import AtomicCheckpointIO
 
 ROWS = [{"text": s} for s in ["a man is playing a guitar", "the cat sat on the mat", "birds fly", "a cat sat"]]
 
@@ -92,8 +92,8 @@ def test_atomic_checkpoint_write_keeps_the_old_checkpoint(tmp_path, monkeypatch)
 def test_finished_run_is_not_overwritten_unless_asked(tmp_path):
     from hydra import compose, initialize_config_dir
 
-    import cselab.config  # noqa: F401
-    from cselab.pipeline import run
+    import cselab.io.config  # noqa: F401
+    from tests.conftest import run
 
     (tmp_path / "results.json").write_text('{"test": {"avg": 80.0}}')
     conf = str(Path(__file__).resolve().parents[1] / "conf")
@@ -105,7 +105,7 @@ def test_finished_run_is_not_overwritten_unless_asked(tmp_path):
 
 
 def test_a_failing_job_leaves_failed_json(tmp_path):
-    from cselab.pipeline import record_failure
+    from cselab.run.failure import record_failure
 
     try:
         raise ValueError("loss.temperature must be > 0, got 0")
@@ -153,7 +153,7 @@ def test_a_killed_writer_s_temporary_file_is_removed_by_the_next_save(tmp_path):
 
 
 def test_recording_a_failure_on_a_full_disk_never_raises(tmp_path, monkeypatch, caplog):
-    from cselab.pipeline import record_failure
+    from cselab.run.failure import record_failure
 
     monkeypatch.setattr(os, "fsync", _enospc)
     try:
@@ -181,8 +181,8 @@ def test_a_run_that_fills_the_disk_leaves_no_checkpoint_or_temporary_file(tmp_pa
                                                                          monkeypatch, caplog):
     """The first checkpoint write of a real run hits ENOSPC: the run fails with that error, the run directory
     holds no checkpoint and no temporary file, and recording the failure (the disk still full) does not raise."""
-    from cselab.pipeline import record_failure, run
-    from tests.conftest import compose_tiny_run
+    from cselab.run.failure import record_failure
+    from tests.conftest import compose_tiny_run, run
 
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]")
     out = tmp_path / "run"

@@ -22,7 +22,7 @@ import torch
 
 from cselab.data.resume import DataPosition, ResumableSampler
 from cselab.data.unsup import StreamingSentences
-from cselab.pipeline import resolve_ckpt_path
+from cselab.run.resume import resolve_ckpt_path
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = "a man is playing the guitar cat sat on mat two dogs are running in park woman slicing onion".split()
@@ -252,7 +252,7 @@ def test_each_rank_resumes_its_own_shard():
 
 
 def test_csv_rows_after_the_resumed_checkpoint_are_dropped_and_a_fresh_run_starts_empty(tmp_path):
-    from cselab.loggers import keep_csv_rows
+    from cselab.run.loggers import keep_csv_rows
 
     path = tmp_path / "metrics.csv"
     path.write_text("step,train/loss,val/stsb_spearman\n0,,\n4,1.5,\n4,,60.0\n6,1.2,\n8,,61.0\n")
@@ -264,7 +264,7 @@ def test_csv_rows_after_the_resumed_checkpoint_are_dropped_and_a_fresh_run_start
 
 def test_a_resumed_run_continues_its_wandb_run_id_and_a_fresh_run_gets_a_new_one(tmp_path):
     pytest.importorskip("wandb")
-    from cselab.loggers import WANDB_ID_FILE, wandb_run_id
+    from cselab.run.loggers import WANDB_ID_FILE, wandb_run_id
 
     first = wandb_run_id(tmp_path, resuming=False)
     assert (tmp_path / WANDB_ID_FILE).read_text().strip() == first

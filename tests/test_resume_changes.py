@@ -1,6 +1,6 @@
 """A resumed run whose command changes a key that changes the result is refused, naming the key with both values;
 ``resume.allow_changed`` accepts it, applies it from the checkpoint's step and records it in ``results.json``;
-keys that do not change the result (:data:`cselab.config.OUTPUT_ONLY_KEYS`) pass silently."""
+keys that do not change the result (:data:`cselab.io.config.OUTPUT_ONLY_KEYS`) pass silently."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from cselab.config import resume_overrides
+from cselab.callbacks.run_config import config_changes
+from cselab.io.config import resume_overrides
 from cselab.methods.checks import ConfigError
-from cselab.pipeline import config_changes, resolved_config
+from cselab.run.spec import copies_of, resolved_config
 
 
 class _Killed(RuntimeError):
@@ -22,8 +23,7 @@ class _Killed(RuntimeError):
 def _interrupted_run(tmp_path, tiny_bert_dir, sts_data_dir, monkeypatch):
     """A 4-step run that dies at step 3, after the step-2 validation wrote checkpoints/last.ckpt."""
     from cselab.methods.base import ContrastiveMethod
-    from cselab.pipeline import run
-    from tests.conftest import compose_tiny_run
+    from tests.conftest import compose_tiny_run, run
 
     real_step = ContrastiveMethod.training_step
 
@@ -46,8 +46,7 @@ def _interrupted_run(tmp_path, tiny_bert_dir, sts_data_dir, monkeypatch):
 @pytest.mark.integration
 def test_resume_with_a_changed_lr_is_refused_then_accepted_and_recorded(tmp_path, tiny_bert_dir, sts_data_dir,
                                                                         monkeypatch):
-    from cselab.pipeline import run
-    from tests.conftest import compose_tiny_run
+    from tests.conftest import compose_tiny_run, run
 
     out = _interrupted_run(tmp_path, tiny_bert_dir, sts_data_dir, monkeypatch)
 
@@ -86,9 +85,9 @@ def test_config_changes_ignore_output_only_keys_and_module_copies(tmp_path, tiny
     saved = resolved_config(base)
     same = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.batch_size=3", "data.num_workers=2",
                             "logger=csv", "trainer.enable_progress_bar=true", "resume.allow_changed=[seed]")
-    assert config_changes(saved, same) == []
+    assert config_changes(saved, resolved_config(same), copies_of(same)) == []
     other = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "loss.temperature=0.1", "seed=3")
-    assert [key for key, _, _ in config_changes(saved, other)] == ["loss.temperature", "seed"]
+    assert [key for key, _, _ in config_changes(saved, resolved_config(other), copies_of(other))] == ["loss.temperature", "seed"]
     assert OmegaConf.select(other, "module.loss.temperature") == 0.1  # the module's copy is not listed again
     # a checkpoint's config from before the embedding spec: the flat module node (copies too) is not a change
     from cselab.methods.checks import LEGACY_OPTIM_KEYS, split_legacy
@@ -97,7 +96,7 @@ def test_config_changes_ignore_output_only_keys_and_module_copies(tmp_path, tiny
     old_optim = {k: v for k, v in saved["module"]["optim"].items() if k in LEGACY_OPTIM_KEYS}  # no optim.fused then
     flat["module"].update({**saved["module"]["model"], **old_optim})
     assert split_legacy(flat["module"])["model"] == saved["module"]["model"]
-    assert config_changes(flat, base) == []
+    assert config_changes(flat, resolved_config(base), copies_of(base)) == []
 
 
 def test_resume_equals_dir_on_the_command_line_is_the_resume_node():
@@ -113,9 +112,9 @@ def test_a_node_added_since_keeps_old_runs_unchanged_while_its_switch_is_off(tmp
     now = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir)
     saved = resolved_config(now)
     del saved["eval"]["whitening"]  # the config as a run before #34 saved it
-    assert config_changes(saved, now) == []
+    assert config_changes(saved, resolved_config(now), copies_of(now)) == []
     whitened = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.whitening.enabled=true")
-    keys = [key for key, _, _ in config_changes(saved, whitened)]
+    keys = [key for key, _, _ in config_changes(saved, resolved_config(whitened), copies_of(whitened))]
     assert "eval.whitening.enabled" in keys and all(k.startswith("eval.whitening.") for k in keys)
     # a run saved with the node compares it as any other key
-    assert [key for key, _, _ in config_changes(resolved_config(now), whitened)] == ["eval.whitening.enabled"]
+    assert [key for key, _, _ in config_changes(resolved_config(now), resolved_config(whitened), copies_of(whitened))] == ["eval.whitening.enabled"]

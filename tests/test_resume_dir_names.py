@@ -11,9 +11,10 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-import cselab.config  # noqa: F401  (resolvers)
-from cselab.config import hydra_quote, override_key, resume_overrides
-from cselab.pipeline import finished_run_changes, resolved_config
+import cselab.io.config  # noqa: F401  (resolvers)
+from cselab.callbacks.run_config import finished_run_changes
+from cselab.io.config import hydra_quote, override_key, resume_overrides
+from cselab.run.spec import copies_of, resolved_config
 
 ROOT = Path(__file__).resolve().parents[1]
 #: a run directory as run_name writes it (issue 33's example), with a sweep's comma too
@@ -42,7 +43,7 @@ def test_a_finished_run_asked_for_a_change_says_so(tmp_path):
     run_dir = tmp_path / RUN_DIR
     run_dir.mkdir(parents=True)
     (run_dir / "results.json").write_text(json.dumps({"config": saved, "test": {"avg": 50.0}}))
-    assert finished_run_changes({"config": saved}, cfg, run_dir) is None  # the same command: a plain skip
+    assert finished_run_changes({"config": saved}, resolved_config(cfg), copies_of(cfg), run_dir) is None  # the same command: a plain skip
 
     proc = subprocess.run([sys.executable, str(ROOT / "run.py"), f"resume={RUN_DIR}", "method=simcse",
                            "trainer.max_steps=10", "optim.lr=1e-4"], cwd=tmp_path, capture_output=True, text=True,
@@ -60,7 +61,7 @@ LONG = ["method=simcse", "backbone=splade_tiny", "data.batch_size=16", "eval.tes
 
 
 def test_a_long_run_name_drops_whole_parts_never_characters():
-    from cselab.config import RUN_NAME_LIMIT, job_dir_name, run_name
+    from cselab.io.config import RUN_NAME_LIMIT, job_dir_name, run_name
 
     name = run_name(LONG, "simcse", "splade_tiny", "unsup")
     assert len(name) <= RUN_NAME_LIMIT and "~" in name
@@ -76,7 +77,7 @@ def test_a_long_run_name_drops_whole_parts_never_characters():
 
 
 def test_a_key_given_twice_is_named_once_with_the_value_hydra_applies():
-    from cselab.config import job_dir_name, run_name
+    from cselab.io.config import job_dir_name, run_name
 
     assert run_name(["trainer.max_steps=10", "seed=1", "trainer.max_steps=20"], "simcse", "minilm_l6", "unsup") == \
         "simcse_minilm_l6_unsup+seed=1+trainer.max_steps=20"

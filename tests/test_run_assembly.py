@@ -11,9 +11,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import cselab.config  # noqa: F401  (resolvers)
+import cselab.io.config  # noqa: F401  (resolvers)
 from cselab.data.unsup import UnsupDataModule
-from cselab.pipeline import ConfigError, build_callbacks, validate
+from cselab.model.spec import ConfigError
+from cselab.run import assemble
+from cselab.run.spec import RunSpec, callback_nodes
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -44,8 +46,7 @@ class CountingDataModule(UnsupDataModule):
 
 
 def test_a_callback_and_a_datamodule_from_the_config_alone(tmp_path, tiny_bert_dir, sts_data_dir):
-    from cselab.pipeline import run
-    from tests.conftest import compose_tiny_run
+    from tests.conftest import compose_tiny_run, run
 
     Probe.seen.clear()
     CountingDataModule.setups.clear()
@@ -68,15 +69,15 @@ def test_callbacks_are_built_in_order_and_refuse_an_unfilled_argument(tmp_path):
     cfg = _compose("callbacks.throughput=null", "checkpointing.save_last=false")
     runtime = {"sts": {"started": 0.0}, "run_config": {"config": {}, "changes": [], "resume_step": None},
                "checkpoint": {"dirpath": tmp_path}, "last_checkpoint": {"dirpath": tmp_path}}
-    built = build_callbacks(cfg, runtime)
+    built = assemble.build_callbacks(callback_nodes(cfg), runtime)
     assert list(built) == ["sts", "progress", "flops", "rng_state", "run_config", "checkpoint",
                            "sigterm_broadcast"]  # no last / throughput
     assert built["checkpoint"].monitor == "val/stsb_spearman" and built["checkpoint"].dirpath == str(tmp_path)
-    assert list(build_callbacks(cfg, runtime, names=("sts",))) == ["sts"]
+    assert list(assemble.build_callbacks(callback_nodes(cfg), runtime, names=("sts",))) == ["sts"]
     with pytest.raises(ConfigError, match=r"callbacks.checkpoint.dirpath is \?\?\?"):
-        build_callbacks(cfg, {k: v for k, v in runtime.items() if k != "checkpoint"})
+        assemble.build_callbacks(callback_nodes(cfg), {k: v for k, v in runtime.items() if k != "checkpoint"})
     with pytest.raises(ConfigError, match="callbacks.bad: expected a node with a _target_"):
-        build_callbacks(_compose("+callbacks.bad.x=1"), runtime)
+        assemble.build_callbacks(callback_nodes(_compose("+callbacks.bad.x=1")), runtime)
 
 
 #: the Trainer's arguments before the trainer node held only them (main b00f39d: cfg.trainer minus save_last,
@@ -104,10 +105,11 @@ def test_the_trainer_node_is_lightnings_arguments_as_before(trainer):
 
 
 def test_a_trainer_is_built_with_the_run_arguments(tmp_path):
-    from cselab.pipeline import build_trainer
+    from cselab.run import assemble
+    from cselab.run.spec import RunSpec
 
     cfg = _compose("method=simcse", "trainer.max_steps=3")
-    trainer = build_trainer(cfg, [Probe()], [], tmp_path)
+    trainer = assemble.build_trainer(RunSpec.from_config(cfg).training, [Probe()], [], tmp_path)
     assert trainer.max_steps == 3 and trainer.num_sanity_val_steps == 0 and trainer.check_val_every_n_epoch is None
     assert trainer.precision == "32-true" and any(isinstance(c, Probe) for c in trainer.callbacks)
 
@@ -116,10 +118,10 @@ def test_a_trainer_is_built_with_the_run_arguments(tmp_path):
                                           ("trainer.save_every_n_steps", "checkpointing.save_every_n_steps"),
                                           ("trainer.progress_log_s", "progress.log_s")])
 def test_old_spellings_are_refused_naming_the_new_key(old, new):
-    from cselab.config import moved_key_error
+    from cselab.io.config import moved_key_error
 
     assert f"type {new}=5" in moved_key_error([f"{old}=5"])  # the command line (run.py)
     cfg = _compose(f"+{old}=5")  # a YAML that still sets it
     with pytest.raises(ConfigError, match=f"{old} moved: it is {new} now"):
-        validate(cfg)
+        RunSpec.from_config(cfg)
     assert OmegaConf.select(_compose(), new, default="absent") != "absent"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cselab.run_lock import LOCK_FILE, RunDirInUse, hold_run_dir, mark_run_dir, release_run_dir
+from cselab.run.lock import LOCK_FILE, RunDirInUse, hold_run_dir, mark_run_dir, release_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,7 +16,7 @@ PROMPTEOL_ROWS = sorted(p.stem for p in (CONF / "experiment" / "prompteol").glob
 def _compose(*overrides: str):
     from hydra import compose, initialize_config_dir
 
-    import cselab.config  # noqa: F401  (resolvers)
+    import cselab.io.config  # noqa: F401  (resolvers)
     from cselab.model.loading import register_family_resolver
 
     register_family_resolver()
@@ -30,12 +30,12 @@ def test_decoder_paper_rows_test_fp32_weights(row, monkeypatch):
     "16-bit" path (kongds/scaling_sentemb evaluation.py:104-109; eval_checkpoints.sh:46-49 for the adapters), even
     on a GPU, where backbone.dtype=auto would load bf16 weights."""
     from cselab.model.loading import resolve_dtype
-    from cselab.pipeline import test_backbone
+    from cselab.run.spec import evaluation_spec
 
     assert len(PROMPTEOL_ROWS) >= 18
     cfg = _compose(f"experiment=prompteol/{row}")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on the GPU the rows need
-    tested = test_backbone(cfg)
+    tested = evaluation_spec(cfg).test_backbone
     assert resolve_dtype(tested["dtype"]) == torch.float32, row
     assert tested["load_in_4bit"] is False, row
     assert cfg.eval.precision == "32"
@@ -45,18 +45,18 @@ def test_decoder_paper_rows_test_fp32_weights(row, monkeypatch):
 
 def test_test_backbone_refuses_unknown_keys():
     from cselab.methods.checks import ConfigError
-    from cselab.pipeline import test_backbone
+    from cselab.run.spec import evaluation_spec
 
     cfg = _compose("eval.test_backbone={dtyp: float32}")
     with pytest.raises(ConfigError, match=r"eval.test_backbone: unknown key\(s\) \['dtyp'\]"):
-        test_backbone(cfg)
+        _ = evaluation_spec(cfg).test_backbone
 
 
 def test_lora_run_is_tested_on_the_reloaded_fp32_backbone(tmp_path, tiny_decoder_dirs, sts_data_dir):
     """Trained in bfloat16 weights, tested (eval.test_backbone) on the float32 base reloaded with the best
     checkpoint's adapter: the tested model's weights are float32 and its LoRA tensors are the checkpoint's."""
     from cselab.methods.loading import load
-    from cselab.pipeline import run
+    from tests.conftest import run
 
     cfg = _compose("method=prompteol", "backbone=auto", f"backbone.name_or_path={tiny_decoder_dirs['opt']}",
                    "data=nli_sample", "data.batch_size=4",
@@ -81,7 +81,7 @@ def test_untrained_promptbert_scores_dev_with_the_test_encoder(tmp_path, tiny_be
     from conftest import compose_tiny_run
 
     from cselab.evaluation.sts import STSEvaluator
-    from cselab.pipeline import build_method, run
+    from tests.conftest import build_method, run
 
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "method=promptbert", "method.train=false",
                            "eval.test_tasks=[stsb]")
@@ -104,7 +104,7 @@ def test_trained_run_says_its_dev_score_is_the_in_training_encoders(tmp_path, ti
     last step, and records that best checkpoint."""
     from conftest import compose_tiny_run
 
-    from cselab.pipeline import run
+    from tests.conftest import run
 
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "method=promptbert", "eval.test_tasks=[stsb]",
                            "trainer.max_steps=3", "trainer.val_check_interval=125")
@@ -121,7 +121,7 @@ def test_trained_run_says_its_dev_score_is_the_in_training_encoders(tmp_path, ti
 
 def test_sweep_job_directories_name_the_swept_values():
     """`-m` job directories say what differs between the jobs (was `<n>_prompteol_tiny_opt_sup` for every job)."""
-    from cselab.config import job_dir_name, swept_keys
+    from cselab.io.config import job_dir_name, swept_keys
 
     argv = ["method=prompteol", "prompt=prompteol,pretcot", "backbone=auto",
             "backbone.name_or_path=/tmp/x/models/tiny_opt", "method.train=false", "seed=range(0,2)",
@@ -147,7 +147,7 @@ def test_sweep_job_directories_name_the_swept_values():
 def test_slash_less_hub_ids_go_through_backbone_auto():
     """`backbone=bert-base-uncased` (a hub id without a slash) is written as backbone=auto; the conf/backbone
     options never have a `-`, so a dashed value is never an option typed wrong; an option typo stays Hydra's."""
-    from cselab.config import backbone_path_overrides
+    from cselab.io.config import backbone_path_overrides
 
     options = {p.stem for p in (CONF / "backbone").glob("*.yaml")}
     assert not any("-" in o for o in options)
@@ -211,7 +211,7 @@ def test_test_phase_reuses_the_best_dev_score_and_one_task_has_no_avg(tmp_path, 
     from conftest import compose_tiny_run
 
     from cselab.evaluation.callback import STSCallback
-    from cselab.pipeline import run
+    from tests.conftest import run
 
     splits = []
     original = STSCallback._score

@@ -22,8 +22,7 @@ class SigtermAtTest(L.Callback):
 
 
 def test_sigterm_in_the_test_phase_stops_then_the_rerun_finishes(tmp_path, tiny_bert_dir, sts_data_dir):
-    from cselab.pipeline import run
-    from tests.conftest import compose_tiny_run
+    from tests.conftest import compose_tiny_run, run
 
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]", "callbacks.throughput=null",
                            f"+callbacks.sigterm._target_={__name__}.SigtermAtTest")

@@ -22,8 +22,9 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-import cselab.config  # noqa: F401  (resolvers)
-from cselab.data.negation import (
+import cselab.io.config  # noqa: F401  (resolvers)
+from cselab.methods.sncse.loss import InfoNCEWithBML, bidirectional_margin
+from cselab.methods.sncse.negation import (
     ParsedSentence,
     RuleParser,
     negate_parsed,
@@ -31,8 +32,7 @@ from cselab.data.negation import (
     soft_negative_pair,
     write_soft_negatives,
 )
-from cselab.losses.bml import InfoNCEWithBML, bidirectional_margin
-from cselab.pipeline import build_method
+from tests.conftest import build_method
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -107,7 +107,7 @@ def test_cli_writes_the_official_format_and_the_loader_reads_it(tmp_path, capsys
     with pytest.raises(ValueError, match=r"bad.jsonl:2: expected a JSON list"):
         read_soft_negatives(bad)
     with pytest.raises(ValueError, match="expected rules or spacy"):
-        write_soft_negatives(corpus, out, __import__("cselab.data.negation").data.negation.build_parser("stanza"))
+        write_soft_negatives(corpus, out, __import__("cselab.methods.sncse.negation").data.negation.build_parser("stanza"))
 
 
 def test_official_training_pair_and_lookup() -> None:
@@ -197,7 +197,7 @@ def test_paper_configs() -> None:
     assert (bert.hp.batch_size, bert.hp.lr, bert.hp.epochs) == (256, 1e-5, 1)
     assert bert.loss.bml_weight == 1e-3 and (bert.loss.alpha, bert.loss.beta, bert.loss.temperature) == (0.1, 0.3, 0.05)
     assert bert.negatives == "per_device" and bert.max_seq_len == 32 and bert.data.path == "wiki1m_for_simcse.txt"
-    assert bert.data.datamodule._target_ == "cselab.data.soft_negative.SoftNegativeDataModule"
+    assert bert.data.datamodule._target_ == "cselab.methods.sncse.data.SoftNegativeDataModule"
     assert bert.data.soft_negatives is None
     roberta = _compose("experiment=sncse/unsup_roberta_base")
     assert roberta.loss.bml_weight == 5e-4 and roberta.hp.batch_size == 256
@@ -248,7 +248,7 @@ def test_training_inputs_equal_the_official_features(family, request) -> None:
     method = request.getfixturevalue(f"sncse_{family}")
     tok = method.tokenizer
     negations = {s: negate_parsed(RuleParser()(s)) for s in SENTENCES}
-    from cselab.data.soft_negative import SoftNegativeCollate
+    from cselab.methods.sncse.data import SoftNegativeCollate
 
     batch = SoftNegativeCollate(method.train_collate, negations)([{"text": s} for s in SENTENCES])
     assert batch["input_ids"].shape[:2] == (4, 3)
@@ -288,7 +288,7 @@ def test_training_loss_is_infonce_bml_of_the_mlp_mask_states(sncse_bert) -> None
     """Dropout off: the step's loss = InfoNCE + lambda BML of MLP([MASK] state) (``models.py:132-159``)."""
     method = sncse_bert
     negations = {s: negate_parsed(RuleParser()(s)) for s in SENTENCES}
-    from cselab.data.soft_negative import SoftNegativeCollate
+    from cselab.methods.sncse.data import SoftNegativeCollate
 
     batch = SoftNegativeCollate(method.train_collate, negations)([{"text": s} for s in SENTENCES])
     method.train()  # the MLP is a training-time head: train mode, dropout off
@@ -312,7 +312,7 @@ def test_cached_step_equals_uncached_step(tiny_bert_dir) -> None:
     """GradCache (``trainer.cached_step``) on SNCSE's three views: the same loss and gradients (float64, dropout on,
     one chunk = the uncached masks)."""
     negations = {s: negate_parsed(RuleParser()(s)) for s in SENTENCES}
-    from cselab.data.soft_negative import SoftNegativeCollate
+    from cselab.methods.sncse.data import SoftNegativeCollate
 
     def build(chunk):
         extra = [f"trainer.cached_step.chunk_size={chunk}"] if chunk else []
@@ -339,7 +339,7 @@ def test_cached_step_equals_uncached_step(tiny_bert_dir) -> None:
 
 
 def test_datamodule_rows_and_refusals(tmp_path, monkeypatch) -> None:
-    from cselab.data.soft_negative import SoftNegativeDataModule
+    from cselab.methods.sncse.data import SoftNegativeDataModule
 
     corpus = tmp_path / "c.txt"
     corpus.write_text("".join(f"sentence number {i} is here\n" for i in range(10)), encoding="utf-8")
@@ -388,8 +388,7 @@ def test_short_run_trains_tests_and_resumes_as_an_uninterrupted_run(tmp_path, ti
     import shutil
 
     from cselab.methods.base import ContrastiveMethod
-    from cselab.pipeline import run
-    from tests.conftest import compose_tiny_run
+    from tests.conftest import compose_tiny_run, run
 
     def config(*extra):
         return compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "method=sncse", "eval.test_tasks=[stsb]",
@@ -404,7 +403,7 @@ def test_short_run_trains_tests_and_resumes_as_an_uninterrupted_run(tmp_path, ti
         straight = run(cfg, tmp_path / "straight")
     assert straight["global_step"] == 4
     ckpt = torch.load(tmp_path / "straight" / "checkpoints" / "last.ckpt", weights_only=False)
-    assert ckpt["cselab_method_class"] == "cselab.methods.sncse.SNCSE"
+    assert ckpt["cselab_method_class"] == "cselab.methods.sncse.method.SNCSE"
     assert ckpt["hyper_parameters"]["loss"]["name"] == "sncse_bml"
 
     real_step = ContrastiveMethod.training_step
@@ -476,8 +475,8 @@ def test_export_is_the_official_test_encoder(tiny_bert_dir, tmp_path) -> None:
     from sentence_transformers import SentenceTransformer
 
     import cselab
-    from cselab.data.soft_negative import SoftNegativeCollate
     from cselab.export import export
+    from cselab.methods.sncse.data import SoftNegativeCollate
 
     method = _sncse(tiny_bert_dir, "bert")
     negations = {s: negate_parsed(RuleParser()(s)) for s in SENTENCES}

@@ -64,9 +64,9 @@ def test_from_config_reads_the_prompt_and_refuses_what_is_not_a_setting() -> Non
 
 
 def test_the_old_flat_module_spelling_is_refused_naming_the_new_key() -> None:
-    from cselab.config import moved_key_error
+    from cselab.io.config import moved_key_error
     from cselab.methods.checks import MOVED_MODULE_KEYS
-    from cselab.methods.simcse import SimCSE
+    from cselab.methods.simcse.method import SimCSE
 
     backbone = {"name_or_path": "unused", "family": "bert"}
     with pytest.raises(ConfigError, match=r"module.pooler: the embedding settings moved to module.model "
@@ -127,7 +127,7 @@ def test_an_old_export_loads_and_encodes_identically(case, expected) -> None:
 
 
 def test_a_method_takes_a_whole_spec_as_its_model(tiny_bert_dir, make_method) -> None:
-    from cselab.methods.simcse import SimCSE
+    from cselab.methods.simcse.method import SimCSE
 
     backbone = {"name_or_path": str(tiny_bert_dir), "family": "bert"}
     torch.manual_seed(0)

@@ -173,8 +173,7 @@ def test_stored_pair_scores_reproduce_results_json_exactly(tmp_path, tiny_bert_d
     """A real (tiny) run: test_pairs.npz's cosines and gold scores give results.json's Spearman bit for bit,
     STS12's from its concatenated subsets; results.json carries the intervals, which contain the scores."""
     from cselab.evaluation.sts import spearman
-    from cselab.pipeline import run
-    from tests.conftest import compose_tiny_run
+    from tests.conftest import compose_tiny_run, run
 
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "method.train=false",
                            "eval.test_tasks=[sts12,stsb,sickr]", "eval.bootstrap.n_resamples=200")

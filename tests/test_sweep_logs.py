@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cselab import sweep
-from cselab.logs import DropAdvertisements, one_line_per_event
+from cselab.io.logs import DropAdvertisements, one_line_per_event
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -120,7 +120,7 @@ def test_third_party_bars_are_off_and_the_load_report_is_one_line_in_a_log_file(
     from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
-    import cselab.logs as logs
+    import cselab.io.logs as logs
 
     monkeypatch.setattr(logs, "interactive", lambda: False)
     seen: list[str] = []

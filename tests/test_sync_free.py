@@ -28,8 +28,7 @@ CASES = [(name, chunk) for name in METHODS for chunk in (None, 3)]
 
 
 def _windows(tmp_path, backbone_dir, family, data_dir, overrides, monkeypatch):
-    from cselab.pipeline import run
-    from tests.conftest import SENTENCES, compose_tiny_run
+    from tests.conftest import SENTENCES, compose_tiny_run, run
 
     real = torch.cuda.synchronize
 

@@ -1,4 +1,4 @@
-"""The one table writer (cselab.tables): Markdown, aligned text, LaTeX and CSV from one typed table, and its
+"""The one table writer (cselab.io.tables): Markdown, aligned text, LaTeX and CSV from one typed table, and its
 errors on a malformed one."""
 
 from __future__ import annotations
@@ -7,7 +7,16 @@ import csv
 
 import pytest
 
-from cselab.tables import Column, Table, csv_text, latex, latex_escape, markdown, markdown_escape, text_lines
+from cselab.io.tables import (
+    Column,
+    Table,
+    csv_text,
+    latex,
+    latex_escape,
+    markdown,
+    markdown_escape,
+    text_lines,
+)
 
 
 def _table() -> Table:
@@ -56,7 +65,7 @@ def test_bad_tables_are_refused_naming_the_row_or_column():
 
 
 def test_html_escapes_the_text_and_aligns_by_column():
-    from cselab.tables import html
+    from cselab.io.tables import html
 
     lines = html(Table([Column("Task"), Column("n", "right")], [("<b>&", 3)]))
     assert lines[0] == "<table>" and lines[-1] == "</table>"

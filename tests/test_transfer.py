@@ -202,8 +202,7 @@ def test_run_scores_transfer_tasks_in_the_test_phase(tmp_path, tiny_bert_dir, st
     unknown mode and a missing file are refused before the backbone loads."""
     import json
 
-    from cselab.pipeline import run
-    from tests.conftest import compose_tiny_run
+    from tests.conftest import compose_tiny_run, run
 
     data = _tiny_transfer_dir(tmp_path / "data", monkeypatch)
     for sub in ("STS",):

@@ -11,9 +11,9 @@ import time
 import pytest
 import torch
 
-from cselab.checkpoint_io import read_error, set_aside
 from cselab.methods.checks import ConfigError
-from cselab.pipeline import resumable_checkpoint
+from cselab.run.checkpoints import read_error, set_aside
+from cselab.run.resume import resumable_checkpoint
 
 
 def _truncated(path) -> None:
@@ -56,8 +56,7 @@ def test_an_explicit_unreadable_checkpoint_is_refused_by_name(tmp_path):
 
 
 def test_the_same_command_restarts_after_a_truncated_last_ckpt(tmp_path, tiny_bert_dir, sts_data_dir, caplog):
-    from cselab.pipeline import run
-    from tests.conftest import compose_tiny_run
+    from tests.conftest import compose_tiny_run, run
 
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]", "trainer.max_steps=2",
                            "callbacks.throughput=null")

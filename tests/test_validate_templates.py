@@ -1,4 +1,4 @@
-"""Every template is parsed in ``pipeline.validate``, before any weights load, and a bad one is refused with a
+"""Every template is parsed in ``RunSpec.from_config``, before any weights load, and a bad one is refused with a
 message naming the config key it comes from."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import transformers
 from hydra import compose, initialize_config_dir
 from transformers.models.auto.auto_factory import _BaseAutoModelClass
 
-import cselab.config  # noqa: F401  (resolvers)
+import cselab.io.config  # noqa: F401  (resolvers)
 from cselab.methods.checks import ConfigError
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
@@ -58,7 +58,7 @@ def _cfg(tmp_path, tiny_bert_dir, sts_data_dir, *overrides):
 ], ids=["no-sentence", "no-mask", "mask-index", "official-view", "unknown-view"])
 def test_a_bad_template_is_refused_before_any_weights_load(tmp_path, tiny_bert_dir, sts_data_dir, no_weights,
                                                            overrides, key, why):
-    from cselab.pipeline import run
+    from tests.conftest import run
 
     cfg = _cfg(tmp_path, tiny_bert_dir, sts_data_dir, *overrides)
     with pytest.raises(ConfigError) as refused:
@@ -69,7 +69,7 @@ def test_a_bad_template_is_refused_before_any_weights_load(tmp_path, tiny_bert_d
 
 def test_a_good_template_gets_to_the_weights(tmp_path, tiny_bert_dir, sts_data_dir, no_weights):
     """The same run with a valid template passes validate and reaches the (patched) weight loader."""
-    from cselab.pipeline import run
+    from tests.conftest import run
 
     cfg = _cfg(tmp_path, tiny_bert_dir, sts_data_dir, "prompt=custom", "prompt.template='This [X] means [MASK] .'")
     with pytest.raises(WeightsRead):
@@ -77,9 +77,9 @@ def test_a_good_template_gets_to_the_weights(tmp_path, tiny_bert_dir, sts_data_d
 
 
 def test_a_decoder_template_with_a_mask_names_the_key(tmp_path, tiny_bert_dir, sts_data_dir):
-    from cselab.pipeline import check_templates
+    from cselab.run.spec import RunSpec
 
     cfg = _cfg(tmp_path, tiny_bert_dir, sts_data_dir, "prompt=custom", "prompt.template='This [X] means [MASK] .'",
                "backbone.family=decoder")
     with pytest.raises(ConfigError, match=r"prompt.template=.*backbone.family=decoder.*has a \[MASK\]"):
-        check_templates(cfg)
+        RunSpec.from_config(cfg)

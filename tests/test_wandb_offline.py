@@ -56,8 +56,7 @@ def history(records) -> list[dict]:
 @pytest.mark.integration
 def test_offline_run_name_group_config_dev_curve_and_charts(tmp_path, tiny_bert_dir, sts_data_dir, monkeypatch):
 
-    from cselab.pipeline import run
-    from tests.conftest import compose_tiny_run
+    from tests.conftest import compose_tiny_run, run
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")

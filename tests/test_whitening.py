@@ -231,7 +231,7 @@ def test_state_dict_and_saved_model_round_trip(make_method, tmp_path):
 @pytest.mark.parametrize("pooler,prompt", [("avg", None), ("mask", "promptbert")])
 def test_export_ships_the_whitening_module(make_method, tmp_path, pooler, prompt):
     from cselab.export import WHITENING_TYPE, export
-    from cselab.exported import describe_folder, load_exported
+    from cselab.methods.exported import describe_folder, load_exported
 
     method = make_method("promptbert" if prompt else "simcse", "bert", pooler=pooler, prompt=prompt)
     _fit(method, tmp_path, k=6)
@@ -261,8 +261,7 @@ def test_whitened_baseline_run_checkpoint_and_export_score_the_same(tmp_path, ti
     import cselab
     from cselab.evaluation.callback import STSCallback
     from cselab.export import export
-    from cselab.pipeline import run
-    from tests.conftest import compose_tiny_run
+    from tests.conftest import compose_tiny_run, run
 
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "method=baseline", "method.pooler=avg_first_last",
                            "eval.test_tasks=[stsb]", "eval.whitening.enabled=true", "eval.whitening.fit_on=target",
@@ -287,8 +286,7 @@ def test_whitened_baseline_run_checkpoint_and_export_score_the_same(tmp_path, ti
 def test_whitened_simcse_run_writes_the_whitening_into_its_best_checkpoint(tmp_path, tiny_bert_dir, sts_data_dir):
     import cselab
     from cselab.evaluation.callback import STSCallback
-    from cselab.pipeline import run
-    from tests.conftest import compose_tiny_run
+    from tests.conftest import compose_tiny_run, run
 
     corpus = _corpus(tmp_path, n=60)
     cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]",
@@ -341,7 +339,7 @@ def test_the_experiments_map_to_their_published_rows(experiment, backbone, avg):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    import cselab.config  # noqa: F401  (resolvers)
+    import cselab.io.config  # noqa: F401  (resolvers)
     from cselab.report.published import load_published, lookup, variant_of
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

@@ -3,7 +3,7 @@
 A run resumed with other values for keys that change its result (``optim.lr``, ``loss.temperature``,
 ``trainer.max_steps``, ...) would continue with the checkpoint's optimizer state while ``results.json`` and
 ``.hydra/`` record the new values.  :func:`config_changes` lists the differences (every key of the resolved config
-except :data:`cselab.config.OUTPUT_ONLY_KEYS`, the one list of keys that never change a result, also used for
+except :data:`cselab.io.config.OUTPUT_ONLY_KEYS`, the one list of keys that never change a result, also used for
 ``run_name``); :func:`check_resume` refuses them unless ``resume.allow_changed`` lists them, and
 :class:`RunConfig` saves the config and the accepted changes (key, both values, the step) with each checkpoint
 and applies an accepted ``optim.lr`` / ``optim.weight_decay`` to the restored optimizer.
@@ -19,7 +19,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from cselab.config import ADDED_NODES, OUTPUT_ONLY_KEYS, key_matches
+from cselab.io.config import ADDED_NODES, OUTPUT_ONLY_KEYS, key_matches
 from cselab.methods.checks import LEGACY_MODEL_KEYS, LEGACY_OPTIM_KEYS
 
 log = logging.getLogger(__name__)
@@ -44,9 +44,9 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 def config_changes(saved: dict[str, Any], new: dict[str, Any],
                    copies: Sequence[str] = ()) -> list[tuple[str, Any, Any]]:
     """The keys whose resolved values differ between a checkpoint's config ``saved`` and the new one, leaving out
-    :data:`~cselab.config.OUTPUT_ONLY_KEYS` (logging, paths, evaluation batch size, workers, ...), the
+    :data:`~cselab.io.config.OUTPUT_ONLY_KEYS` (logging, paths, evaluation batch size, workers, ...), the
     ``module`` node's copies of other keys (``copies``, :func:`cselab.run.spec.copies_of`), and a node added since
-    ``saved`` was written whose switch keeps the old behaviour (:data:`~cselab.config.ADDED_NODES`).
+    ``saved`` was written whose switch keeps the old behaviour (:data:`~cselab.io.config.ADDED_NODES`).
 
     Args:
         saved, new: resolved configs as plain containers.

@@ -9,7 +9,7 @@ import torch
 from lightning.pytorch.callbacks import ThroughputMonitor
 from lightning.pytorch.utilities import rank_zero_only
 
-from cselab.progress import is_logging_step
+from cselab.io.progress import is_logging_step
 
 
 class LoggingStepThroughput(ThroughputMonitor):
@@ -19,7 +19,7 @@ class LoggingStepThroughput(ThroughputMonitor):
     sees the device's work), which stops the host from queueing the next step while the device runs this one.
     Here the batches, samples and FLOPs (``pl_module.flops_per_batch``, :class:`cselab.callbacks.FlopCounter`) are
     summed on the host at every batch (no device value is read), and the device is synchronised and the clock read
-    only on logging steps (:func:`cselab.progress.is_logging_step`): each window point covers the
+    only on logging steps (:func:`cselab.io.progress.is_logging_step`): each window point covers the
     ``log_every_n_steps`` batches since the previous one, whose FLOPs it carries, so the rates (and MFU) are those of
     those batches, device time included.  ``window_size`` counts logging steps (at least 2).  Validation is
     measured as Lightning does.

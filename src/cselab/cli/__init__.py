@@ -3,7 +3,7 @@
     cselab report multirun/2026-11-21/12-00-00 --format markdown     # = python -m cselab report ...
     cselab compare RUN_A RUN_B                                       # paired comparison, same test pairs
     cselab export CHECKPOINT OUT_DIR [--push-to-hub ID]              # = python -m cselab export ...
-    cselab mteb TARGET --tasks STSBenchmark                          # = python -m cselab.evaluate_mteb ...
+    cselab mteb TARGET --tasks STSBenchmark
     cselab --help                                                    # the list of commands
 
 Each command is one module of this package with a ``main(argv) -> int`` (its argparse front end; the
@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command not in COMMANDS:
         sys.stderr.write(f"cselab: unknown command {command!r}\n\n{usage()}")
         return 2
-    from cselab.logs import quiet_third_party
+    from cselab.io.logs import quiet_third_party
 
     quiet_third_party()  # no progress bars of the libraries in a log file; transformers' LOAD REPORT on one line
     try:

@@ -38,8 +38,8 @@ from cselab.analysis.corpus import read_corpus
 from cselab.analysis.geometry import anisotropy
 from cselab.analysis.representations import REPRESENTATIONS, make_encode_fn
 from cselab.evaluation.align_uniform import align_uniform_stsb
+from cselab.io.targets import TARGETS
 from cselab.representations.topk import TABLE7_SENTENCES, manual_template, topk_mask_tokens
-from cselab.targets import TARGETS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,19 +88,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args: argparse.Namespace, mlm_head: bool):
-    """``(Encoder, tokenizer)`` of ``--backbone``, any model target (:func:`cselab.targets.resolve_target`): a
+    """``(Encoder, tokenizer)`` of ``--backbone``, any model target (:func:`cselab.io.targets.resolve_target`): a
     backbone (a conf/backbone name, hub id, folder, package) or a plain sentence-transformers folder (its top-level
     model) loaded by :func:`cselab.model.loading.load_backbone`; a run directory, checkpoint or cselab export: the
     trained model's own backbone.
 
     Raises:
-        FileNotFoundError: the target names no model (:class:`cselab.targets.TargetError`).
+        FileNotFoundError: the target names no model (:class:`cselab.io.targets.TargetError`).
         ValueError: ``mlm_head`` for a trained model whose backbone has no MLM head.
     """
     from pathlib import Path
 
+    from cselab.io.targets import resolve_target
     from cselab.model.loading import load_backbone
-    from cselab.targets import resolve_target
 
     target = resolve_target(args.backbone)
     if target.kind == "backbone" or (target.kind == "exported" and (Path(target.path) / "config.json").is_file()):

@@ -1,5 +1,5 @@
 """``cselab export`` / ``python -m cselab export``: a checkpoint as a sentence-transformers folder
-(:func:`cselab.export.export`), optionally pushed to the Hugging Face Hub (:mod:`cselab.hub`)."""
+(:func:`cselab.export.export`), optionally pushed to the Hugging Face Hub (:mod:`cselab.export.hub`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from cselab import export as exporting
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m cselab export TARGET OUT_DIR [--overwrite] [--no-verify] [--results RESULTS_JSON]
     [--merge-lora] [--push-to-hub ID [--private]]``.  ``TARGET``: a run directory (its best checkpoint), a
-    ``.ckpt`` or a backbone (``method=baseline`` with avg pooling), resolved by :func:`cselab.targets.resolve_target`
+    ``.ckpt`` or a backbone (``method=baseline`` with avg pooling), resolved by :func:`cselab.io.targets.resolve_target`
     as every command resolves one; an exported folder is refused (it is one already).
 
     ``--push-to-hub`` (off by default) checks the token and the network BEFORE loading the checkpoint, then
@@ -24,8 +24,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     or push (no token, offline, bad id).
     """
     import cselab
-    from cselab.hub import HubError, check_push_access, push_folder
-    from cselab.targets import TARGETS, TargetError, resolve_target
+    from cselab.export.hub import HubError, check_push_access, push_folder
+    from cselab.io.targets import TARGETS, TargetError, resolve_target
 
     parser = argparse.ArgumentParser(prog="python -m cselab export", description=exporting.__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", metavar="TARGET", help=f"{TARGETS}; not an exported folder")

@@ -1,14 +1,14 @@
-"""``cselab mteb`` / ``python -m cselab.evaluate_mteb SOURCE --tasks STSBenchmark SICK-R ... [--local DATA_DIR] [--compare]``
+"""``cselab mteb`` / ``python -m cselab mteb SOURCE --tasks STSBenchmark SICK-R ... [--local DATA_DIR] [--compare]``
 
-Scores a cselab model on MTEB tasks with :class:`cselab.mteb.CselabMTEBEncoder` (the method's own ``encode``:
-template, prompt, pooling and template bias as at test).  ``SOURCE`` is any model target (:data:`cselab.targets.
+Scores a cselab model on MTEB tasks with :class:`cselab.evaluation.mteb.CselabMTEBEncoder` (the method's own ``encode``:
+template, prompt, pooling and template bias as at test).  ``SOURCE`` is any model target (:data:`cselab.io.targets.
 TARGETS`, loaded by ``cselab.load`` as every command loads one): a run directory (its best checkpoint), a ``.ckpt``,
 an exported folder (encoded exactly as ``SentenceTransformer(folder)``; with ``--pooler`` read as a bare backbone)
 or a backbone (a ``conf/backbone`` name such as ``minilm_l6``, a Hugging Face id, a folder or ``package:<module>``:
 the raw backbone with ``--pooler``, ``avg`` by default; ``method=baseline``, no training).
 
 Tasks are MTEB's (``mteb.get_tasks``: their data comes from the Hugging Face Hub or its cache), or with
-``--local DATA_DIR`` the same-named tasks built from the local SentEval files (:func:`cselab.mteb.local_sts_task`:
+``--local DATA_DIR`` the same-named tasks built from the local SentEval files (:func:`cselab.evaluation.mteb.local_sts_task`:
 STSBenchmark, SICK-R, STS12-STS16; no network).  ``--compare`` (with ``--local``) also scores the same tasks
 with cselab's own evaluator and prints both.  Scores are MTEB's main score (``cosine_spearman``) x 100.
 
@@ -34,9 +34,9 @@ LOCAL_TASKS: dict[str, str] = {
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser (see the module docstring)."""
-    from cselab.targets import TARGETS
+    from cselab.io.targets import TARGETS
 
-    p = argparse.ArgumentParser(prog="python -m cselab.evaluate_mteb",
+    p = argparse.ArgumentParser(prog="python -m cselab mteb",
                                 description="Score a cselab model (a run, checkpoint, export or backbone) on MTEB "
                                             "tasks.")
     p.add_argument("source", help=TARGETS)
@@ -67,7 +67,7 @@ def resolve_tasks(names: Sequence[str], local: str | None) -> list:
         import mteb
 
         return list(mteb.get_tasks(tasks=list(names)))
-    from cselab.mteb import local_sts_task
+    from cselab.evaluation.mteb import local_sts_task
 
     unknown = [n for n in names if n not in LOCAL_TASKS]
     if unknown:
@@ -84,7 +84,7 @@ def evaluate(method, tasks: list, name: str | None = None, batch_size: int | Non
     """
     import mteb
 
-    from cselab.mteb import CselabMTEBEncoder
+    from cselab.evaluation.mteb import CselabMTEBEncoder
 
     encoder = CselabMTEBEncoder(method, name=name, batch_size=batch_size)
     cache = mteb.ResultCache(cache_path=str(output)) if output is not None else None
@@ -104,10 +104,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         tasks = resolve_tasks(args.tasks, args.local)
     except (ValueError, KeyError, FileNotFoundError) as err:
-        print(f"cselab.evaluate_mteb: {err}", file=sys.stderr)
+        print(f"cselab mteb: {err}", file=sys.stderr)
         return 2
     except Exception as err:  # MTEB could not fetch the task definitions / data
-        print(f"cselab.evaluate_mteb: could not load the tasks {args.tasks} ({type(err).__name__}: {err}); "
+        print(f"cselab mteb: could not load the tasks {args.tasks} ({type(err).__name__}: {err}); "
               "offline, use --local DATA_DIR (the SentEval files)", file=sys.stderr)
         return 1
     try:
@@ -115,22 +115,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         method = cselab.load(args.source, pooler=args.pooler, family=args.family)
     except (FileNotFoundError, ValueError, OSError) as err:
-        print(f"cselab.evaluate_mteb: {err}", file=sys.stderr)
+        print(f"cselab mteb: {err}", file=sys.stderr)
         return 2
     if callable(getattr(method, "describe", None)):
-        from cselab.exported import encoder_line
+        from cselab.methods.exported import encoder_line
 
-        print(f"cselab.evaluate_mteb: {args.source}: {encoder_line(method.describe())}", file=sys.stderr)
+        print(f"cselab mteb: {args.source}: {encoder_line(method.describe())}", file=sys.stderr)
     try:
         scores = evaluate(method, tasks, name=args.name, batch_size=args.batch_size, output=args.output)
     except Exception as err:
-        print(f"cselab.evaluate_mteb: MTEB failed ({type(err).__name__}: {err})"
+        print(f"cselab mteb: MTEB failed ({type(err).__name__}: {err})"
               + ("" if args.local else "; offline, use --local DATA_DIR"), file=sys.stderr)
         return 1
     rows = [{"task": task, "mteb": round(score, 4)} for task, score in scores.items()]
     if args.compare:
+        from cselab.evaluation.mteb import LOCAL_TASK_NAMES
         from cselab.evaluation.sts import STSEvaluator
-        from cselab.mteb import LOCAL_TASK_NAMES
 
         task_of = {v: k for k, v in LOCAL_TASK_NAMES.items()}
         ours = STSEvaluator(args.local).evaluate(method.encode, tasks=[LOCAL_TASKS[n] for n in args.tasks])

@@ -30,11 +30,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cselab.evaluation.stats import DEFAULT_BOOTSTRAP
+from cselab.io.tables import Table, csv_text
 from cselab.report.collect import Report, SameSeedError, collect
 from cselab.report.compare import AUTO_MAX_PAIRS, comparable_pairs, compare_groups, comparison_records
 from cselab.report.published import DEFAULT_PATH, SCORE_KEYS, PublishedDataError, load_published
 from cselab.report.render import FORMATS, group_title, render, table_records
-from cselab.tables import Table, csv_text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,7 +92,7 @@ def log_wandb(report: Report, project: str = "cselab") -> bool:
     try:
         import wandb
 
-        from cselab.loggers import wandb_mode
+        from cselab.run.loggers import wandb_mode
 
         columns, rows = table_records(report)
         run = wandb.init(project=project, job_type="report", mode=wandb_mode("auto"),

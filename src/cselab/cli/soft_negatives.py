@@ -1,4 +1,4 @@
-"""``cselab data soft-negatives``: write SNCSE's soft-negative file for a corpus (:mod:`cselab.data.negation`).
+"""``cselab data soft-negatives``: write SNCSE's soft-negative file for a corpus (:mod:`cselab.methods.sncse.negation`).
 
 Offline by default (``--parser rules``: the rule-based substitute for spaCy's ``en_core_web_sm``);
 ``--parser spacy`` runs the official rules on the official parser when spaCy and its model are installed.
@@ -11,8 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from cselab.data.negation import build_parser, write_soft_negatives
-from cselab.data.soft_negative import default_soft_negatives
+from cselab.methods.sncse.data import default_soft_negatives
+from cselab.methods.sncse.negation import build_parser, write_soft_negatives
 
 DEFAULT_CORPUS = Path("data/wiki1m_sample/wiki1m_for_simcse.head11914.txt")
 

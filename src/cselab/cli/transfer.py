@@ -10,7 +10,7 @@ Prints the papers' table and each task's wall time; ``--out FILE`` writes the re
 the protocol with SentEval's commit, the timings).  The header names the encoder used (pooler, head, template): an
 exported folder is encoded exactly as ``SentenceTransformer(folder)`` (its own pooling; ``--pooler`` is for a
 backbone target only).  The target is resolved by ``cselab.load`` as every command resolves one
-(:mod:`cselab.targets`).  Exit status 0, 1 on a missing / truncated data file, 2 on bad arguments (an unknown
+(:mod:`cselab.io.targets`).  Exit status 0, 1 on a missing / truncated data file, 2 on bad arguments (an unknown
 task, a target that cannot be loaded).
 """
 
@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="cselab transfer", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    from cselab.targets import TARGETS
+    from cselab.io.targets import TARGETS
 
     p.add_argument("target", help=TARGETS)
     p.add_argument("--tasks", nargs="+", default=list(TRANSFER_TASKS), help="default: all seven")
@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the transfer tasks; returns the exit status."""
     args = build_parser().parse_args(argv)
     from cselab.evaluation.transfer import TransferEvaluator, format_transfer_table, tqdm_progress
-    from cselab.exported import encoder_line
+    from cselab.methods.exported import encoder_line
 
     try:
         evaluator = TransferEvaluator(args.data_dir, args.tasks, args.mode)
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         import cselab
 
-        model = cselab.load(args.target, pooler=args.pooler)  # any target (cselab.targets.resolve_target)
+        model = cselab.load(args.target, pooler=args.pooler)  # any target (cselab.io.targets.resolve_target)
     except (FileNotFoundError, ValueError, OSError) as err:
         print(f"cselab transfer: {err}", file=sys.stderr)
         return 2

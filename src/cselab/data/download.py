@@ -66,7 +66,3 @@ def _check_transfer(data_dir: Path) -> None:
 
     check_transfer_files(data_dir, TRANSFER_TASKS)
     print(f"transfer tasks in {data_dir / 'senteval' / 'downstream'}: the seven SentEval sets, line counts checked")
-
-
-if __name__ == "__main__":  # the old spelling: no import of cselab.cli here (that was a circle)
-    raise SystemExit("python -m cselab.data.download moved: type python -m cselab data ... (or cselab data ...)")

@@ -31,7 +31,7 @@ from cselab.evaluation.encoder import SentenceEncoder
 from cselab.evaluation.results import papers_avg
 from cselab.evaluation.sts import TEST_TASKS, STSEvaluator
 from cselab.evaluation.whitening import WhiteningFit, WhiteningOptions
-from cselab.progress import EvalProgress
+from cselab.io.progress import EvalProgress
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class STSCallback(L.Callback):
         aggregation: ``all`` | ``mean`` | ``wmean`` for STS12-16.
         batch_size: sentences per forward pass (None: the module's ``eval_batch_size``).
         progress_every_s: seconds between progress log lines when the output is not a terminal (a terminal gets a
-            bar per task: :class:`cselab.progress.EvalProgress`).
+            bar per task: :class:`cselab.io.progress.EvalProgress`).
 
         started: ``time.perf_counter()`` when this process began the run (default: now).
         whitening: the ``eval.whitening`` node (:class:`cselab.evaluation.whitening.WhiteningOptions`): fit and

@@ -212,7 +212,3 @@ def cxc_bootstrap_spearman(
     """
     system = encode_pairs(encode, pairs.text1, pairs.text2, batch_size)
     return bootstrap_spearman_from_scores(system, pairs.scores, pairs.id1, n_samples, seed, query_fraction)
-
-
-if __name__ == "__main__":  # the old spelling: no import of cselab.cli here (that was a circle)
-    raise SystemExit("python -m cselab.evaluation.cxc moved: type python -m cselab cxc ... (or cselab cxc ...)")

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from cselab.evaluation.stats import TaskPairs
-from cselab.files import staged
+from cselab.io.files import staged
 
 PAIRS_FILE = "test_pairs.npz"
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from cselab.evaluation.stats import DEFAULT_BOOTSTRAP
 from cselab.evaluation.sts import TEST_TASKS
-from cselab.files import atomic_write_text
+from cselab.io.files import atomic_write_text
 
 
 def papers_avg(test: dict[str, float]) -> dict[str, float]:

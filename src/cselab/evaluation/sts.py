@@ -27,7 +27,7 @@ import torch
 from scipy.stats import spearmanr
 
 from cselab.data.sts import STSPairs, canonical_task, load_task, task_splits
-from cselab.tables import Column, Table, text_lines
+from cselab.io.tables import Column, Table, text_lines
 
 __all__ = [
     "TEST_TASKS",

@@ -43,7 +43,7 @@ from cselab.data.transfer import (
 )
 from cselab.evaluation.logreg import ClassifierConfig, Problem, fit_grid, predict
 from cselab.evaluation.stats import binomial_interval
-from cselab.tables import Column, Table, text_lines
+from cselab.io.tables import Column, Table, text_lines
 
 __all__ = ["SENTEVAL_COMMIT", "TRANSFER_NAMES", "TRANSFER_TASKS", "TransferProtocol", "PROTOCOLS", "TransferEvaluator",
            "format_transfer_table", "run_classifier", "tqdm_progress"]

@@ -1,5 +1,7 @@
-"""The methods: one class per method (``method_name``) plus its ``conf/method/<name>.yaml`` (``_target_``);
-``method_class`` finds a class by its name (:mod:`cselab.methods.registry`)."""
+"""The methods: one folder per method (``<name>/method.py``: its LightningModule, which sets ``method_name``, and
+what only it uses: options, data transform, loss) plus its ``conf/method/<name>.yaml`` (``_target_``); the shared
+machinery (the base step, the cached step, gather, optimizer, compile, the non-finite policy, loading) is the
+modules beside them.  ``method_class`` finds a class by its name (:mod:`cselab.methods.registry`)."""
 
 from cselab.methods.registry import method_class
 

@@ -18,7 +18,6 @@ import lightning as L
 import torch
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
-from cselab.losses import build_loss
 from cselab.methods.cached_step import CachedStep, check_trainer
 from cselab.methods.checks import (
     OPTIM_DEFAULTS,
@@ -32,6 +31,7 @@ from cselab.methods.mlm import AuxiliaryMLM, mlm_head_own_parameters
 from cselab.methods.model_access import EmbeddingModelAccess
 from cselab.methods.nonfinite import NonFiniteHooks, NonFinitePolicy
 from cselab.methods.optim import FUSED_CHOICES, FUSED_DEVICES, clip_fused, configure_adamw, fused_adamw  # noqa: F401 (re-exported)
+from cselab.methods.registry import build_loss
 from cselab.model.factory import build_embedding_model
 from cselab.model.spec import ConfigError, EmbeddingSpec, TuningSpec
 from cselab.model.template_input import ViewSpec
@@ -49,7 +49,7 @@ class ContrastiveMethod(EmbeddingModelAccess, NonFiniteHooks, L.LightningModule)
         model: the embedding settings, the ``module.model`` node of ``conf/config.yaml`` (the fields of
             :class:`cselab.model.spec.EmbeddingSpec` that a config sets, plus ``prompt``, from which the class
             derives its views: :meth:`view_specs`); or a whole :class:`EmbeddingSpec` (its views as given).
-        loss: loss config (``name`` + its arguments, :func:`cselab.losses.build_loss`); None: InfoNCE.
+        loss: loss config (``name`` + its arguments, :func:`cselab.methods.registry.build_loss`); None: InfoNCE.
         optim: ``{"lr", "weight_decay", "warmup_ratio", "warmup_steps", "fused"}``: AdamW and the linear schedule
             (``warmup_steps`` > 0, e.g. PromptEOL's 100, wins over ``warmup_ratio``); ``fused``: ``auto`` (the
             fused AdamW kernel on CUDA and CPU: one kernel for all parameters, and the non-finite check stays on

@@ -1,7 +1,7 @@
 """The one home of the rules over a method: its model is checked by its spec
 (:class:`cselab.model.spec.EmbeddingSpec`, built here), its training arguments and what the method class
 declares (``tunings``, ``settings``, ``families``) by :func:`check_method`.  It runs on the config's ``module``
-node before anything loads (:func:`check_module`, from :func:`cselab.pipeline.validate`) and in every method's
+node before anything loads (:func:`check_module`, from :meth:`cselab.run.spec.RunSpec.from_config`) and in every method's
 constructor; the messages name the config keys.
 """
 
@@ -33,7 +33,7 @@ LEGACY_MODEL_KEYS = ("pooler", "head", "mlp_only_train", "head_on", "denoise_at_
                      "eval_precision", "tuning")
 #: ... and ``module.optim.<key>``
 LEGACY_OPTIM_KEYS = ("lr", "weight_decay", "warmup_ratio", "warmup_steps")
-#: command-line spellings of the old layout -> the new key (run.py, :func:`cselab.config.moved_key_error`)
+#: command-line spellings of the old layout -> the new key (run.py, :func:`cselab.io.config.moved_key_error`)
 MOVED_MODULE_KEYS = {**{f"module.{k}": f"module.model.{k}" for k in LEGACY_MODEL_KEYS},
                      **{f"module.{k}": f"module.optim.{k}" for k in LEGACY_OPTIM_KEYS}}
 
@@ -174,7 +174,7 @@ def refuse_legacy(node: Mapping[str, Any]) -> None:
 
 def check_module(target: Any, node: Mapping[str, Any]) -> None:
     """The config-time check of the run's ``module`` node (no weights load): the legacy spelling refused, then the
-    target's own ``check_config`` (a method class, or :func:`cselab.methods.baseline.build_baseline`).
+    target's own ``check_config`` (a method class, or :func:`cselab.methods.baseline.method.build_baseline`).
 
     Raises:
         ConfigError: names the key and what was expected.
@@ -183,5 +183,5 @@ def check_module(target: Any, node: Mapping[str, Any]) -> None:
     check = getattr(target, "check_config", None)
     if check is None:
         raise ConfigError(f"method._target_={target!r} has no check_config: expected a ContrastiveMethod class or "
-                          "cselab.methods.baseline.build_baseline")
+                          "cselab.methods.baseline.method.build_baseline")
     check(**node)

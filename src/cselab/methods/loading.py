@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import warnings
 
@@ -16,11 +15,11 @@ def load(target: str | os.PathLike, map_location: str = "cpu", method: str | Non
     """The model a target names, in eval mode, ready to ``encode`` as at test: the one loader of every command that
     takes a model (``cselab transfer``, ``mteb``, ``export``, ``analysis``; RankCSE's teachers).
 
-    ``target`` is any of :data:`cselab.targets.TARGETS` (:func:`cselab.targets.resolve_target`):
+    ``target`` is any of :data:`cselab.io.targets.TARGETS` (:func:`cselab.io.targets.resolve_target`):
 
     * a run directory: its best checkpoint; a ``.ckpt``: the method saved in it (below);
     * an exported folder (``cselab export``, any sentence-transformers folder): encoded exactly as
-      ``SentenceTransformer(folder)`` (:func:`cselab.exported.load_exported`; ``method`` and ``backbone`` do not
+      ``SentenceTransformer(folder)`` (:func:`cselab.methods.exported.load_exported`; ``method`` and ``backbone`` do not
       apply) -- unless ``pooler`` is given: then the folder is read as a bare backbone;
     * a backbone (a ``conf/backbone`` name, hub id, model folder or ``package:<module>``): ``method=baseline`` on
       it with ``pooler`` (default ``avg``) and ``family`` (default: the named backbone's, else its config's).
@@ -44,7 +43,7 @@ def load(target: str | os.PathLike, map_location: str = "cpu", method: str | Non
         family: a backbone's template family (``bert`` | ``roberta`` | ``decoder``; None: read from the model).
 
     Raises:
-        FileNotFoundError: :class:`cselab.targets.TargetError` (the target names no model; one message listing
+        FileNotFoundError: :class:`cselab.io.targets.TargetError` (the target names no model; one message listing
             what a target may be) or a missing file.
         ValueError: no recorded method class and no ``method`` given; a checkpoint of a frozen-backbone method
             (LoRA, prefixes, soft prompts) that lacks some of the method's trainable tensors (named).
@@ -52,9 +51,9 @@ def load(target: str | os.PathLike, map_location: str = "cpu", method: str | Non
     """
     import torch
 
-    from cselab.exported import load_exported
+    from cselab.io.targets import resolve_target
     from cselab.methods.checks import split_legacy
-    from cselab.targets import resolve_target
+    from cselab.methods.exported import load_exported
 
     resolved = resolve_target(target)
     if resolved.kind == "exported" and pooler is None:
@@ -70,8 +69,9 @@ def load(target: str | os.PathLike, map_location: str = "cpu", method: str | Non
     ckpt = torch.load(checkpoint, map_location=map_location, weights_only=False)
     path = ckpt.get("cselab_method_class")
     if path:
-        module, _, name = path.rpartition(".")
-        cls = getattr(importlib.import_module(module), name)
+        from cselab.methods.registry import recorded_class
+
+        cls = recorded_class(path)
     elif method:
         from cselab.methods import method_class
 

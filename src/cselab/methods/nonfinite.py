@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 
-from cselab.files import atomic_write_text
-from cselab.progress import is_logging_step
+from cselab.io.files import atomic_write_text
+from cselab.io.progress import is_logging_step
 
 POLICIES = ("stop", "skip")
 

@@ -1,32 +1,46 @@
-"""``method=<name>`` -> its class: the one registration of a method is its class (a :class:`ContrastiveMethod`
-subclass in ``cselab/methods/`` that sets ``method_name``) and its YAML (``conf/method/<name>.yaml``, whose
-``_target_`` the run instantiates).  This look-up serves what has a method's name but no ``_target_``: a
+"""``method=<name>`` -> its class: a method is its folder ``cselab/methods/<name>/`` (``method.py``: a
+:class:`ContrastiveMethod` subclass that sets ``method_name``, plus what only it uses) and its YAML
+(``conf/method/<name>.yaml``, whose ``_target_`` the run instantiates).  This look-up serves what has a method's name but no ``_target_``: a
 checkpoint without ``cselab_method_class`` (``cselab.load(path, method=...)``) and the command-line tools."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from cselab.methods.base import ContrastiveMethod
+from torch import nn
+
+from cselab.losses import LOSSES
+from cselab.losses.groups import GroupedLoss
 from cselab.methods.checks import ConfigError
+
+if TYPE_CHECKING:
+    from cselab.methods.base import ContrastiveMethod
 
 
 def _subclasses(cls: type) -> list[type]:
     return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
 
 
-def known_methods() -> dict[str, type[ContrastiveMethod] | Callable[..., Any]]:
-    """``method_name`` -> the class, or its ``factory`` where it declares one (``baseline``:
-    :func:`cselab.methods.baseline.build_baseline`), over every module of :mod:`cselab.methods` (imported)."""
+def _registered() -> list[type[ContrastiveMethod]]:
+    """Every method class declared in a method folder (each folder's ``method`` module imported first)."""
     import cselab.methods
+    from cselab.methods.base import ContrastiveMethod
 
     for info in pkgutil.iter_modules(cselab.methods.__path__):
-        importlib.import_module(f"cselab.methods.{info.name}")
-    return {c.method_name: getattr(c, "factory", c) for c in _subclasses(ContrastiveMethod)
-            if "method_name" in vars(c) and c.__module__.startswith("cselab.methods.")}
+        if info.ispkg:
+            importlib.import_module(f"cselab.methods.{info.name}.method")
+    return [c for c in _subclasses(ContrastiveMethod) if "method_name" in vars(c) and c.__module__.startswith("cselab.methods.")]
+
+
+def known_methods() -> dict[str, type[ContrastiveMethod] | Callable[..., Any]]:
+    """``method_name`` -> the class, or its ``factory`` where it declares one (``baseline``:
+    :func:`cselab.methods.baseline.method.build_baseline`), over every method folder of :mod:`cselab.methods`
+    (``cselab.methods.<name>.method``, imported)."""
+    return {c.method_name: getattr(c, "factory", c) for c in _registered()}
 
 
 def method_class(name: str) -> type[ContrastiveMethod] | Callable[..., Any]:
@@ -53,3 +67,68 @@ def method_target(target: str):
         return get_object(target)
     except Exception as err:
         raise ConfigError(f"method._target_={target!r}: cannot import it ({err})") from err
+
+
+def recorded_class(path: str) -> type[ContrastiveMethod]:
+    """The class a checkpoint records (``cselab_method_class``, ``module.Class``); a class whose module has moved
+    since (e.g. ``cselab.methods.prompt_tuning.DCPCSE`` before the method folders) is found by its class name among
+    the registered methods.
+
+    Raises:
+        ValueError: no registered method class has that name (lists them).
+    """
+    module, _, name = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        classes = {c.__qualname__: c for c in _registered()}
+        if name not in classes:
+            raise ValueError(f"cselab_method_class={path!r}: no such class; the registered ones are "
+                             f"{sorted(classes)}") from None
+        return classes[name]
+
+
+def loss_classes() -> dict[str, Callable[..., nn.Module]]:
+    """``loss.name`` -> the loss class (or a ``functools.partial`` of it): the shared :data:`cselab.losses.LOSSES`
+    and every method folder's ``loss.LOSSES`` (``cselab/methods/<name>/loss.py``), so that every loss of
+    ``conf/loss/`` is reachable by its name alone."""
+    import cselab.methods
+
+    found = dict(LOSSES)
+    for info in pkgutil.iter_modules(cselab.methods.__path__):
+        if info.ispkg and importlib.util.find_spec(f"cselab.methods.{info.name}.loss") is not None:
+            found.update(importlib.import_module(f"cselab.methods.{info.name}.loss").LOSSES)
+    return found
+
+
+def build_loss(node: Mapping[str, Any]) -> nn.Module:
+    """Instantiate a loss from ``{"_target_": "pkg.module.Class", "name": ..., "groups": G, **its arguments}``
+    (``_target_`` absent: the loss of that ``name``, :func:`loss_classes`).
+
+    ``groups`` (default 1) > 1 wraps the loss in :class:`~cselab.losses.groups.GroupedLoss` (each group of the
+    batch its own negatives, losses averaged: CoT-BERT's official ``DataParallel`` step on one device).
+
+    Raises:
+        ValueError: unknown loss name (lists the known ones) or bad arguments (names the key).
+    """
+    args = dict(node)
+    name = args.pop("name", "infonce")
+    groups = args.pop("groups", 1)
+    target = args.pop("_target_", None)
+    if target is not None:
+        from hydra.utils import get_class
+
+        try:
+            cls = get_class(target)
+        except Exception as err:
+            raise ValueError(f"loss._target_={target!r}: cannot import it ({err})") from err
+    else:
+        known = loss_classes()
+        if name not in known:
+            raise ValueError(f"loss.name={name!r} without loss._target_: expected one of {sorted(known)}")
+        cls = known[name]
+    try:
+        loss = cls(**args)
+    except TypeError as err:
+        raise ValueError(f"loss={name}: bad arguments {sorted(args)} ({err})") from err
+    return loss if int(groups) == 1 else GroupedLoss(loss, int(groups))

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from cselab.config import OUTPUT_ONLY_KEYS
 from cselab.evaluation.stats import SeedStats, seed_statistics
+from cselab.io.config import OUTPUT_ONLY_KEYS
 from cselab.report.published import (
     BACKBONES,
     SCORE_KEYS,
@@ -50,7 +50,7 @@ HYDRA_DIR = ".hydra"
 BASE_KEYS: tuple[str, ...] = ("method.name", "backbone.name", "setting.name")
 #: override keys that never split a group (besides ``hydra.*``): the seed, output-only settings, the data path,
 #: and the config-group choices whose names are already in :data:`BASE_KEYS`
-#: (with :data:`cselab.config.OUTPUT_ONLY_KEYS`: logging, paths, resume, compile, progress bar ...)
+#: (with :data:`cselab.io.config.OUTPUT_ONLY_KEYS`: logging, paths, resume, compile, progress bar ...)
 IGNORED_OVERRIDE_KEYS: frozenset[str] = frozenset({"seed", "group", "data_dir", "logger", "method", "backbone",
                                                     "setting", *OUTPUT_ONLY_KEYS})
 IGNORED_PREFIXES: tuple[str, ...] = tuple(f"{k}{sep}" for k in OUTPUT_ONLY_KEYS for sep in "./")
@@ -335,7 +335,7 @@ def _hydra_config(run_dir: Path) -> dict:
     try:
         from omegaconf import OmegaConf
 
-        import cselab.config  # noqa: F401  (registers the ${eq:...} resolver)
+        import cselab.io.config  # noqa: F401  (registers the ${eq:...} resolver)
 
         resolved = OmegaConf.to_container(OmegaConf.create(raw), resolve=True)
         return resolved if isinstance(resolved, dict) else raw
@@ -379,7 +379,7 @@ def read_run(run_dir: str | os.PathLike, log_lines: int = 10) -> Run:
         last = run_dir / "checkpoints" / "last.ckpt"
         error = (f"unfinished: no {RESULTS_FILE} and no failed.json (still running, or interrupted"
                  + (": re-running its command resumes from checkpoints/last.ckpt)" if last.is_file() else ")"))
-        failed = run_dir / "failed.json"  # written by run.py when a job raises (cselab.pipeline.record_failure)
+        failed = run_dir / "failed.json"  # written by run.py when a job raises (cselab.run.failure.record_failure)
         if failed.is_file():
             try:
                 info = json.loads(failed.read_text(encoding="utf-8"))

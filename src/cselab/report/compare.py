@@ -22,8 +22,8 @@ from cselab.evaluation.stats import (
     paired_comparison,
     seed_statistics,
 )
+from cselab.io.tables import Column, Table, csv_text, markdown
 from cselab.report.published import COLUMN_NAMES
-from cselab.tables import Column, Table, csv_text, markdown
 
 __all__ = ["AUTO_MAX_PAIRS", "comparable_pairs", "compare_groups", "comparison_records", "load_pairs", "compare_runs", "comparison_rows", "render_comparison", "render_seed_difference",
            "seed_difference"]

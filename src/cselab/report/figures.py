@@ -41,7 +41,7 @@ from cselab.report.render import group_title
 
 #: the image formats written for every figure
 IMAGE_FORMATS: tuple[str, ...] = ("png", "svg")
-#: where a run's CSV logger writes (:func:`cselab.loggers.resumable_csv_logger`)
+#: where a run's CSV logger writes (:func:`cselab.run.loggers.resumable_csv_logger`)
 METRICS_CSV = Path("csv") / "metrics.csv"
 _BEST_STEP = re.compile(r"best-step(\d+)")
 

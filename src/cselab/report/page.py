@@ -2,7 +2,7 @@
 
 ``cselab report DIR... --figures OUT`` writes into ``OUT``: the figures (:mod:`cselab.report.figures`: PNG, SVG
 and the JSON data of each), the report as ``report.md``, ``report.tex`` and ``report.csv``, and ``index.html``,
-which shows the main STS table (:func:`cselab.report.render.sts_table` through :func:`cselab.tables.html`), links
+which shows the main STS table (:func:`cselab.report.render.sts_table` through :func:`cselab.io.tables.html`), links
 the three table files, shows every figure (its PNG, with links to its SVG and data) and the whole Markdown report
 (intervals, comparisons, failed runs) as text.  Every link is a relative path to a file in ``OUT``: the page
 opens from the disk (``file://``) or from ``python -m http.server`` run in ``OUT``, and the folder can be moved or
@@ -16,10 +16,10 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from cselab.io.tables import html as html_table
 from cselab.report.collect import Report
 from cselab.report.figures import WrittenFigure
 from cselab.report.render import sts_table
-from cselab.tables import html as html_table
 
 PAGE = "index.html"
 #: the table files written beside the page: name -> the report's format

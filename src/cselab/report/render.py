@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from cselab.evaluation.stats import seed_statistics
+from cselab.io.tables import Column, Table, csv_text, latex, latex_escape, markdown, markdown_escape
 from cselab.report.collect import Group, Report, Run
 from cselab.report.published import COLUMN_NAMES, SCORE_KEYS
-from cselab.tables import Column, Table, csv_text, latex, latex_escape, markdown, markdown_escape
 
 FORMATS: tuple[str, ...] = ("markdown", "latex", "csv")
 #: the report's columns: the 8 test columns, plus ``dev`` (STS-B dev) on request
@@ -105,7 +105,7 @@ def _markdown_cell(g: Group, col: str) -> str:
 def sts_table(report: Report, dev: bool = False, markup: str = "markdown") -> Table:
     """The report's main table: a row per group (method, backbone, setting, variant / overrides, n, the score
     columns as ``ours (paper; ours - paper)``, the paper).  ``markup``: ``markdown`` (the variant in bold, ``|``
-    escaped) or ``plain`` (text as it is: the HTML page, :func:`cselab.tables.html`).
+    escaped) or ``plain`` (text as it is: the HTML page, :func:`cselab.io.tables.html`).
 
     Raises:
         ValueError: an unknown ``markup``.

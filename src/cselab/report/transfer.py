@@ -17,9 +17,9 @@ from typing import Any
 import yaml
 
 from cselab.data.transfer import PAPER_NAMES, TRANSFER_TASKS
+from cselab.io.tables import Column, Table, markdown
 from cselab.report.published import PublishedDataError, variant_of
 from cselab.report.saved_config import SavedRunConfig
-from cselab.tables import Column, Table, markdown
 
 __all__ = ["TransferRow", "load_published_transfer", "transfer_rows_of_runs", "render_transfer_tables"]
 

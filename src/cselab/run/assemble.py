@@ -11,13 +11,13 @@ from typing import Any
 import lightning as L
 import torch
 
-from cselab.checkpoint_io import AtomicCheckpointIO
-from cselab.loggers import logged_config, run_display_name
+from cselab.io.progress import interactive
 from cselab.methods.base import ContrastiveMethod
 from cselab.methods.checks import ConfigError, refuse_legacy
 from cselab.methods.compiled import compile_training
 from cselab.methods.registry import method_target
-from cselab.progress import interactive
+from cselab.run.checkpoints import AtomicCheckpointIO
+from cselab.run.loggers import logged_config, run_display_name
 from cselab.run.pieces import RunNames, TrainSpec
 from cselab.run.spec import RunSpec
 
@@ -108,7 +108,7 @@ def run_tags(names: RunNames) -> list[str]:
 
 
 def start_loggers(spec: RunSpec, output_dir: Path, resume_step: int | None, method) -> list:
-    """The ``logger`` node instantiated (``conf/logger/*.yaml``: :func:`cselab.loggers.build_loggers`) with the
+    """The ``logger`` node instantiated (``conf/logger/*.yaml``: :func:`cselab.run.loggers.build_loggers`) with the
     run's tags and name; each gets the run's config and, on a fresh run, the trainable-parameter count."""
     from hydra.utils import instantiate
 

@@ -12,10 +12,10 @@ log = logging.getLogger(__name__)
 
 def disk_full_record(err: BaseException, output_dir: str | Path) -> dict[str, Any]:
     """``{"cause": "disk full", "path", "free_bytes"}`` when ``err`` or an exception in its chain is a full disk
-    (:class:`cselab.files.DiskFullError`, or an ``OSError`` ENOSPC / EDQUOT written outside
-    :func:`cselab.files.staged`), else ``{}``.  ``path``: the file being written (else ``output_dir``);
+    (:class:`cselab.io.files.DiskFullError`, or an ``OSError`` ENOSPC / EDQUOT written outside
+    :func:`cselab.io.files.staged`), else ``{}``.  ``path``: the file being written (else ``output_dir``);
     ``free_bytes``: the free space when the write failed (else now)."""
-    from cselab.files import DiskFullError, disk_full_error, exception_chain, free_bytes
+    from cselab.io.files import DiskFullError, disk_full_error, exception_chain, free_bytes
 
     chain = exception_chain(err)
     full = next((e for e in chain if isinstance(e, DiskFullError)), None)
@@ -38,7 +38,7 @@ def record_failure(output_dir: str | Path, err: BaseException) -> Path | None:
     import json
     import traceback
 
-    from cselab.files import atomic_write_text
+    from cselab.io.files import atomic_write_text
 
     try:
         info = {

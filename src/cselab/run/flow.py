@@ -108,7 +108,7 @@ class Run:
         keys (PromptEOL's rows: trained in 4-bit, tested in fp32)."""
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-        from cselab.signals import StoppedBySignal, sigterm_stops, stop_at_step_end
+        from cselab.run.signals import StoppedBySignal, sigterm_stops, stop_at_step_end
 
         sts = callbacks["sts"]
         trainer = assemble.build_trainer(self.spec.training, list(callbacks.values()), loggers, state.output_dir)

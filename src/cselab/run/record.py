@@ -24,7 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from cselab.run_lock import mark_run_dir
+from cselab.run.lock import mark_run_dir
 
 #: the folder of Hydra's files in a run directory (Hydra's default ``hydra.output_subdir``)
 HYDRA_SUBDIR = ".hydra"

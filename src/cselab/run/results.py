@@ -15,9 +15,9 @@ from cselab.evaluation.callback import STSCallback
 from cselab.evaluation.encoder import SentenceEncoder
 from cselab.evaluation.results import build_results, write_results
 from cselab.evaluation.sts import PAPER_NAMES, format_table
-from cselab.loggers import close_loggers, log_test_charts, log_transfer_table
+from cselab.io.progress import interactive
 from cselab.methods.base import ContrastiveMethod
-from cselab.progress import interactive
+from cselab.run.loggers import close_loggers, log_test_charts, log_transfer_table
 from cselab.run.pieces import EvalSpec, RunNames
 from cselab.run.spec import RunSpec
 
@@ -59,8 +59,8 @@ def _clear_earlier_attempts(output_dir: Path) -> None:
     """Once ``results.json`` is written: an earlier attempt's ``failed.json`` and the checkpoints it set aside as
     unreadable (``checkpoints/*.unreadable-*``) go, each named in the log, so that the finished run's directory
     says only that it finished (``cselab report`` reads ``results.json`` first anyway)."""
-    from cselab.checkpoint_io import remove_set_aside
-    from cselab.sweep import FAILED_FILE
+    from cselab.run.checkpoints import remove_set_aside
+    from cselab.run.sweep import FAILED_FILE
 
     failed = output_dir / FAILED_FILE
     if failed.is_file():
@@ -86,7 +86,7 @@ def finish(spec: RunSpec, state: RunState, method, sts: STSCallback, loggers: li
     path = write_results(state.output_dir / "results.json", results)
     _clear_earlier_attempts(state.output_dir)
     if spec.training is not None and not spec.training.keep_last:
-        from cselab.checkpoint_io import remove_last
+        from cselab.run.checkpoints import remove_last
 
         if freed := remove_last(state.output_dir / "checkpoints"):
             log.info("removed checkpoints/last.ckpt (%.0f MB; the run finished: checkpointing.keep_last=false)",

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from cselab.files import read_json_object
+from cselab.io.files import read_json_object
 from cselab.methods.checks import ConfigError
 
 log = logging.getLogger(__name__)
@@ -106,14 +106,14 @@ def resolve_ckpt_path(ckpt_path: str | None, output_dir: str | Path) -> str | No
 def resumable_checkpoint(ckpt_path: str | None, output_dir: str | Path) -> str | None:
     """:func:`resolve_ckpt_path`, with a checkpoint that cannot be read (cut short by a crash during its write, a
     full quota) set aside instead of failing every re-run: ``auto`` and ``last`` rename it to
-    ``<name>.unreadable-<time>`` (:func:`cselab.checkpoint_io.set_aside`, never deleted), log a warning naming both
+    ``<name>.unreadable-<time>`` (:func:`cselab.run.checkpoints.set_aside`, never deleted), log a warning naming both
     files, and resume from the next newest checkpoint (a SLURM ``hpc_ckpt_<n>.ckpt``) or train from step 0.
 
     Raises:
         ConfigError: ``ckpt_path`` names a file that cannot be read (names it and the alternatives).
         FileNotFoundError: as :func:`resolve_ckpt_path`.
     """
-    from cselab.checkpoint_io import read_error, set_aside
+    from cselab.run.checkpoints import read_error, set_aside
 
     while True:
         path = resolve_ckpt_path(ckpt_path, output_dir)

@@ -16,10 +16,10 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from cselab.config import MOVED_KEYS, has_templates
 from cselab.data.datamodule import resolve_num_workers, resolve_pad_to_multiple_of
 from cselab.evaluation.stats import BootstrapOptions
 from cselab.evaluation.transfer import TransferProtocol
+from cselab.io.config import MOVED_KEYS, has_templates
 from cselab.methods.cached_step import check_options
 from cselab.methods.checks import ConfigError, check_module
 from cselab.methods.compiled import CompileOptions
@@ -148,13 +148,13 @@ def model_inputs(cfg: DictConfig, training: TrainSpec | None, module: dict[str, 
     """The input files that the model or the test read besides the data (``InputFiles``' fields): the whitening
     corpus (``eval.whitening``, :class:`~cselab.evaluation.whitening.WhiteningOptions`, checked here), SNCSE's
     soft negatives (a DataModule node with ``soft_negatives``: its value, or the default next to the corpus
-    :func:`~cselab.data.soft_negative.default_soft_negatives`), RankCSE's teachers (``method.teachers[i].path``).
+    :func:`~cselab.methods.sncse.data.default_soft_negatives`), RankCSE's teachers (``method.teachers[i].path``).
 
     Raises:
         ConfigError: a bad ``eval.whitening`` value (names the key).
     """
-    from cselab.data.soft_negative import default_soft_negatives
     from cselab.evaluation.whitening import WhiteningOptions
+    from cselab.methods.sncse.data import default_soft_negatives
 
     node = OmegaConf.select(cfg, "eval.whitening")
     whitening = WhiteningOptions.from_config(OmegaConf.to_container(node, resolve=True) if node is not None else None)

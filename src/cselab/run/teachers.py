@@ -1,7 +1,7 @@
 """RankCSE's teachers (``method.teachers``) as the run sees them: each path checked before a run directory is
 written or a model loads (:func:`check_teacher`), and what each one resolves to -- the checkpoint a run directory
 gives -- logged and saved in ``results.json`` (``teachers``, :func:`teacher_record`).  How a teacher encodes is
-:mod:`cselab.methods.teachers`' (loaded when training starts)."""
+:mod:`cselab.methods.rankcse.teachers`' (loaded when training starts)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cselab.io.targets import TargetError, resolve_target
 from cselab.methods.checks import ConfigError
-from cselab.targets import TargetError, resolve_target
 
 log = logging.getLogger(__name__)
 
 def teacher_file(path: str | Path) -> Path:
     """The file or folder a teacher loads from, as every command resolves a model target
-    (:func:`cselab.targets.resolve_target`): a run directory's best checkpoint, else the checkpoint file or the
+    (:func:`cselab.io.targets.resolve_target`): a run directory's best checkpoint, else the checkpoint file or the
     exported folder itself.  A teacher is a trained model, so a backbone name is no teacher.
 
     Raises:
         FileNotFoundError: nothing at ``path``; a run directory without a best checkpoint; a backbone, or a folder
-            that is no model (:class:`cselab.targets.TargetError`).
+            that is no model (:class:`cselab.io.targets.TargetError`).
     """
     target = resolve_target(path)
     if target.kind == "backbone":
@@ -48,7 +48,7 @@ def check_teacher(index: int, path: str) -> Path:
 def teacher_record(teachers: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The teachers of a run, each ``{"path", "weight", "loads"}`` (``loads``: the checkpoint or folder, absolute),
     each logged once; ``teachers``: the ``module`` node's ``teachers`` list, checked
-    (:func:`cselab.methods.teachers.teacher_specs`)."""
+    (:func:`cselab.methods.rankcse.teachers.teacher_specs`)."""
     record = []
     for i, node in enumerate(teachers):
         loads = check_teacher(i, str(node["path"])).resolve()

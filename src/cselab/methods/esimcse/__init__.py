@@ -1,0 +1,1 @@
+"""``method=esimcse``: :mod:`cselab.methods.esimcse.method` (its LightningModule) and what only it uses."""

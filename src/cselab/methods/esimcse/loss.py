@@ -1,0 +1,57 @@
+"""InfoNCE with a queue of extra negatives (ESimCSE's momentum contrast, Wu et al. 2022 Eq. 3).
+
+Official code (caskcsg/sentemb ``ESimCSE/esimcse/models.py``): the in-batch logits ``cos(z1_i, z2_j) / tau`` (:231)
+and, once the queue holds embeddings (``pre_z1 != None``, from the second step on), the queue's logits
+``cos(z1_i, q_k) / tau`` concatenated to the right (:244-248); cross-entropy with labels ``i`` (:241-242) -- the
+loss returned is that one (:284-285).  Anchors ``z1`` are the untouched sentences, positives ``z2`` the repeated
+ones; the queue rows are constants (computed under ``no_grad`` by the momentum encoder).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from cselab.losses.infonce import InfoNCE, cosine_matrix
+
+
+class QueueInfoNCE(InfoNCE):
+    """InfoNCE whose logits get the queue's columns: ``[cos(z1, z2) | cos(z1, queue)] / tau``, labels ``i``.
+
+    Args:
+        temperature: tau > 0 (ESimCSE: 0.05, ``run.sh --temp``).
+        hard_negative_weight: as :class:`InfoNCE` (unused by ESimCSE, whose views are two).
+
+    Attribute ``queue``: (Q, D) negatives, or None (no queue yet: plain InfoNCE); set by the method before each
+    step (:meth:`cselab.methods.esimcse.method.ESimCSE.training_step`), so that the cached step
+    (:class:`cselab.methods.cached_step.CachedStep`), which calls ``loss_fn(z)``, sees the same loss.
+
+    Input ``z`` (B, V, D) and optionally ``queue`` (Q, D) (over the attribute); output the scalar mean loss.
+
+    Raises:
+        ValueError: as :class:`InfoNCE`; a queue whose width is not D.
+    """
+
+    def __init__(self, temperature: float = 0.05, hard_negative_weight: float = 0.0) -> None:
+        super().__init__(temperature, hard_negative_weight)
+        self.queue: torch.Tensor | None = None
+
+    def logits(self, z: torch.Tensor, queue: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, B [+ B] + Q) logits: :meth:`InfoNCE.logits`, then the columns of ``queue`` (else of the attribute
+        :attr:`queue`) (``models.py:247``)."""
+        logits = super().logits(z)
+        queue = self.queue if queue is None else queue
+        if queue is None or queue.shape[0] == 0:
+            return logits
+        if queue.shape[-1] != z.shape[-1]:
+            raise ValueError(f"QueueInfoNCE: queue width {queue.shape[-1]} != embedding width {z.shape[-1]}")
+        extra = cosine_matrix(z[:, 0], queue.to(z.device).detach()) / self.temperature
+        return torch.cat([logits, extra.to(logits.dtype)], dim=1)
+
+    def forward(self, z: torch.Tensor, queue: torch.Tensor | None = None) -> torch.Tensor:
+        logits = self.logits(z, queue)
+        return F.cross_entropy(logits, torch.arange(z.shape[0], device=z.device))
+
+
+#: this folder's losses by name (:func:`cselab.methods.registry.loss_classes`)
+LOSSES = {"infonce_queue": QueueInfoNCE}

@@ -1,0 +1,194 @@
+"""ESimCSE (Wu et al., COLING 2022): SimCSE whose positive is the sentence with repeated tokens
+(:mod:`cselab.methods.esimcse.repetition`), plus a queue of negatives from a momentum encoder
+(:mod:`cselab.methods.esimcse.momentum`), in the loss :class:`cselab.methods.esimcse.loss.QueueInfoNCE`.
+
+Official code: caskcsg/sentemb ``ESimCSE`` (``train.py``, ``esimcse/models.py``, ``esimcse/trainers.py``,
+``run.sh``); each rule with its file:line in docs/fidelity.md ("ESimCSE").  One training step, as the official
+``CLTrainer.compute_loss`` (``trainers.py:619-636``):
+
+1. the online encoder (train mode, dropout) embeds both views, [CLS] + MLP; the loss is InfoNCE over the batch
+   (anchors: the untouched sentences, positives: the repeated ones) with the queue's logits appended;
+2. the momentum encoder moves towards the online one (``models.py:161-163``, the step's weights);
+3. the momentum encoder (eval mode, no graph) embeds the untouched sentences, through the online MLP; the rows are
+   appended to the queue, the oldest dropped beyond ``queue_size`` (the next step's extra negatives).
+
+Test: the online encoder without the MLP (``cls_before_pooler``, ``run.sh --mlp_only_train``), as SimCSE unsup; the
+momentum encoder is training state only (checkpoints, not exports).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from cselab.methods.base import ContrastiveMethod
+from cselab.methods.esimcse.loss import QueueInfoNCE
+from cselab.methods.esimcse.momentum import MomentumQueue, check_momentum
+from cselab.methods.esimcse.repetition import (
+    REPEATED_FIELD,
+    RepetitionCollate,
+    add_repetition_column,
+    check_repetition,
+)
+from cselab.model.pooling import needs_hidden_states, pool
+from cselab.model.spec import ConfigError, EmbeddingSpec
+from cselab.model.template_input import ViewSpec
+
+#: ``method.esimcse`` defaults: the official ``run.sh`` for BERT-base (momentum, neg_size, dup_type, dup_rate)
+ESIMCSE_DEFAULTS = {"momentum": 0.995, "queue_size": 160, "momentum_init": "official", "dup_rate": 0.32,
+                    "dup_type": "bpe"}
+#: the batch key under which the step hands the queue to the (possibly compiled) forward
+QUEUE_KEY = "esimcse_queue"
+#: the checkpoint key of the queue (:meth:`ESimCSE.on_save_checkpoint`)
+CHECKPOINT_KEY = "esimcse_queue"
+
+
+class ESimCSE(ContrastiveMethod):
+    """ESimCSE unsup: word-repetition positives, momentum-encoder queue of negatives.
+
+    Args:
+        esimcse: ``{"momentum", "queue_size", "momentum_init", "dup_rate", "dup_type"}`` (``method.esimcse``;
+            missing keys: :data:`ESIMCSE_DEFAULTS`).
+        **kwargs: :class:`ContrastiveMethod`'s.  The loss must be :class:`QueueInfoNCE` (``loss=infonce_queue``).
+
+    Raises:
+        ConfigError: a prompt (ESimCSE has no template), a backbone that is not BERT / RoBERTa-like, a bad
+            ``method.esimcse.*`` value, or another loss (names the key).
+    """
+
+    method_name = "esimcse"
+    tunings = ("full",)
+    settings = ("unsup",)
+
+    def __init__(self, *args: Any, esimcse: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        options = self.esimcse_options(esimcse)
+        if not isinstance(self.loss_fn, QueueInfoNCE):
+            raise ConfigError(f"method=esimcse needs its queue loss (loss=infonce_queue), got "
+                              f"{type(self.loss_fn).__name__}")
+        self.options = options
+        self.momentum = MomentumQueue(self.encoder, options["momentum"], options["queue_size"],
+                                      options["momentum_init"])
+        self._queue_epoch: int | None = None  # the epoch whose steps filled the queue
+        self._train_collate: RepetitionCollate | None = None
+
+    @staticmethod
+    def esimcse_options(esimcse: Mapping[str, Any] | None) -> dict[str, Any]:
+        """``method.esimcse`` over :data:`ESIMCSE_DEFAULTS`, checked.
+
+        Raises:
+            ConfigError: an unknown key or a value out of range (names ``method.esimcse.<key>``).
+        """
+        given = {k: v for k, v in dict(esimcse or {}).items() if v is not None}
+        unknown = sorted(set(given) - set(ESIMCSE_DEFAULTS))
+        if unknown:
+            raise ConfigError(f"method.esimcse.{unknown[0]}: unknown key; expected {sorted(ESIMCSE_DEFAULTS)}")
+        options = {**ESIMCSE_DEFAULTS, **given}
+        check_momentum(options["momentum"], options["queue_size"], options["momentum_init"])
+        check_repetition(options["dup_rate"], options["dup_type"])
+        return options
+
+    @classmethod
+    def check_config(cls, *, backbone: Mapping[str, Any], model: Mapping[str, Any] | EmbeddingSpec,
+                     esimcse: Mapping[str, Any] | None = None, **kwargs: Any) -> EmbeddingSpec:
+        """:meth:`ContrastiveMethod.check_config` plus ESimCSE's rules (no prompt, BERT / RoBERTa families, the
+        ``method.esimcse`` options).
+
+        Raises:
+            ConfigError: names the key.
+        """
+        from cselab.methods.checks import backbone_family_of
+
+        family = backbone_family_of(backbone)
+        if family not in ("bert", "roberta"):
+            raise ConfigError(f"method=esimcse runs on BERT / RoBERTa-like encoders (backbone.family=bert|roberta), "
+                              f"got {backbone.get('name_or_path')!r} of family {family}")
+        if not isinstance(model, EmbeddingSpec) and model.get("prompt"):
+            raise ConfigError("method=esimcse has no template: set prompt=none")
+        cls.esimcse_options(esimcse)
+        return super().check_config(backbone=backbone, model=model, **kwargs)
+
+    @classmethod
+    def view_specs(cls, prompt, setting: str, family: str) -> tuple[list[ViewSpec], ViewSpec]:
+        """The untouched sentence and its repetition (``train.py:480,538``); the sentence at test."""
+        return [ViewSpec("text"), ViewSpec(REPEATED_FIELD)], ViewSpec("text")
+
+    @property
+    def train_collate(self) -> RepetitionCollate:
+        """The DataModule's collate: :class:`cselab.methods.esimcse.repetition.RepetitionCollate` (built once)."""
+        if self._train_collate is None:
+            o = self.options
+            self._train_collate = RepetitionCollate(self.tokenizer, o["dup_rate"], o["dup_type"],
+                                                    max_seq_len=self.max_seq_len,
+                                                    max_positions=self.encoder.max_positions)
+        return self._train_collate
+
+    # ----------------------------------------------------------------------------------------- training
+    def setup(self, stage: str) -> None:
+        """At fit: the repetitions drawn over the corpus in file order with the run's seed, before training
+        (``train.py:331,543``; :func:`cselab.methods.esimcse.repetition.add_repetition_column`).  Lightning calls this after
+        the DataModule's ``setup`` and before the training loader is first built (``configure_optimizers`` counts
+        its batches).
+
+        Raises:
+            ConfigError: a streamed corpus (``data.streaming=true``).
+        """
+        super().setup(stage)
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if stage == "fit" and datamodule is not None and getattr(datamodule, "train_set", None) is not None:
+            datamodule.train_set = add_repetition_column(datamodule.train_set, self.train_collate,
+                                                         int(getattr(datamodule, "seed", 42)))
+
+    def on_train_epoch_start(self) -> None:
+        """An empty queue at the start of every epoch (``trainers.py:452``); a run resumed within an epoch keeps
+        the queue its checkpoint restored."""
+        if self._queue_epoch != self.current_epoch:
+            self.momentum.reset()
+            self._queue_epoch = self.current_epoch
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
+        """The loss with the current queue (the base's step: cached or not, compiled or not), then the momentum
+        update and the enqueue of the untouched sentences' momentum embeddings (done for a skipped non-finite step
+        too, as the official step has no skip)."""
+        queue = self.momentum.queue
+        if self.cached_step is not None:
+            self.loss_fn.queue = queue  # CachedStep calls loss_fn(z)
+        elif queue is not None:
+            batch = {**batch, QUEUE_KEY: queue}
+        try:
+            loss = super().training_step(batch, batch_idx)
+        finally:
+            self.loss_fn.queue = None
+        self.momentum.update(self.encoder)
+        self.momentum.enqueue(self.momentum.encode(batch, self._pool, self.head))
+        self._queue_epoch = self.current_epoch
+        self.log("train/queue_size", float(self.momentum.queue.shape[0]), batch_size=int(batch["input_ids"].shape[0]))
+        return loss
+
+    def forward_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, None, int]:
+        """``(QueueInfoNCE(gather(embed(views)), queue), None, examples)``: the queue comes in the batch
+        (:data:`QUEUE_KEY`) so that a compiled forward takes it as an input."""
+        z = self.gather_embeddings(self.embed(batch))
+        return self.loss_fn(z, batch.get(QUEUE_KEY)), None, z.shape[0]
+
+    def _pool(self, encoder, ids: torch.Tensor, mask: torch.Tensor, rep: torch.Tensor) -> torch.Tensor:
+        """The online path's pooling on ``encoder``'s output (N, D) (``models.py:183``)."""
+        pooler, layer = self.model.representation_pooler, self.spec.pool_layer
+        out = encoder(ids, mask, output_hidden_states=needs_hidden_states(pooler, layer))
+        return pool(pooler, out, mask, rep, layer=layer)
+
+    # ----------------------------------------------------------------------------------------- checkpoint
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """The base's record, plus the queue and the epoch that filled it (the momentum encoder is in the state
+        dict)."""
+        super().on_save_checkpoint(checkpoint)
+        checkpoint[CHECKPOINT_KEY] = {**self.momentum.queue_state(), "epoch": self._queue_epoch}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restore the queue (a resumed run continues with the queue of the interrupted one)."""
+        state = checkpoint.get(CHECKPOINT_KEY)
+        if state is not None:
+            self.momentum.load_queue_state(state, self.device)
+            self._queue_epoch = state.get("epoch")

@@ -1,0 +1,1 @@
+"""``method=optiprompt``: :mod:`cselab.methods.optiprompt.method` (its LightningModule) and what only it uses."""

@@ -1,0 +1,1 @@
+"""``method=prompteol``: :mod:`cselab.methods.prompteol.method` (its LightningModule) and what only it uses."""

@@ -1,0 +1,160 @@
+"""RankCSE (Liu et al., ACL 2023): SimCSE's unsup step plus ranking consistency and listwise ranking distillation
+from frozen teachers.
+
+Official code: perceptiveshawty/RankCSE (``rankcse/models.py``, ``rankcse/trainers.py``, ``run_rankcse.sh``;
+docs/fidelity.md "RankCSE").  The student is unsup SimCSE: the sentence twice in one forward pass (two dropout
+masks), [CLS] + MLP (Linear + Tanh) in training, tested without the MLP (``--pooler_type cls --mlp_only_train``,
+run_rankcse.sh:21-22; ``sentemb_forward``, models.py:343-345).  Each step, before the student's forward, the teachers
+(:mod:`cselab.methods.rankcse.teachers`) embed the batch's sentences without gradient and give the targets (N, N); the
+loss (:class:`cselab.methods.rankcse.loss.RankCSELoss`) is InfoNCE + consistency + gamma * listNet / listMLE.
+
+The teacher step runs eagerly in :meth:`RankCSE.training_step` (it needs strings), outside the compiled forward
+(:mod:`cselab.methods.compiled`): its targets enter the forward as a batch tensor (``teacher_logits``), as does
+listMLE's column permutation (``ranking_permutation``, drawn here from the CPU generator as the official draws it,
+models.py:95), so that the compiled, uncached and cached (:mod:`cselab.methods.cached_step`) steps compute the same
+loss and gradients.  A teacher on the student's vocabulary reads the batch's token ids on the device (the official
+rule); one that needs strings (another vocabulary, a template) makes the step read the ids on the host to decode
+them, and its ``encode`` returns CPU tensors (the teachers' forward dominates anyway).
+The FLOP counter (:class:`cselab.callbacks.FlopCounter`) counts the teachers' forward with the student's (x3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from cselab.methods.base import ContrastiveMethod
+from cselab.methods.rankcse.loss import RankCSELoss
+from cselab.methods.rankcse.teachers import TeacherScores, teacher_specs
+from cselab.methods.registry import build_loss
+from cselab.model.spec import ConfigError, EmbeddingSpec
+
+#: the batch keys the teacher step adds (read by :meth:`RankCSE.contrastive_loss`)
+TEACHER_KEY = "teacher_logits"
+PERMUTATION_KEY = "ranking_permutation"
+#: :meth:`RankCSE.check_config` called by the base constructor, without RankCSE's own arguments
+_UNSET: Any = object()
+
+
+class RankCSE(ContrastiveMethod):
+    """RankCSE: :class:`ContrastiveMethod` with teacher targets and :class:`RankCSELoss`.
+
+    Args (besides :class:`ContrastiveMethod`'s):
+        teachers: ``method.teachers``: ``[{path: <run directory | .ckpt | exported folder>, weight: <float>}, ...]``,
+            weights summing to 1 (official ``--first/second_teacher_name_or_path`` and ``--alpha_``).
+        teacher_temperature: ``method.teacher_temperature``, tau2 (official ``--tau2``, 0.05).
+
+    Raises:
+        ConfigError: a malformed ``method.teachers`` / ``teacher_temperature``, a loss other than
+            ``loss=rankcse_*``, a prompt (the student is SimCSE's plain sentence), or what the base refuses; at fit
+            start, a teacher path that does not exist or cannot be loaded (named).
+    """
+
+    method_name = "rankcse"
+    settings = ("unsup",)
+    tunings = ("full",)
+
+    def __init__(self, backbone: dict, model: Mapping[str, Any] | EmbeddingSpec | None = None,
+                 loss: dict | None = None, optim: Mapping[str, Any] | None = None, setting: str = "unsup",
+                 train: bool = True, negatives: str = "global", mlm: dict | None = None, on_nonfinite: str = "stop",
+                 cached_step: Mapping[str, Any] | None = None, teachers: Sequence[Mapping[str, Any]] | None = None,
+                 teacher_temperature: float = 0.05) -> None:
+        loss = dict(loss or {"_target_": "cselab.methods.rankcse.loss.RankCSELoss"})
+        _check_rankcse(teachers=teachers, teacher_temperature=teacher_temperature, loss=loss, model=model)
+        super().__init__(backbone, model=model, loss=loss, optim=optim, setting=setting, train=train,
+                         negatives=negatives, mlm=mlm, on_nonfinite=on_nonfinite, cached_step=cached_step)
+        self.teacher_scores = TeacherScores(teacher_specs(_plain(teachers), teacher_temperature), teacher_temperature)
+
+    @classmethod
+    def check_config(cls, *, teachers: Any = _UNSET, teacher_temperature: float = 0.05,
+                     loss: Mapping[str, Any] | None = None, **kwargs: Any) -> EmbeddingSpec:
+        """The base's checks and, given the ``module`` node (:meth:`cselab.run.spec.RunSpec.from_config`), the teachers' list
+        (:func:`cselab.methods.rankcse.teachers.teacher_specs`; their paths are checked when training starts) and the loss
+        (the constructor checks them itself before calling the base's checks without them).
+
+        Raises:
+            ConfigError: names the key and what was expected.
+        """
+        if teachers is not _UNSET:
+            _check_rankcse(teachers=teachers, teacher_temperature=teacher_temperature,
+                           loss=dict(loss or {"_target_": "cselab.methods.rankcse.loss.RankCSELoss"}),
+                           model=kwargs.get("model"))
+        return super().check_config(loss=loss, **kwargs)
+
+    # ----------------------------------------------------------------- the teacher step
+    def on_fit_start(self) -> None:
+        """The base's checks, then the teachers loaded onto the student's device (frozen, eval mode), each reading
+        the student's token ids when they fit it (:func:`cselab.methods.rankcse.teachers.teacher_feed`)."""
+        super().on_fit_start()
+        self.teacher_scores.load(self.device, self.tokenizer)
+
+    @torch.no_grad()
+    def teacher_targets(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The teachers' logits (N, N) of the batch (N = the global batch under DDP with ``negatives=global``):
+        ``sum_k w_k cos(t_k_i, t_k_j) / tau2`` (:class:`cselab.methods.rankcse.teachers.TeacherScores`) of the batch's first
+        view as the student sees it (truncated to ``max_seq_len``): its token ids themselves (official
+        trainers.py:476-499), or decoded for a teacher whose vocabulary or input differs."""
+        self.teacher_scores.load(self.device, self.tokenizer)
+        ids, mask = batch["input_ids"][:, 0], batch["attention_mask"][:, 0]
+        embeddings = self.teacher_scores.embeddings(ids, mask, self.tokenizer)
+        gathered = [self.gather_embeddings(e.unsqueeze(1)).squeeze(1) for e in embeddings]
+        return self.teacher_scores.logits(gathered)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
+        """The teacher step (eager, no gradient), then the base's step (uncached, compiled or cached) with the
+        targets, and listMLE's column permutation, as batch tensors."""
+        batch = dict(batch)
+        targets = self.teacher_targets(batch)
+        batch[TEACHER_KEY] = targets
+        if getattr(self.loss_fn, "ranking", None) == "listmle":
+            batch[PERMUTATION_KEY] = torch.randperm(targets.shape[-1]).to(targets.device)
+        return super().training_step(batch, batch_idx)
+
+    def contrastive_loss(self, z: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """:class:`RankCSELoss` of ``z`` (N, 2, D) against the batch's teacher targets.
+
+        Raises:
+            KeyError: the batch has no teacher targets (a step that bypassed :meth:`training_step`).
+        """
+        if TEACHER_KEY not in batch:
+            raise KeyError(f"RankCSE's loss needs batch[{TEACHER_KEY!r}] (set by RankCSE.training_step)")
+        return self.loss_fn(z, batch[TEACHER_KEY], batch.get(PERMUTATION_KEY))
+
+
+def _plain(teachers: Any) -> list[dict[str, Any]] | Any:
+    """``method.teachers`` as plain dicts (an OmegaConf ListConfig from a config, or a list)."""
+    if teachers is None or isinstance(teachers, (str, Mapping)):
+        return teachers
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(teachers, (ListConfig, DictConfig)):
+            return OmegaConf.to_container(teachers, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    return [dict(t) if isinstance(t, Mapping) else t for t in teachers]
+
+
+def _check_rankcse(*, teachers: Any, teacher_temperature: float, loss: Mapping[str, Any],
+                   model: Mapping[str, Any] | EmbeddingSpec | None) -> None:
+    """RankCSE's own rules (the base checks the rest).
+
+    Raises:
+        ConfigError: names ``method.teachers`` / ``method.teacher_temperature`` / ``loss`` / ``prompt``.
+    """
+    teacher_specs(_plain(teachers), teacher_temperature)
+    if int(dict(loss).get("groups", 1) or 1) != 1:
+        raise ConfigError(f"method=rankcse with loss.groups={dict(loss)['groups']}: the teachers' targets cover the "
+                          "whole batch; set loss.groups=1")
+    try:
+        built = build_loss(dict(loss))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if not isinstance(built, RankCSELoss):
+        raise ConfigError(f"method=rankcse with loss={dict(loss).get('name')!r}: RankCSE's loss takes the teachers' "
+                          "targets; use loss=rankcse_listnet or loss=rankcse_listmle")
+    if isinstance(model, Mapping) and model.get("prompt"):
+        raise ConfigError("method=rankcse with a prompt: RankCSE's student is unsup SimCSE (the plain sentence, "
+                          "the teachers read its token ids); use prompt=none")
