@@ -190,7 +190,7 @@ def test_python_m_spellings_run_the_cli(module, monkeypatch, capsys):
 def test_wandb_logger_without_wandb_installed_falls_back_to_csv(tmp_path, monkeypatch, caplog):
     import importlib.util
 
-    from cselab import loggers
+    from cselab.run import loggers
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cselab import sweep
 from cselab.io.logs import DropAdvertisements, one_line_per_event
+from cselab.run import sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 
