@@ -118,3 +118,20 @@ def test_a_node_added_since_keeps_old_runs_unchanged_while_its_switch_is_off(tmp
     assert "eval.whitening.enabled" in keys and all(k.startswith("eval.whitening.") for k in keys)
     # a run saved with the node compares it as any other key
     assert [key for key, _, _ in config_changes(resolved_config(now), resolved_config(whitened), copies_of(whitened))] == ["eval.whitening.enabled"]
+
+
+def test_a_moved_target_is_not_a_change_another_target_is():
+    """A checkpoint written before the method folders saved ``cselab.methods.prompt_tuning.DCPCSE``: the same class
+    now (its module moved), so resuming it is no change; naming another class, or an old path that still
+    imports, is one."""
+    from cselab.callbacks.run_config import moved_target
+
+    saved = {"method": {"_target_": "cselab.methods.prompt_tuning.DCPCSE"},
+             "logger": {"_target_": "cselab.loggers.build_loggers"}}
+    now = {"method": {"_target_": "cselab.methods.dcpcse.method.DCPCSE"},
+           "logger": {"_target_": "cselab.run.loggers.build_loggers"}}
+    assert config_changes(saved, now) == []
+    other = {**now, "method": {"_target_": "cselab.methods.simcse.method.SimCSE"}}
+    assert [key for key, _, _ in config_changes(saved, other)] == ["method._target_"]
+    assert not moved_target("cselab.methods.scpcse.method.SCPCSE", "cselab.methods.optiprompt.method.SCPCSE")
+    assert not moved_target("cselab.methods.prompt_tuning.Nothing", "cselab.methods.dcpcse.method.Nothing")

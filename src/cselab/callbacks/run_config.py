@@ -64,9 +64,29 @@ def config_changes(saved: dict[str, Any], new: dict[str, Any],
         if key_matches(key, OUTPUT_ONLY_KEYS) or key_matches(key, tuple(derived)):
             continue
         before, after = old_flat.get(key, _ABSENT), new_flat.get(key, _ABSENT)
-        if before != after:
+        if before != after and not (key.endswith("_target_") and moved_target(before, after)):
             changes.append((key, before, after))
     return changes
+
+
+def moved_target(before: Any, after: Any) -> bool:
+    """Whether a ``_target_`` value saved by an older cselab names the object ``after`` names now: the old path no
+    longer imports (its module moved, e.g. ``cselab.methods.prompt_tuning.DCPCSE`` -> ``cselab.methods.dcpcse.method
+    .DCPCSE``, ``cselab.loggers.build_loggers`` -> ``cselab.run.loggers.build_loggers``) and the object's name is
+    the same.  Another object, or an old path that still imports, is a change."""
+    if not (isinstance(before, str) and isinstance(after, str)) or before.rpartition(".")[2] != after.rpartition(".")[2]:
+        return False
+    from hydra.utils import get_object
+
+    try:
+        get_object(before)
+    except Exception:
+        try:
+            get_object(after)
+        except Exception:
+            return False
+        return True
+    return False
 
 
 def read_state(ckpt_path: str | Path) -> dict[str, Any] | None:
