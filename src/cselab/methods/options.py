@@ -41,26 +41,14 @@ def legacy_keys(options_type: type) -> tuple[str, ...]:
 
 def _typed(value: Any, annotation: Any) -> tuple[bool, Any]:
     """``(value is of the annotation's type, the value as that type)``: ``bool`` is no number, an ``int`` is a
-    ``float``; ``X | None`` takes None; another annotation (a tuple of mappings ...) is the field check's."""
+    ``float``; ``X | None`` is ``X`` (a null value is the default); another annotation is the field check's."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        args = typing.get_args(annotation)
-        if value is None and type(None) in args:
-            return True, None
-        for arg in (a for a in args if a is not type(None)):
-            ok, typed = _typed(value, arg)
-            if ok:
-                return True, typed
-        return False, value
-    if annotation is bool:
-        return isinstance(value, bool), value
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if annotation is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        return ok, float(value) if ok else value
-    if annotation is str:
-        return isinstance(value, str), value
-    return True, value
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    if annotation in (int, float) and not isinstance(value, bool) and isinstance(value, int | float):
+        return annotation is float or isinstance(value, int), float(value) if annotation is float else value
+    if annotation in (bool, str):
+        return isinstance(value, annotation), value
+    return annotation not in (int, float), value
 
 
 def build_options(options_type: type[T], given: T | Mapping[str, Any] | None) -> T:

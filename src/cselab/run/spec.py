@@ -163,7 +163,7 @@ def model_inputs(cfg: DictConfig, training: TrainSpec | None, module: dict[str, 
     if training is not None and "soft_negatives" in training.datamodule:
         given = training.datamodule["soft_negatives"]
         out["soft_negatives"] = str(given or default_soft_negatives(str(cfg.data.path)))
-    teachers = module.get("teachers") if training is not None else None
+    teachers = (module.get("options") or {}).get("teachers") if training is not None else None
     if isinstance(teachers, list):
         out["teachers"] = tuple(str(t["path"]) for t in teachers if isinstance(t, dict) and t.get("path"))
     return out
