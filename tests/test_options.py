@@ -110,3 +110,21 @@ def test_an_old_esimcse_checkpoint_loads_with_its_options(make_method, tmp_path)
     loaded = load(ckpt)
     assert (loaded.options.momentum, loaded.options.queue_size) == (0.9, 6)
     assert loaded.momentum.queue_size == 6
+
+
+@pytest.mark.parametrize("name", [n for n in METHODS if _options_type(n) is not None])
+def test_a_run_saved_with_the_module_copies_resumes_unchanged(name: str) -> None:
+    """A config saved before the typed options held a copy of them under ``module`` (``module.esimcse``,
+    ``module.teachers`` ...): resuming it with today's config is no change (the options compare where they live,
+    in ``method``); a real change still is one."""
+    from cselab.callbacks.run_config import config_changes
+    from cselab.run.spec import copies_of, module_node, resolved_config
+
+    cfg = _compose(f"method={name}")
+    new, options_type = resolved_config(cfg), _options_type(name)
+    options = module_node(cfg)["options"]
+    copies = {options_type.node: options} if options_type.node else dict(options)
+    saved = {**new, "module": {**new["module"], **copies}}
+    assert config_changes(saved, new, copies_of(cfg)) == []
+    changed = {**saved, "seed": new["seed"] + 1}
+    assert [key for key, _, _ in config_changes(changed, new, copies_of(cfg))] == ["seed"]
