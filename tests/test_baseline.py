@@ -26,8 +26,8 @@ def test_topk_representation_with_and_without_denoising(tiny_mlm_dir):
     prompt = copy.deepcopy(PROMPTBERT_PROMPT)
     backbone = {"name_or_path": str(tiny_mlm_dir), "family": "bert"}
     model = {"pooler": "topk", "head": "none", "prompt": prompt}
-    plain = method_class("baseline")(backbone=backbone, model=model, topk=5, mlm=None)  # as the pipeline passes it
-    denoised = method_class("baseline")(backbone=backbone, model=model, topk=5, topk_denoise=True)
+    plain = method_class("baseline")(backbone=backbone, model=model, options={"topk": 5}, mlm=None)  # as the pipeline passes it
+    denoised = method_class("baseline")(backbone=backbone, model=model, options={"topk": 5, "topk_denoise": True})
     tpl = prompt["templates"]["bert"]["view1"]
     ref = topk_token_encoder(plain.encoder, plain.tokenizer, template=tpl, k=5, denoise=False)(SENTS)
     out = plain.encode(SENTS)

@@ -64,7 +64,7 @@ def tiny_roberta_mlm_dir(tiny_roberta_dir, tmp_path_factory) -> Path:
 def _diffcse(backbone_dir, generator, family="bert", **rtd) -> DiffCSE:
     torch.manual_seed(0)
     return DiffCSE(backbone={"name_or_path": str(backbone_dir), "family": family}, model=dict(MODEL),
-                   rtd={"generator": str(generator), **rtd})
+                   options={"generator": str(generator), **rtd})
 
 
 # ------------------------------------------------------------------------------------------ the masked copies
@@ -302,7 +302,7 @@ def test_checkpoint_holds_the_rtd_modules_and_export_is_the_encoder(tiny_bert_di
     state = method.state_dict()
     assert any(k.startswith("rtd.discriminator.model.") for k in state)
     assert "rtd.discriminator.electra_head.weight" in state and any(k.startswith("rtd.generator.") for k in state)
-    assert dict(method.hparams)["rtd"]["lambda_weight"] == 0.1
+    assert dict(method.hparams)["options"]["lambda_weight"] == 0.1
     with torch.no_grad():
         for p in method.rtd.discriminator.parameters():
             p.add_(0.5)
@@ -321,13 +321,10 @@ def test_checkpoint_holds_the_rtd_modules_and_export_is_the_encoder(tiny_bert_di
 def test_refusals_name_their_keys(tiny_bert_dir, tiny_mlm_dir, tiny_roberta_mlm_dir, tmp_path):
     with pytest.raises(ConfigError, match="trainer.cached_step"):
         DiffCSE(backbone={"name_or_path": str(tiny_bert_dir), "family": "bert"}, model=dict(MODEL),
-                rtd={"generator": str(tiny_mlm_dir)}, cached_step={"chunk_size": 4})
+                options={"generator": str(tiny_mlm_dir)}, cached_step={"chunk_size": 4})
     with pytest.raises(ConfigError, match="setting=sup"):
         DiffCSE.check_config(backbone={"name_or_path": str(tiny_bert_dir), "family": "bert"}, model=dict(MODEL),
                              setting="sup")
-    with pytest.raises(ConfigError, match="method.rtd.masking_ratio"):
-        DiffCSE.check_config(backbone={"name_or_path": str(tiny_bert_dir), "family": "bert"}, model=dict(MODEL),
-                             rtd={"masking_ratio": 1.5})
     with pytest.raises(BackboneUnavailableError, match="package:cognition"):
         _diffcse(tiny_bert_dir, tmp_path / "no_such_generator")
     with pytest.raises(BackboneUnavailableError, match="method.rtd.generator='backbone'"):
@@ -357,12 +354,12 @@ def test_paper_configs_compose(tmp_path):
         bert = compose("config", overrides=["experiment=diffcse/unsup_bert_base"])
         roberta = compose("config", overrides=["experiment=diffcse/unsup_roberta_base"])
         minilm = compose("config", overrides=["method=diffcse"])
-    assert bert.module.rtd.generator == "distilbert-base-uncased" and bert.optim.lr == 7e-6
-    assert bert.data.batch_size == 64 and bert.trainer.max_epochs == 2 and bert.module.rtd.masking_ratio == 0.30
-    assert bert.module.rtd.lambda_weight == 0.005 and bert.module.model.head == "mlp_bn"
+    assert bert.method.rtd.generator == "distilbert-base-uncased" and bert.optim.lr == 7e-6
+    assert bert.data.batch_size == 64 and bert.trainer.max_epochs == 2 and bert.method.rtd.masking_ratio == 0.30
+    assert bert.method.rtd.lambda_weight == 0.005 and bert.module.model.head == "mlp_bn"
     assert bert.module.model.mlp_only_train is True and bert.loss.temperature == 0.05
-    assert roberta.module.rtd.generator == "distilroberta-base"
-    assert minilm.module.rtd.generator == "package:cognition" and minilm.module._target_.endswith("DiffCSE")
+    assert roberta.method.rtd.generator == "distilroberta-base"
+    assert minilm.method.rtd.generator == "package:cognition" and minilm.module._target_.endswith("DiffCSE")
 
 
 def test_projector_and_electra_head_start_as_the_official_init(tiny_bert_dir, tiny_mlm_dir):

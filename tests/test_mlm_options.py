@@ -7,16 +7,16 @@ import math
 
 import pytest
 
-from cselab.methods.checks import _mlm_options
 from cselab.methods.mlm import MLMOptions
+from cselab.methods.options import build_options
 from cselab.model.spec import ConfigError
 
 
 def test_defaults_are_dcpcse_and_the_weight_decays_per_decay_steps() -> None:
-    options = MLMOptions.from_mapping({})
+    options = build_options(MLMOptions, {})
     assert (options.weight, options.decay, options.decay_steps, options.probability, options.lm_head) == (
         0.1, 0.95, 100, 0.15, "untied")
-    custom = MLMOptions.from_mapping({"weight": 0.2, "decay": 0.5, "decay_steps": 10})
+    custom = build_options(MLMOptions, {"weight": 0.2, "decay": 0.5, "decay_steps": 10})
     assert custom.weight_at(0) == pytest.approx(0.2)
     assert custom.weight_at(10) == pytest.approx(0.1)
     assert custom.weight_at(25) == pytest.approx(0.2 * 0.5 ** 2.5)
@@ -31,7 +31,5 @@ def test_defaults_are_dcpcse_and_the_weight_decays_per_decay_steps() -> None:
     ({"decay": 0}, "method.mlm.decay=0: expected > 0"),
 ])
 def test_a_bad_node_names_its_key(node, message) -> None:
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")):
-        MLMOptions.from_mapping(node)
-    with pytest.raises(ConfigError, match="method.mlm."):
-        _mlm_options(node)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        build_options(MLMOptions, node)

@@ -160,7 +160,7 @@ def _rankcse(backbone_dir: Path, teachers: list[dict], ranking: str = "listnet",
     loss = {"_target_": "cselab.methods.rankcse.loss.RankCSELoss", "ranking": ranking,
             "ranking_weight": 0.1 if ranking == "listnet" else 1.0}
     return RankCSE({"name_or_path": str(backbone_dir), "family": "bert"},
-                   model={"pooler": "cls", "head": "mlp", "mlp_only_train": True}, loss=loss, teachers=teachers,
+                   model={"pooler": "cls", "head": "mlp", "mlp_only_train": True}, loss=loss, options={"teachers": teachers},
                    **kwargs)
 
 
@@ -292,11 +292,9 @@ def test_method_refuses_what_rankcse_cannot_be(tiny_bert_dir, teacher_dir) -> No
     backbone = {"name_or_path": str(tiny_bert_dir), "family": "bert"}
     teachers = [{"path": str(teacher_dir)}]
     with pytest.raises(ConfigError, match="loss=rankcse_listnet"):
-        RankCSE(backbone, model={"pooler": "cls", "head": "mlp"}, loss={"name": "infonce"}, teachers=teachers)
+        RankCSE(backbone, model={"pooler": "cls", "head": "mlp"}, loss={"name": "infonce"}, options={"teachers": teachers})
     with pytest.raises(ConfigError, match="unsupervised only"):
-        RankCSE(backbone, model={"pooler": "cls", "head": "mlp"}, setting="sup", teachers=teachers)
-    with pytest.raises(ConfigError, match="method.teachers"):
-        RankCSE(backbone, model={"pooler": "cls", "head": "mlp"}, teachers=[])
+        RankCSE(backbone, model={"pooler": "cls", "head": "mlp"}, setting="sup", options={"teachers": teachers})
 
 
 def test_student_saves_loads_and_exports_without_its_teachers(tiny_bert_dir, teacher_dir, tmp_path) -> None:
@@ -312,7 +310,7 @@ def test_student_saves_loads_and_exports_without_its_teachers(tiny_bert_dir, tea
     trainer.save_checkpoint(ckpt)
     saved = torch.load(ckpt, weights_only=False)
     assert not any("teacher" in k for k in saved["state_dict"])
-    assert saved["hyper_parameters"]["teachers"] == [{"path": str(teacher_dir)}]
+    assert saved["hyper_parameters"]["options"]["teachers"] == [{"path": str(teacher_dir)}]
     import shutil
 
     moved = tmp_path / "moved_teacher"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
@@ -31,6 +31,7 @@ from cselab.methods.mlm import AuxiliaryMLM, mlm_head_own_parameters
 from cselab.methods.model_access import EmbeddingModelAccess
 from cselab.methods.nonfinite import NonFiniteHooks, NonFinitePolicy
 from cselab.methods.optim import FUSED_CHOICES, FUSED_DEVICES, clip_fused, configure_adamw, fused_adamw  # noqa: F401 (re-exported)
+from cselab.methods.options import build_options
 from cselab.methods.registry import build_loss
 from cselab.model.factory import build_embedding_model
 from cselab.model.spec import ConfigError, EmbeddingSpec, TuningSpec
@@ -49,7 +50,8 @@ class ContrastiveMethod(EmbeddingModelAccess, NonFiniteHooks, L.LightningModule)
         model: the embedding settings, the ``module.model`` node of ``conf/config.yaml`` (the fields of
             :class:`cselab.model.spec.EmbeddingSpec` that a config sets, plus ``prompt``, from which the class
             derives its views: :meth:`view_specs`); or a whole :class:`EmbeddingSpec` (its views as given).
-        loss: loss config (``name`` + its arguments, :func:`cselab.methods.registry.build_loss`); None: InfoNCE.
+        loss: loss config (``name`` + its arguments, :func:`cselab.methods.registry.build_loss`); None:
+            :attr:`default_loss` (InfoNCE).
         optim: ``{"lr", "weight_decay", "warmup_ratio", "warmup_steps", "fused"}``: AdamW and the linear schedule
             (``warmup_steps`` > 0, e.g. PromptEOL's 100, wins over ``warmup_ratio``); ``fused``: ``auto`` (the
             fused AdamW kernel on CUDA and CPU: one kernel for all parameters, and the non-finite check stays on
@@ -66,10 +68,13 @@ class ContrastiveMethod(EmbeddingModelAccess, NonFiniteHooks, L.LightningModule)
         cached_step: ``{"chunk_size": N}`` (``trainer.cached_step``): the GradCache step
             (:class:`cselab.methods.cached_step.CachedStep`): all views embedded N sequences at a time, the same loss
             and gradients; None or ``chunk_size: null``: the uncached step.
+        options: the method's own options (``method.<node>``, :attr:`options_type`): a mapping of its fields or
+            an instance; built once (:func:`cselab.methods.options.build_options`) into ``self.options``.
 
     Class attributes (what a method declares, checked by :func:`cselab.methods.checks.check_method`):
         method_name: the ``method=`` name; tunings: what may train; settings: ``unsup`` / ``sup``; families: the backbone
-        families it runs on (None: any).
+        families it runs on (None: any); options_type: its options' frozen dataclass (None: it has none), read
+        from ``method.<options_type.node>`` by :func:`cselab.run.spec.module_node`.
 
     Raises:
         ConfigError: (a ValueError) an argument out of range or a combination that cannot work, named by its
@@ -80,20 +85,26 @@ class ContrastiveMethod(EmbeddingModelAccess, NonFiniteHooks, L.LightningModule)
     tunings: tuple[str, ...] = ("full", "frozen")
     settings: tuple[str, ...] = ("unsup", "sup")
     families: tuple[str, ...] | None = None
+    options_type: ClassVar[type | None] = None
+    #: the loss when ``loss`` is None
+    default_loss: ClassVar[dict[str, Any]] = {"name": "infonce"}
 
     def __init__(self, backbone: dict, model: Mapping[str, Any] | EmbeddingSpec | None = None, loss: dict | None = None,
                  optim: Mapping[str, Any] | None = None, setting: str = "unsup", train: bool = True,
                  negatives: str = "global", mlm: dict | None = None, on_nonfinite: str = "stop",
-                 cached_step: Mapping[str, Any] | None = None) -> None:
+                 cached_step: Mapping[str, Any] | None = None, options: Mapping[str, Any] | Any = None) -> None:
         super().__init__()
         self.save_hyperparameters(logger=False)  # in checkpoints; the loggers get the run's config (pipeline)
+        #: the method's own options (an instance of :attr:`options_type`, built here once), or None
+        self.options = self.method_options(options)
         spec = self.check_config(backbone=backbone, model=model or {}, setting=setting, train=train,
-                                 negatives=negatives, mlm=mlm, on_nonfinite=on_nonfinite)
+                                 negatives=negatives, mlm=mlm, on_nonfinite=on_nonfinite, cached_step=cached_step,
+                                 loss=loss, options=self.options)
         self.setting, self.do_train, self.negatives = setting, train, negatives
         self.prompt = None if isinstance(model, EmbeddingSpec) else dict((model or {}).get("prompt") or {}) or None
         self.optim = {**OPTIM_DEFAULTS, **{k: v for k, v in dict(optim or {}).items() if v is not None}}
         self.nonfinite = NonFinitePolicy(on_nonfinite)
-        self.loss_fn = build_loss(loss or {"name": "infonce"})
+        self.loss_fn = build_loss(loss or self.default_loss)
         self.model = build_embedding_model(backbone, spec, mlm_head=mlm is not None)
         self.mlm = dict(mlm) if mlm else None
         self.aux_mlm = AuxiliaryMLM(self.mlm, self.encoder, spec.tuning.name) if self.mlm else None
@@ -108,19 +119,28 @@ class ContrastiveMethod(EmbeddingModelAccess, NonFiniteHooks, L.LightningModule)
         self.equal_rank_batches = False
         self._freeze_unused_layers()
         self.strict_loading = spec.tuning.name == "full"
+        self.build_own_parts()
+
+    def build_own_parts(self) -> None:
+        """What a method adds to the shared parts, from its typed ``self.options`` (ESimCSE's momentum encoder,
+        DiffCSE's RTD, RankCSE's teachers); called once at the end of the constructor, so that every method takes
+        the base's arguments alone (old checkpoints' arguments: :func:`cselab.methods.checks.fold_options`)."""
 
     @classmethod
     def check_config(cls, *, backbone: Mapping[str, Any], model: Mapping[str, Any] | EmbeddingSpec,
                      setting: str = "unsup", train: bool = True, negatives: str = "global",
                      mlm: Mapping[str, Any] | None = None, on_nonfinite: str = "stop",
                      cached_step: Mapping[str, Any] | None = None, loss: Mapping[str, Any] | None = None,
-                     optim: Mapping[str, Any] | None = None, **_: Any) -> EmbeddingSpec:
+                     optim: Mapping[str, Any] | None = None, options: Mapping[str, Any] | Any = None,
+                     **_: Any) -> EmbeddingSpec:
         """The method's embedding spec, every rule checked, nothing loaded (the run's config-time check and the
-        constructor's; ``loss`` / ``optim``: :func:`~cselab.methods.checks.check_training`, when the run gives them).
+        constructor's; ``loss`` / ``optim``: :func:`~cselab.methods.checks.check_training`, when the run gives them;
+        ``options``: :meth:`method_options`, a built instance as it is).
 
         Raises:
             ConfigError: names the key and what was expected.
         """
+        cls.method_options(options)
         check_training(loss, optim, train)
         if (cached_step or {}).get("chunk_size") is not None:
             CachedStep(cached_step["chunk_size"])
@@ -135,6 +155,21 @@ class ContrastiveMethod(EmbeddingModelAccess, NonFiniteHooks, L.LightningModule)
         if not train and spec.tuning.name == "lora":  # direct inference: no adapters (zero-initialised = identity)
             spec = replace(spec, tuning=TuningSpec("frozen"))
         return spec
+
+    @classmethod
+    def method_options(cls, options: Mapping[str, Any] | Any = None) -> Any:
+        """The method's options: :attr:`options_type` built from ``options`` (a mapping of its fields; an instance
+        as it is; :func:`cselab.methods.options.build_options`), or None for a method without options.
+
+        Raises:
+            ConfigError: an unknown key or a bad value (names ``method.<node>.<key>``); options given to a method
+                that has none.
+        """
+        if cls.options_type is not None:
+            return build_options(cls.options_type, options)
+        if options:
+            raise ConfigError(f"method={cls.method_name} takes no options of its own, got {dict(options)}")
+        return None
 
     @classmethod
     def view_specs(cls, prompt: Mapping[str, Any] | None, setting: str,

@@ -13,10 +13,11 @@ from typing import Any
 
 from cselab.methods.mlm import MLMOptions
 from cselab.methods.nonfinite import POLICIES
+from cselab.methods.options import build_options, legacy_keys
 from cselab.model.spec import ConfigError, EmbeddingSpec
 
 __all__ = ["ConfigError", "NEGATIVES", "check_method", "check_module", "check_training", "embedding_spec",
-           "split_legacy"]
+           "fold_options", "split_legacy"]
 
 log = logging.getLogger(__name__)
 
@@ -67,20 +68,8 @@ def embedding_spec(method_cls: type, backbone: Mapping[str, Any], model: Mapping
                        f"prompt=none (choose a prompt: prompt=promptbert ...); {message}")
         raise ConfigError(message) from err
     return EmbeddingSpec.from_config(model, family=family, train_views=train_views, eval_view=eval_view,
-                                     mlm_probability=float(_mlm_options(mlm).probability) if mlm else 0.0,
+                                     mlm_probability=build_options(MLMOptions, mlm).probability if mlm else 0.0,
                                      decode_cleanup=backbone.get("decode_cleanup"))
-
-
-def _mlm_options(mlm: Mapping[str, Any]) -> MLMOptions:
-    """The typed ``method.mlm`` node (:class:`cselab.methods.mlm.MLMOptions`).
-
-    Raises:
-        ConfigError: what the options refuse (names ``method.mlm.<key>``).
-    """
-    try:
-        return MLMOptions.from_mapping(mlm)
-    except ValueError as err:
-        raise ConfigError(str(err)) from err
 
 
 def check_method(method_cls: type, *, family: str, tuning: str, setting: str, train: bool, negatives: str,
@@ -155,6 +144,26 @@ def split_legacy(node: Mapping[str, Any]) -> dict[str, Any]:
     model = {k: node.pop(k) for k in LEGACY_MODEL_KEYS if k in node}
     optim = {k: node.pop(k) for k in LEGACY_OPTIM_KEYS if k in node}
     return {**node, "model": model, "optim": optim}
+
+
+def fold_options(target: Any, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The constructor arguments of cselab before the typed options in today's: a method's options given as
+    arguments of their own -- ``esimcse={...}``, ``rtd={...}`` (the ``node`` of its ``options_type``), or
+    RankCSE's ``teachers`` / ``teacher_temperature`` and the baseline's ``topk`` / ``topk_denoise`` (the fields of
+    an ``options_type`` read from ``method`` itself) -- moved into ``options``.  The hyper-parameters of a
+    checkpoint written before (:func:`cselab.load`); arguments that already have ``options`` are returned as
+    they are.  ``target``: the method class, or its factory (``build_baseline``)."""
+    arguments = dict(arguments)
+    options_type = getattr(target, "options_type", None)
+    if options_type is None or "options" in arguments:
+        return arguments
+    keys = legacy_keys(options_type)
+    if options_type.node:
+        if keys[0] in arguments:
+            arguments["options"] = arguments.pop(keys[0])
+    elif any(k in arguments for k in keys):
+        arguments["options"] = {k: arguments.pop(k) for k in keys if k in arguments}
+    return arguments
 
 
 def refuse_legacy(node: Mapping[str, Any]) -> None:

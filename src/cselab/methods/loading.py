@@ -28,7 +28,8 @@ def load(target: str | os.PathLike, map_location: str = "cpu", method: str | Non
     is loaded from its recorded ``name_or_path`` (prompt-tuned checkpoints hold only the trained tensors).  A
     checkpoint written before the embedding spec (flat ``pooler``, ``lr`` ... hyper-parameters) is read in today's
     layout (:func:`cselab.methods.checks.split_legacy`; the flat keys are not constructor arguments, so Lightning
-    drops them).
+    drops them); one written before the typed options (``esimcse={...}``, ``rtd={...}``, ``teachers=[...]``
+    hyper-parameters) gets them as ``options`` (:func:`cselab.methods.checks.fold_options`).
 
     Args:
         target: a run directory, a ``.ckpt`` written by a cselab run, an exported folder or a backbone.
@@ -52,7 +53,7 @@ def load(target: str | os.PathLike, map_location: str = "cpu", method: str | Non
     import torch
 
     from cselab.io.targets import resolve_target
-    from cselab.methods.checks import split_legacy
+    from cselab.methods.checks import fold_options, split_legacy
     from cselab.methods.exported import load_exported
 
     resolved = resolve_target(target)
@@ -83,6 +84,9 @@ def load(target: str | os.PathLike, map_location: str = "cpu", method: str | Non
         warnings.filterwarnings("ignore", message=_FROZEN_KEYS_WARNING)
         recorded = dict(ckpt.get("hyper_parameters") or {})
         changed = split_legacy(recorded) if "model" not in recorded else {}  # written before the embedding spec
+        folded = fold_options(cls, recorded)  # written before the typed options (esimcse=, rtd=, teachers= ...)
+        if "options" in folded and "options" not in recorded:
+            changed["options"] = folded["options"]
         if backbone:
             changed["backbone"] = {**dict(recorded.get("backbone") or {}), **dict(backbone)}
         model = cls.load_from_checkpoint(checkpoint, map_location=map_location, weights_only=False, **changed)

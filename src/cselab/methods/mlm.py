@@ -8,18 +8,20 @@ trainable copy).  The masked inputs are the training collate's ``mlm_input_ids``
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
+
+from cselab.methods.options import build_options, option
 
 LM_HEADS = ("untied", "tied")
 
 
 @dataclass(frozen=True)
 class MLMOptions:
-    """The ``method.mlm`` node, typed; its defaults are DCPCSE's (``run.sh``: ``--do_mlm --mlm_weight 0.1``;
-    ``conf/method/dcpcse.yaml``'s ``mlm_config``).
+    """The ``method.mlm`` node, typed (:func:`cselab.methods.options.build_options`); its defaults are DCPCSE's
+    (``run.sh``: ``--do_mlm --mlm_weight 0.1``; ``conf/method/dcpcse.yaml``'s ``mlm_config``).
 
     Attributes:
         weight: the MLM term's weight at step 0 (``mlm_weight``).
@@ -27,40 +29,14 @@ class MLMOptions:
         decay_steps: optimizer steps per decay factor (> 0).
         probability: the share of eligible tokens the training collate masks, in [0, 1).
         lm_head: ``untied`` (official: a trainable copy of the pretrained decoder) or ``tied``.
-
-    Raises:
-        ValueError: a key the node does not have, a value out of range, an unknown ``lm_head`` (each names
-            ``method.mlm.<key>``).
     """
 
-    weight: float = 0.1
-    decay: float = 0.95
-    decay_steps: float = 100
-    probability: float = 0.15
-    lm_head: str = "untied"
-
-    def __post_init__(self) -> None:
-        if self.lm_head not in LM_HEADS:
-            raise ValueError(f"method.mlm.lm_head={self.lm_head!r}: expected 'untied' or 'tied'")
-        if not float(self.weight) >= 0:
-            raise ValueError(f"method.mlm.weight={self.weight}: expected >= 0")
-        if not float(self.decay) > 0:
-            raise ValueError(f"method.mlm.decay={self.decay}: expected > 0")
-        if not float(self.decay_steps) > 0:
-            raise ValueError(f"method.mlm.decay_steps={self.decay_steps}: expected > 0")
-
-    @classmethod
-    def from_mapping(cls, node: Mapping[str, Any]) -> MLMOptions:
-        """The options of a ``method.mlm`` mapping (absent keys: the defaults).
-
-        Raises:
-            ValueError: a key that is not a field (names it and the known ones), or what the fields refuse.
-        """
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(node) - set(known))
-        if unknown:
-            raise ValueError(f"method.mlm.{unknown[0]}: not an option of the MLM auxiliary loss; expected {known}")
-        return cls(**{k: v for k, v in node.items() if v is not None})
+    node: ClassVar[str] = "mlm"
+    weight: float = option(0.1, ">= 0", lambda v: v >= 0)
+    decay: float = option(0.95, "> 0", lambda v: v > 0)
+    decay_steps: float = option(100, "> 0", lambda v: v > 0)
+    probability: float = option(0.15, "a share in [0, 1)", lambda v: 0 <= v < 1)
+    lm_head: str = option("untied", "'untied' or 'tied'", lambda v: v in LM_HEADS)
 
     def weight_at(self, step: int) -> float:
         """``weight * decay ** (step / decay_steps)`` (DCPCSE ``cl_forward``'s ``mlm_weight``, decayed)."""
@@ -104,11 +80,12 @@ class AuxiliaryMLM:
     pretrained one) or ``tied`` (the decoder stays tied to the frozen word embeddings).
 
     Raises:
-        ValueError: the backbone has no MLM head, or what :class:`MLMOptions` refuses (names ``method.mlm.<key>``).
+        ValueError: the backbone has no MLM head; ConfigError: what :class:`MLMOptions` refuses (names
+            ``method.mlm.<key>``).
     """
 
     def __init__(self, config: MLMOptions | Mapping[str, Any], encoder, tuning: str = "full") -> None:
-        self.options = config if isinstance(config, MLMOptions) else MLMOptions.from_mapping(config)
+        self.options = build_options(MLMOptions, config)
         if encoder.mlm is None:
             raise ValueError("method.mlm needs the backbone's MLM head")
         if self.options.lm_head == "untied":

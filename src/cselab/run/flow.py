@@ -79,7 +79,7 @@ class Run:
         ckpt_path = spec.resume.checkpoint(self.output_dir, spec.train)
         resume_step = checkpoint_step(ckpt_path)
         changed = check_resume(spec.config, spec.copies, spec.resume.allow_changed, ckpt_path, resume_step)
-        teachers = spec.module.get("teachers") if spec.train else None
+        teachers = (spec.module.get("options") or {}).get("teachers") if spec.train else None  # RankCSE's
         return RunState(self.output_dir, self.start, ckpt_path, resume_step, tuple(changed),
                         tuple(teacher_record(teachers)) if isinstance(teachers, list) else ())
 

@@ -9,12 +9,12 @@ The ``_target_`` nodes stay as they are, resolved; :mod:`cselab.run.assemble` in
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cselab.data.datamodule import resolve_num_workers, resolve_pad_to_multiple_of
 from cselab.evaluation.stats import BootstrapOptions
@@ -23,6 +23,7 @@ from cselab.io.config import MOVED_KEYS, has_templates
 from cselab.methods.cached_step import check_options
 from cselab.methods.checks import ConfigError, check_module
 from cselab.methods.compiled import CompileOptions
+from cselab.methods.options import legacy_keys
 from cselab.methods.registry import method_target
 from cselab.model.decoder_input import split_prompt
 from cselab.model.template import Template, TemplateError, check_prompt_views, check_template_override
@@ -162,7 +163,7 @@ def model_inputs(cfg: DictConfig, training: TrainSpec | None, module: dict[str, 
     if training is not None and "soft_negatives" in training.datamodule:
         given = training.datamodule["soft_negatives"]
         out["soft_negatives"] = str(given or default_soft_negatives(str(cfg.data.path)))
-    teachers = module.get("teachers") if training is not None else None
+    teachers = (module.get("options") or {}).get("teachers") if training is not None else None
     if isinstance(teachers, list):
         out["teachers"] = tuple(str(t["path"]) for t in teachers if isinstance(t, dict) and t.get("path"))
     return out
@@ -282,8 +283,26 @@ def evaluation_spec(cfg: DictConfig) -> EvalSpec:
 
 
 def module_node(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved ``module`` node: the method's ``_target_`` and its arguments."""
-    return OmegaConf.to_container(cfg.module, resolve=True)
+    """The resolved ``module`` node: the method's ``_target_`` and its arguments, plus the method's own options
+    (``options``: ``method.<node>`` of its ``options_type``, or the fields of a type read from ``method`` itself,
+    :mod:`cselab.methods.options`), so that each option is written once, in ``conf/method/<name>.yaml``.
+
+    Raises:
+        ConfigError: ``method._target_`` cannot be imported (names it).
+    """
+    node = OmegaConf.to_container(cfg.module, resolve=True)
+    options_type = getattr(method_target(node["_target_"]), "options_type", None)
+    if options_type is not None:
+        if options_type.node:
+            node["options"] = _plain(OmegaConf.select(cfg.method, options_type.node))
+        else:
+            node["options"] = {f.name: _plain(cfg.method[f.name]) for f in fields(options_type) if f.name in cfg.method}
+    return node
+
+
+def _plain(value: Any) -> Any:
+    """A config value as plain containers (resolved)."""
+    return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig | ListConfig) else value
 
 
 def callback_nodes(cfg: DictConfig) -> dict[str, Any]:
@@ -300,7 +319,9 @@ def resolved_config(cfg: DictConfig) -> dict[str, Any]:
 def copies_of(cfg: DictConfig) -> tuple[str, ...]:
     """The paths under ``module`` whose unresolved value is an interpolation: copies of the groups' keys (the
     ``module`` node reads every argument from the groups, ``conf/config.yaml``), compared where they live on
-    resume (:func:`cselab.callbacks.run_config.config_changes`)."""
+    resume (:func:`cselab.callbacks.run_config.config_changes`); and the method's options' copies in the ``module``
+    node of a config saved before they were typed (``module.esimcse``, ``module.teachers`` ...,
+    :func:`cselab.methods.options.legacy_keys`): they live in ``method``."""
     def paths(node: Any, prefix: str) -> list[str]:
         if isinstance(node, str):
             return [prefix] if "${" in node else []
@@ -308,4 +329,8 @@ def copies_of(cfg: DictConfig) -> tuple[str, ...]:
             return [p for key, value in node.items() for p in paths(value, f"{prefix}.{key}")]
         return []
 
-    return tuple(paths(OmegaConf.to_container(cfg.module, resolve=False) if "module" in cfg else {}, "module"))
+    if "module" not in cfg:
+        return ()
+    options_type = getattr(method_target(cfg.module._target_), "options_type", None)
+    legacy = [f"module.{key}" for key in legacy_keys(options_type)] if options_type is not None else []
+    return (*paths(OmegaConf.to_container(cfg.module, resolve=False), "module"), *legacy)

@@ -14,14 +14,25 @@ picks by ``pooler``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from cselab.methods.base import ContrastiveMethod
 from cselab.methods.checks import ConfigError, check_training
+from cselab.methods.options import build_options, option
 from cselab.representations.token import TOKEN_REPRESENTATIONS, TokenRepresentation
 
 #: representations that are not the embedding model's forward (plain encode objects)
 ANALYSIS_POOLERS = TOKEN_REPRESENTATIONS
+
+
+@dataclass(frozen=True)
+class BaselineOptions:
+    """The top-k token representation's options, keys of ``method`` itself (PromptBERT Table 9)."""
+
+    node: ClassVar[str] = ""
+    topk: int = option(200, "an integer >= 1 (Eq. 3's k)", lambda v: v >= 1)
+    topk_denoise: bool = option(False, "true or false (subtract the template bias before the MLM head)")
 
 
 class Baseline(ContrastiveMethod):
@@ -29,21 +40,23 @@ class Baseline(ContrastiveMethod):
     :data:`cselab.model.pooling.POOLERS`, ``mask`` with a prompt), no head by default."""
 
     method_name = "baseline"
+    options_type = BaselineOptions
 
 
-def build_baseline(*, backbone: dict[str, Any], model: Mapping[str, Any], topk: int = 200,
-                   topk_denoise: bool = False, **method: Any) -> Baseline | TokenRepresentation:
+def build_baseline(*, backbone: dict[str, Any], model: Mapping[str, Any], options: Any = None,
+                   **method: Any) -> Baseline | TokenRepresentation:
     """``method=baseline`` (the ``_target_`` of ``conf/method/baseline.yaml``): a :class:`TokenRepresentation`
-    for ``model.pooler`` in :data:`ANALYSIS_POOLERS` (with ``topk`` / ``topk_denoise``, Table 9), else a
-    :class:`Baseline` of the other ``module`` arguments.
+    for ``model.pooler`` in :data:`ANALYSIS_POOLERS` (with ``options``' ``topk`` / ``topk_denoise``, Table 9),
+    else a :class:`Baseline` of the ``module`` arguments.
 
     Raises:
         ConfigError: what :meth:`check_config` refuses.
     """
     if model.get("pooler") in ANALYSIS_POOLERS:
-        return TokenRepresentation(backbone=backbone, pooler=model["pooler"], prompt=model.get("prompt"), topk=topk,
-                                   topk_denoise=topk_denoise, eval_batch_size=model.get("eval_batch_size"))
-    return Baseline(backbone=backbone, model=model, **method)
+        o = build_options(BaselineOptions, options)
+        return TokenRepresentation(backbone=backbone, pooler=model["pooler"], prompt=model.get("prompt"), topk=o.topk,
+                                   topk_denoise=o.topk_denoise, eval_batch_size=model.get("eval_batch_size"))
+    return Baseline(backbone=backbone, model=model, options=options, **method)
 
 
 def check_config(*, backbone: dict[str, Any], model: Mapping[str, Any], **method: Any) -> None:
@@ -55,6 +68,7 @@ def check_config(*, backbone: dict[str, Any], model: Mapping[str, Any], **method
     """
     pooler = model.get("pooler")
     if pooler in ANALYSIS_POOLERS:
+        build_options(BaselineOptions, method.get("options"))
         check_training(method.get("loss"), method.get("optim"), bool(method.get("train")))
         if pooler == "topk" and not model.get("prompt"):
             raise ConfigError("method.pooler=topk needs a template (a [MASK] representation) but prompt=none "
@@ -64,4 +78,5 @@ def check_config(*, backbone: dict[str, Any], model: Mapping[str, Any], **method
 
 
 build_baseline.check_config = check_config  # what cselab.methods.checks.check_module calls
+build_baseline.options_type = BaselineOptions  # what cselab.run.spec.module_node reads
 Baseline.factory = staticmethod(build_baseline)  # what method_class("baseline") gives (cselab.methods.registry)

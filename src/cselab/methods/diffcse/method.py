@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from cselab.methods.base import ContrastiveMethod
-from cselab.methods.diffcse.rtd import ReplacedTokenDetection, check_rtd, load_generator
+from cselab.methods.diffcse.rtd import ReplacedTokenDetection, RTDOptions, load_generator
 from cselab.model.spec import ConfigError, EmbeddingSpec
 
 
@@ -37,8 +37,9 @@ class DiffCSE(ContrastiveMethod):
     """DiffCSE: SimCSE's dropout views and InfoNCE, plus ``rtd.lambda_weight`` x the RTD loss.
 
     Args:
-        rtd: ``method.rtd``: ``generator`` (a masked LM's hub id / folder / ``package:<module>``, or ``backbone``;
-            official ``distilbert-base-uncased`` / ``distilroberta-base``), ``masking_ratio`` (official 0.30),
+        options: :class:`cselab.methods.diffcse.rtd.RTDOptions` (``method.rtd``) or a mapping of its fields:
+            ``generator`` (a masked LM's hub id / folder / ``package:<module>``, or ``backbone``; official
+            ``distilbert-base-uncased`` / ``distilroberta-base``), ``masking_ratio`` (official 0.30),
             ``lambda_weight`` (0.005), ``condition`` (``after_head``: the projector's output conditions the
             discriminator, official default; ``before_head``: the [CLS] state, official ``--before_mlp``, whose
             code applies the projector to the unflattened (B, 2, D) tensor, models.py:204-206, and so crashes with
@@ -59,36 +60,32 @@ class DiffCSE(ContrastiveMethod):
     tunings = ("full",)
     settings = ("unsup",)
     families = ("bert", "roberta")
+    options_type = RTDOptions
 
-    def __init__(self, backbone: dict, model: Mapping[str, Any] | EmbeddingSpec | None = None, loss: dict | None = None,
-                 optim: Mapping[str, Any] | None = None, setting: str = "unsup", train: bool = True,
-                 negatives: str = "global", mlm: dict | None = None, on_nonfinite: str = "stop",
-                 cached_step: Mapping[str, Any] | None = None, rtd: Mapping[str, Any] | None = None) -> None:
-        _refuse(cached_step, mlm)
-        config = check_rtd(dict(rtd or {}))
-        super().__init__(backbone, model, loss=loss, optim=optim, setting=setting, train=train, negatives=negatives,
-                         mlm=mlm, on_nonfinite=on_nonfinite, cached_step=cached_step)
-        self.rtd_config = config
-        self.model.respec(mlm_probability=config["masking_ratio"])  # the collate's masked copies (train.py:499)
-        generator_name = config["generator"] or _official_generator(self.spec.family)
-        generator = load_generator(generator_name, backbone["name_or_path"], self.tokenizer)
-        self.rtd = ReplacedTokenDetection(config, generator, self.encoder.base_model, self.tokenizer.cls_token_id)
+    def build_own_parts(self) -> None:
+        """The generator (frozen) and the discriminator (:class:`ReplacedTokenDetection`) of ``method.rtd``."""
+        o = self.options
+        self.model.respec(mlm_probability=o.masking_ratio)  # the collate's masked copies (train.py:499)
+        generator_name = o.generator or _official_generator(self.spec.family)
+        generator = load_generator(generator_name, self.hparams.backbone["name_or_path"], self.tokenizer)
+        self.rtd = ReplacedTokenDetection(o, generator, self.encoder.base_model, self.tokenizer.cls_token_id)
         self.rtd.train(self.training)
         self._rtd_loss: torch.Tensor | None = None
 
     @classmethod
-    def check_config(cls, *, rtd: Mapping[str, Any] | None = None, cached_step: Mapping[str, Any] | None = None,
-                     mlm: Mapping[str, Any] | None = None, **kwargs: Any) -> EmbeddingSpec:
-        """The base checks, the ``method.rtd`` node's, and the refusals (``trainer.cached_step``, ``method.mlm``);
-        the spec's masking rate is ``rtd.masking_ratio``.
+    def check_config(cls, *, options: Mapping[str, Any] | RTDOptions | None = None,
+                     cached_step: Mapping[str, Any] | None = None, mlm: Mapping[str, Any] | None = None,
+                     **kwargs: Any) -> EmbeddingSpec:
+        """The base checks, and the refusals (``trainer.cached_step``, ``method.mlm``); the spec's masking rate is
+        ``method.rtd.masking_ratio``.
 
         Raises:
             ConfigError: names the key and what was expected.
         """
         _refuse(cached_step, mlm)
-        config = check_rtd(dict(rtd or {}))
-        spec = super().check_config(mlm=mlm, **kwargs)
-        return replace(spec, mlm_probability=config["masking_ratio"])
+        options = cls.method_options(options)
+        spec = super().check_config(mlm=mlm, cached_step=cached_step, options=options, **kwargs)
+        return replace(spec, mlm_probability=options.masking_ratio)
 
     def forward_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, None, int]:
         """``InfoNCE(gather(z)) + lambda_weight * RTD`` (official ``models.py:169-273``): the views' [CLS] states
@@ -105,11 +102,11 @@ class DiffCSE(ContrastiveMethod):
         if "mlm_input_ids" not in batch:  # a batch collated without masked copies: the contrastive loss only
             self._rtd_loss = None
             return loss, None, gathered.shape[0]
-        cond = h if self.rtd_config["condition"] == "before_head" else z
+        cond = h if self.options.condition == "before_head" else z
         rtd, _, _ = self.rtd(ids.view(b * v, t), batch["mlm_input_ids"].view(b * v, t), mask.view(b * v, t),
                              cond.reshape(b * v, -1))
         self._rtd_loss = rtd.detach()
-        return loss + self.rtd_config["lambda_weight"] * rtd, None, gathered.shape[0]
+        return loss + self.options.lambda_weight * rtd, None, gathered.shape[0]
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
         """The base step (its loss already holds ``lambda_weight * RTD``); logs ``train/rtd_loss``."""

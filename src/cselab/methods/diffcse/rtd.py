@@ -23,11 +23,13 @@ Source: voidism/DiffCSE @ ``f724b2c`` (``docs/fidelity.md``, DiffCSE section):
 from __future__ import annotations
 
 import copy
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
+from cselab.methods.options import option
 from cselab.model.attention_mask import sdpa_mask_4d, takes_4d_mask
 from cselab.model.spec import ConfigError
 
@@ -41,34 +43,26 @@ OFFLINE_GENERATORS = (
     "or a local folder of a masked LM with the backbone's vocabulary")
 #: ``method.rtd.condition``: what replaces the discriminator's position 0 (official ``--before_mlp``, train.py:130)
 CONDITIONS = ("after_head", "before_head")
-#: ``method.rtd`` keys and their defaults (official train.py:118-139, run_diffcse.sh)
-RTD_DEFAULTS = {"generator": None, "masking_ratio": 0.30, "lambda_weight": 0.005, "condition": "after_head",
-                "generator_dropout": True}
+@dataclass(frozen=True)
+class RTDOptions:
+    """``method.rtd``; the defaults are the official ``train.py:118-139`` / ``run_diffcse.sh``'s.
 
-
-def check_rtd(rtd: dict[str, Any] | None) -> dict[str, Any]:
-    """The ``method.rtd`` node with its defaults filled in, every value checked.
-
-    Raises:
-        ConfigError: an unknown key, a masking ratio outside (0, 1), a negative ``lambda_weight``, an unknown
-            ``condition`` (names the ``method.rtd.*`` key).
+    Attributes:
+        generator: a masked LM's hub id / folder / ``package:<module>``, or ``backbone`` (None: the official one of
+            the backbone's family, :data:`OFFICIAL_GENERATORS`).
+        masking_ratio: the share of sentence tokens masked for the generator (``--masking_ratio``).
+        lambda_weight: the RTD loss's weight (``--lambda_weight``).
+        condition: :data:`CONDITIONS` (``--before_mlp``: ``before_head``).
+        generator_dropout: the generator runs in the model's train mode (official: a submodule of the model).
     """
-    node = dict(rtd or {})
-    unknown = sorted(set(node) - set(RTD_DEFAULTS))
-    if unknown:
-        raise ConfigError(f"method.rtd: unknown key(s) {unknown}; expected some of {sorted(RTD_DEFAULTS)}")
-    out = {**RTD_DEFAULTS, **{k: v for k, v in node.items() if v is not None}}
-    ratio = float(out["masking_ratio"])
-    if not 0.0 < ratio < 1.0:
-        raise ConfigError(f"method.rtd.masking_ratio={out['masking_ratio']!r}: expected a share in (0, 1) "
-                          "(the official --masking_ratio, 0.30 for BERT-base)")
-    if float(out["lambda_weight"]) < 0:
-        raise ConfigError(f"method.rtd.lambda_weight={out['lambda_weight']!r}: expected >= 0 (official 0.005)")
-    if out["condition"] not in CONDITIONS:
-        raise ConfigError(f"method.rtd.condition={out['condition']!r}: expected one of {CONDITIONS}")
-    out["masking_ratio"], out["lambda_weight"] = ratio, float(out["lambda_weight"])
-    out["generator_dropout"] = bool(out["generator_dropout"])
-    return out
+
+    node: ClassVar[str] = "rtd"
+    generator: str | None = option(None, "a masked LM: hub id, folder, package:<module> or backbone")
+    masking_ratio: float = option(0.30, "a share in (0, 1) (the official --masking_ratio, 0.30 for BERT-base)",
+                                  lambda v: 0.0 < v < 1.0)
+    lambda_weight: float = option(0.005, ">= 0 (official 0.005)", lambda v: v >= 0)
+    condition: str = option("after_head", f"one of {CONDITIONS}", lambda v: v in CONDITIONS)
+    generator_dropout: bool = option(True, "true or false")
 
 
 def replaced_token_labels(g_pred: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -213,19 +207,18 @@ class ReplacedTokenDetection(nn.Module):
     """The generator, the discriminator and the RTD loss of DiffCSE (``method.rtd``).
 
     Args:
-        config: the checked ``method.rtd`` node (:func:`check_rtd`).
+        options: ``method.rtd`` (:class:`RTDOptions`).
         generator: the frozen masked LM (:func:`load_generator`).
         backbone: the backbone's Hugging Face model, copied into the discriminator.
         cls_token_id: the tokenizer's [CLS] / ``<s>`` id.
     """
 
-    def __init__(self, config: dict[str, Any], generator: nn.Module, backbone: nn.Module, cls_token_id: int) -> None:
+    def __init__(self, options: RTDOptions, generator: nn.Module, backbone: nn.Module, cls_token_id: int) -> None:
         super().__init__()
-        self.config = dict(config)
         self.generator = generator
         self.discriminator = ConditionalDiscriminator(backbone)
         self.cls_token_id = int(cls_token_id)
-        self.generator_dropout = bool(self.config["generator_dropout"])
+        self.generator_dropout = options.generator_dropout
 
     def train(self, mode: bool = True) -> ReplacedTokenDetection:
         """Train mode as asked; the generator stays in eval mode when ``generator_dropout`` is false (official:

@@ -19,39 +19,50 @@ momentum encoder is training state only (checkpoints, not exports).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 
 from cselab.methods.base import ContrastiveMethod
 from cselab.methods.esimcse.loss import QueueInfoNCE
-from cselab.methods.esimcse.momentum import MomentumQueue, check_momentum
+from cselab.methods.esimcse.momentum import MOMENTUM_INITS, MomentumQueue
 from cselab.methods.esimcse.repetition import (
+    DUP_TYPES,
     REPEATED_FIELD,
     RepetitionCollate,
     add_repetition_column,
-    check_repetition,
 )
+from cselab.methods.options import option
 from cselab.model.pooling import needs_hidden_states, pool
 from cselab.model.spec import ConfigError, EmbeddingSpec
 from cselab.model.template_input import ViewSpec
 
-#: ``method.esimcse`` defaults: the official ``run.sh`` for BERT-base (momentum, neg_size, dup_type, dup_rate)
-ESIMCSE_DEFAULTS = {"momentum": 0.995, "queue_size": 160, "momentum_init": "official", "dup_rate": 0.32,
-                    "dup_type": "bpe"}
 #: the batch key under which the step hands the queue to the (possibly compiled) forward
 QUEUE_KEY = "esimcse_queue"
 #: the checkpoint key of the queue (:meth:`ESimCSE.on_save_checkpoint`)
 CHECKPOINT_KEY = "esimcse_queue"
 
 
+@dataclass(frozen=True)
+class ESimCSEOptions:
+    """``method.esimcse``; the defaults are the official ``run.sh`` for BERT-base (``--momentum``, ``--neg_size``,
+    ``--dup_type``, ``--dup_rate``)."""
+
+    node: ClassVar[str] = "esimcse"
+    momentum: float = option(0.995, "a number in [0, 1) (official 0.995)", lambda v: 0.0 <= v < 1.0)
+    queue_size: int = option(160, "an integer >= 1 (official neg_size 160)", lambda v: v >= 1)
+    momentum_init: str = option("official", f"one of {MOMENTUM_INITS}", lambda v: v in MOMENTUM_INITS)
+    dup_rate: float = option(0.32, "a number in [0, 1)", lambda v: 0.0 <= v < 1.0)
+    dup_type: str = option("bpe", f"one of {DUP_TYPES}", lambda v: v in DUP_TYPES)
+
+
 class ESimCSE(ContrastiveMethod):
     """ESimCSE unsup: word-repetition positives, momentum-encoder queue of negatives.
 
     Args:
-        esimcse: ``{"momentum", "queue_size", "momentum_init", "dup_rate", "dup_type"}`` (``method.esimcse``;
-            missing keys: :data:`ESIMCSE_DEFAULTS`).
-        **kwargs: :class:`ContrastiveMethod`'s.  The loss must be :class:`QueueInfoNCE` (``loss=infonce_queue``).
+        options: :class:`ESimCSEOptions` (``method.esimcse``), or a mapping of its fields.
+        the others: :class:`ContrastiveMethod`'s.  The loss must be :class:`QueueInfoNCE` (``loss=infonce_queue``).
 
     Raises:
         ConfigError: a prompt (ESimCSE has no template), a backbone that is not BERT / RoBERTa-like, a bad
@@ -61,40 +72,22 @@ class ESimCSE(ContrastiveMethod):
     method_name = "esimcse"
     tunings = ("full",)
     settings = ("unsup",)
+    options_type = ESimCSEOptions
 
-    def __init__(self, *args: Any, esimcse: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        options = self.esimcse_options(esimcse)
+    def build_own_parts(self) -> None:
+        """The momentum encoder and its queue (``method.esimcse``); refuses a loss other than :class:`QueueInfoNCE`."""
         if not isinstance(self.loss_fn, QueueInfoNCE):
             raise ConfigError(f"method=esimcse needs its queue loss (loss=infonce_queue), got "
                               f"{type(self.loss_fn).__name__}")
-        self.options = options
-        self.momentum = MomentumQueue(self.encoder, options["momentum"], options["queue_size"],
-                                      options["momentum_init"])
+        o = self.options
+        self.momentum = MomentumQueue(self.encoder, o.momentum, o.queue_size, o.momentum_init)
         self._queue_epoch: int | None = None  # the epoch whose steps filled the queue
         self._train_collate: RepetitionCollate | None = None
 
-    @staticmethod
-    def esimcse_options(esimcse: Mapping[str, Any] | None) -> dict[str, Any]:
-        """``method.esimcse`` over :data:`ESIMCSE_DEFAULTS`, checked.
-
-        Raises:
-            ConfigError: an unknown key or a value out of range (names ``method.esimcse.<key>``).
-        """
-        given = {k: v for k, v in dict(esimcse or {}).items() if v is not None}
-        unknown = sorted(set(given) - set(ESIMCSE_DEFAULTS))
-        if unknown:
-            raise ConfigError(f"method.esimcse.{unknown[0]}: unknown key; expected {sorted(ESIMCSE_DEFAULTS)}")
-        options = {**ESIMCSE_DEFAULTS, **given}
-        check_momentum(options["momentum"], options["queue_size"], options["momentum_init"])
-        check_repetition(options["dup_rate"], options["dup_type"])
-        return options
-
     @classmethod
     def check_config(cls, *, backbone: Mapping[str, Any], model: Mapping[str, Any] | EmbeddingSpec,
-                     esimcse: Mapping[str, Any] | None = None, **kwargs: Any) -> EmbeddingSpec:
-        """:meth:`ContrastiveMethod.check_config` plus ESimCSE's rules (no prompt, BERT / RoBERTa families, the
-        ``method.esimcse`` options).
+                     **kwargs: Any) -> EmbeddingSpec:
+        """:meth:`ContrastiveMethod.check_config` plus ESimCSE's rules (no prompt, BERT / RoBERTa families).
 
         Raises:
             ConfigError: names the key.
@@ -107,7 +100,6 @@ class ESimCSE(ContrastiveMethod):
                               f"got {backbone.get('name_or_path')!r} of family {family}")
         if not isinstance(model, EmbeddingSpec) and model.get("prompt"):
             raise ConfigError("method=esimcse has no template: set prompt=none")
-        cls.esimcse_options(esimcse)
         return super().check_config(backbone=backbone, model=model, **kwargs)
 
     @classmethod
@@ -120,7 +112,7 @@ class ESimCSE(ContrastiveMethod):
         """The DataModule's collate: :class:`cselab.methods.esimcse.repetition.RepetitionCollate` (built once)."""
         if self._train_collate is None:
             o = self.options
-            self._train_collate = RepetitionCollate(self.tokenizer, o["dup_rate"], o["dup_type"],
+            self._train_collate = RepetitionCollate(self.tokenizer, o.dup_rate, o.dup_type,
                                                     max_seq_len=self.max_seq_len,
                                                     max_positions=self.encoder.max_positions)
         return self._train_collate

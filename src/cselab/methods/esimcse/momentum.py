@@ -33,7 +33,6 @@ import torch
 from torch import nn
 
 from cselab.model.backbone import Encoder
-from cselab.model.spec import ConfigError
 
 #: ``method.esimcse.momentum_init``: ``official`` (random, as the official runs) | ``copy`` (the online weights)
 MOMENTUM_INITS = ("official", "copy")
@@ -66,15 +65,12 @@ class MomentumQueue(nn.Module):
     State (all in the LightningModule's checkpoint): the momentum encoder's weights (``momentum_encoder.*`` in the
     state dict) and the queue (:meth:`queue_state` / :meth:`load_queue_state`, the method's checkpoint hooks).
 
-    Raises:
-        ConfigError: ``momentum`` outside [0, 1), ``queue_size`` < 1 or an unknown ``init`` (names
-            ``method.esimcse.*``).
+    The values come checked (:class:`cselab.methods.esimcse.method.ESimCSEOptions`).
     """
 
     def __init__(self, online: Encoder, momentum: float = 0.995, queue_size: int = 160,
                  init: str = "official") -> None:
         super().__init__()
-        check_momentum(momentum, queue_size, init)
         self.momentum = float(momentum)
         self.queue_size = int(queue_size)
         model = copy.deepcopy(online.base_model)
@@ -145,18 +141,3 @@ class MomentumQueue(nn.Module):
         super().train(mode)
         self.momentum_encoder.eval()
         return self
-
-
-def check_momentum(momentum: float, queue_size: int, init: str) -> None:
-    """The momentum options' ranges.
-
-    Raises:
-        ConfigError: names ``method.esimcse.momentum`` / ``queue_size`` / ``momentum_init``.
-    """
-    if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0.0 <= float(momentum) < 1.0:
-        raise ConfigError(f"method.esimcse.momentum={momentum!r}: expected a number in [0, 1) (official 0.995)")
-    if isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1:
-        raise ConfigError(f"method.esimcse.queue_size={queue_size!r}: expected an integer >= 1 (official neg_size "
-                          "160)")
-    if init not in MOMENTUM_INITS:
-        raise ConfigError(f"method.esimcse.momentum_init={init!r}: expected one of {MOMENTUM_INITS}")

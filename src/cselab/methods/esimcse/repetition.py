@@ -41,18 +41,6 @@ PLAN_KEY = "repetition"
 REPEATED_FIELD = "text_repeated"
 
 
-def check_repetition(dup_rate: float, dup_type: str) -> None:
-    """Refuse a ``dup_rate`` outside [0, 1) or an unknown ``dup_type``.
-
-    Raises:
-        ConfigError: names ``method.esimcse.dup_rate`` / ``method.esimcse.dup_type``.
-    """
-    if dup_type not in DUP_TYPES:
-        raise ConfigError(f"method.esimcse.dup_type={dup_type!r}: expected one of {DUP_TYPES}")
-    if isinstance(dup_rate, bool) or not isinstance(dup_rate, (int, float)) or not 0.0 <= float(dup_rate) < 1.0:
-        raise ConfigError(f"method.esimcse.dup_rate={dup_rate!r}: expected a number in [0, 1)")
-
-
 def draw_token_positions(length: int, dup_rate: float, rng: random.Random) -> list[int]:
     """The positions of a ``length``-token sequence (special tokens included) that ``bpe`` repeats, drawn from
     ``rng`` as ``ESimCSE/train.py:516-518`` draws them: none (and no draw) when ``int(dup_rate * length) == 0``,
@@ -110,9 +98,8 @@ def repetition_plan(texts: Iterable[str], dup_rate: float, seed: int, dup_type: 
         one sorted list of positions per sentence (token positions for ``bpe``, word indices for ``word``).
 
     Raises:
-        ConfigError: a bad ``dup_rate`` / ``dup_type``; ``bpe`` without ``lengths``.
+        ConfigError: ``bpe`` without ``lengths`` (the values come checked: ``ESimCSEOptions``).
     """
-    check_repetition(dup_rate, dup_type)
     if dup_type == "bpe" and lengths is None:
         raise ConfigError("repetition_plan(dup_type='bpe') needs the tokenized lengths (lengths=...)")
     rng = random.Random(int(seed))
@@ -155,7 +142,6 @@ class RepetitionCollate(ViewCollate):
 
     def __init__(self, tokenizer, dup_rate: float, dup_type: str = "bpe", max_seq_len: int = 32,
                  max_positions: int = 512) -> None:
-        check_repetition(dup_rate, dup_type)
         super().__init__(tokenizer, [ViewSpec("text"), ViewSpec(REPEATED_FIELD)], max_seq_len=max_seq_len,
                          max_positions=max_positions)
         self.dup_rate, self.dup_type = float(dup_rate), dup_type

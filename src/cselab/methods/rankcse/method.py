@@ -20,31 +20,54 @@ The FLOP counter (:class:`cselab.callbacks.FlopCounter`) counts the teachers' fo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 
 from cselab.methods.base import ContrastiveMethod
+from cselab.methods.options import option
 from cselab.methods.rankcse.loss import RankCSELoss
-from cselab.methods.rankcse.teachers import TeacherScores, teacher_specs
+from cselab.methods.rankcse.teachers import TeacherScores, TeacherSpec, teacher_specs
 from cselab.methods.registry import build_loss
 from cselab.model.spec import ConfigError, EmbeddingSpec
 
 #: the batch keys the teacher step adds (read by :meth:`RankCSE.contrastive_loss`)
 TEACHER_KEY = "teacher_logits"
 PERMUTATION_KEY = "ranking_permutation"
-#: :meth:`RankCSE.check_config` called by the base constructor, without RankCSE's own arguments
-_UNSET: Any = object()
+
+
+@dataclass(frozen=True)
+class RankCSEOptions:
+    """RankCSE's options, keys of ``method`` itself (``method.teachers``, ``method.teacher_temperature``).
+
+    Attributes:
+        teachers: ``[{path: <run directory | .ckpt | exported folder>, weight: <float>}, ...]``, weights summing to
+            1 (official ``--first/second_teacher_name_or_path`` and ``--alpha_``), checked by
+            :func:`cselab.methods.rankcse.teachers.teacher_specs` (their paths when training starts).
+        teacher_temperature: tau2 (official ``--tau2``, 0.05).
+    """
+
+    node: ClassVar[str] = ""
+    teachers: Any = option(None, "a list of {path, weight}")
+    teacher_temperature: float = option(0.05, "a number > 0 (official tau2 0.05)", lambda v: v > 0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "teachers", _plain(self.teachers))
+        teacher_specs(self.teachers, self.teacher_temperature)
+
+    @property
+    def specs(self) -> tuple[TeacherSpec, ...]:
+        """The teachers' specs (:func:`cselab.methods.rankcse.teachers.teacher_specs`)."""
+        return teacher_specs(self.teachers, self.teacher_temperature)
 
 
 class RankCSE(ContrastiveMethod):
     """RankCSE: :class:`ContrastiveMethod` with teacher targets and :class:`RankCSELoss`.
 
-    Args (besides :class:`ContrastiveMethod`'s):
-        teachers: ``method.teachers``: ``[{path: <run directory | .ckpt | exported folder>, weight: <float>}, ...]``,
-            weights summing to 1 (official ``--first/second_teacher_name_or_path`` and ``--alpha_``).
-        teacher_temperature: ``method.teacher_temperature``, tau2 (official ``--tau2``, 0.05).
+    Args: :class:`ContrastiveMethod`'s; ``options``: :class:`RankCSEOptions` (the teachers, tau2); ``loss`` None:
+    :class:`RankCSELoss` with its defaults.
 
     Raises:
         ConfigError: a malformed ``method.teachers`` / ``teacher_temperature``, a loss other than
@@ -55,32 +78,23 @@ class RankCSE(ContrastiveMethod):
     method_name = "rankcse"
     settings = ("unsup",)
     tunings = ("full",)
+    options_type = RankCSEOptions
+    default_loss = {"_target_": "cselab.methods.rankcse.loss.RankCSELoss"}
 
-    def __init__(self, backbone: dict, model: Mapping[str, Any] | EmbeddingSpec | None = None,
-                 loss: dict | None = None, optim: Mapping[str, Any] | None = None, setting: str = "unsup",
-                 train: bool = True, negatives: str = "global", mlm: dict | None = None, on_nonfinite: str = "stop",
-                 cached_step: Mapping[str, Any] | None = None, teachers: Sequence[Mapping[str, Any]] | None = None,
-                 teacher_temperature: float = 0.05) -> None:
-        loss = dict(loss or {"_target_": "cselab.methods.rankcse.loss.RankCSELoss"})
-        _check_rankcse(teachers=teachers, teacher_temperature=teacher_temperature, loss=loss, model=model)
-        super().__init__(backbone, model=model, loss=loss, optim=optim, setting=setting, train=train,
-                         negatives=negatives, mlm=mlm, on_nonfinite=on_nonfinite, cached_step=cached_step)
-        self.teacher_scores = TeacherScores(teacher_specs(_plain(teachers), teacher_temperature), teacher_temperature)
+    def build_own_parts(self) -> None:
+        """The teachers' scorer (nothing loaded before fit start)."""
+        self.teacher_scores = TeacherScores(self.options.specs, self.options.teacher_temperature)
 
     @classmethod
-    def check_config(cls, *, teachers: Any = _UNSET, teacher_temperature: float = 0.05,
-                     loss: Mapping[str, Any] | None = None, **kwargs: Any) -> EmbeddingSpec:
-        """The base's checks and, given the ``module`` node (:meth:`cselab.run.spec.RunSpec.from_config`), the teachers' list
-        (:func:`cselab.methods.rankcse.teachers.teacher_specs`; their paths are checked when training starts) and the loss
-        (the constructor checks them itself before calling the base's checks without them).
+    def check_config(cls, *, loss: Mapping[str, Any] | None = None, **kwargs: Any) -> EmbeddingSpec:
+        """The base's checks (``method.teachers`` / ``teacher_temperature``: :class:`RankCSEOptions`) and RankCSE's
+        loss and prompt rules.
 
         Raises:
             ConfigError: names the key and what was expected.
         """
-        if teachers is not _UNSET:
-            _check_rankcse(teachers=teachers, teacher_temperature=teacher_temperature,
-                           loss=dict(loss or {"_target_": "cselab.methods.rankcse.loss.RankCSELoss"}),
-                           model=kwargs.get("model"))
+        loss = dict(loss or cls.default_loss)
+        _check_rankcse(loss=loss, model=kwargs.get("model"))
         return super().check_config(loss=loss, **kwargs)
 
     # ----------------------------------------------------------------- the teacher step
@@ -137,14 +151,12 @@ def _plain(teachers: Any) -> list[dict[str, Any]] | Any:
     return [dict(t) if isinstance(t, Mapping) else t for t in teachers]
 
 
-def _check_rankcse(*, teachers: Any, teacher_temperature: float, loss: Mapping[str, Any],
-                   model: Mapping[str, Any] | EmbeddingSpec | None) -> None:
-    """RankCSE's own rules (the base checks the rest).
+def _check_rankcse(*, loss: Mapping[str, Any], model: Mapping[str, Any] | EmbeddingSpec | None) -> None:
+    """RankCSE's loss and prompt rules (its options: :class:`RankCSEOptions`; the base checks the rest).
 
     Raises:
-        ConfigError: names ``method.teachers`` / ``method.teacher_temperature`` / ``loss`` / ``prompt``.
+        ConfigError: names ``loss`` / ``prompt``.
     """
-    teacher_specs(_plain(teachers), teacher_temperature)
     if int(dict(loss).get("groups", 1) or 1) != 1:
         raise ConfigError(f"method=rankcse with loss.groups={dict(loss)['groups']}: the teachers' targets cover the "
                           "whole batch; set loss.groups=1")
