@@ -36,7 +36,7 @@ test: install
 # (CI runs it after `test`, which ran the whole suite): packaging, layers, config composition, one training step of
 # every method, a real run end to end and the sync-free step.
 PIP_SMOKE ?= tests/test_packaging.py tests/test_layers.py tests/test_config.py tests/test_methods.py \
-	tests/test_paper_configs_run.py::test_paper_config_runs_with_fast_dev_run tests/test_sync_free.py
+	tests/test_paper_configs_run.py::test_paper_config_runs_with_fast_dev_run tests/test_contract.py
 PIP_VENV ?= .venv-pip
 test-pip:
 	rm -rf $(PIP_VENV)

@@ -22,7 +22,7 @@
 #   1. demo: `python run.py experiment=demo` (PromptBERT unsup on MiniLM, the real wiki sample, bf16, compile auto =
 #      on): wall time, steps per second of the fit (validations included), compile seconds, graphs and
 #      recompilations, the test average against this CPU's `make demo` (74.43, within 0.5 points);
-#   2. sync: tests/test_sync_free.py's SimCSE cases (the 4 that failed on an H100), --tb=short: a failure names the
+#   2. sync: tests/test_contract.py's SimCSE sync-free cases (the 4 that failed on an H100), --tb=short: a failure names the
 #      op, its device and its caller (tests/sync_probe.py's `where`);
 #   3. steps: bench_step.py, SimCSE and PromptBERT unsup at 64 and 256 sentences, eager vs compiled (step ms, MFU,
 #      compile seconds apart, first step), the STS evaluation (7 test tasks, STS-B dev) and the full paper runs
@@ -32,7 +32,7 @@
 # Dry run on a CPU (shortened):
 #   DEVICE=cpu LAYERS=1 STEPS=1 WARMUP=0 BATCHES=8 CACHED_BATCH=8 PYTHON=.venv/bin/python T_DEMO=600 T_SYNC=300 \
 #     T_STEPS=900 T_CACHED=600 DEMO_OVERRIDES="trainer.max_steps=4 trainer.val_check_interval=2 eval.test_tasks=[stsb] \
-#     compile.enabled=true compile.backend=eager" SYNC_K="simcse-uncached and not gpu" \
+#     compile.enabled=true compile.backend=eager" SYNC_K="no_host_sync and simcse-uncached and not esimcse" \
 #     BENCH_EXTRA="--override compile.backend=eager" bash benchmarks/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,7 +46,7 @@ BATCHES=${BATCHES:-64 256}
 CACHED_BATCH=${CACHED_BATCH:-256}
 T_DEMO=${T_DEMO:-180}; T_SYNC=${T_SYNC:-75}; T_STEPS=${T_STEPS:-220}; T_CACHED=${T_CACHED:-60}
 DEMO_OVERRIDES=${DEMO_OVERRIDES:-}
-SYNC_K=${SYNC_K:-simcse and not gpu_settings}
+SYNC_K=${SYNC_K:-no_host_sync and (simcse-uncached or simcse-cached or simcse_sup) and not esimcse}
 PARTS=${PARTS:-1 2 3 4}   # a rerun of one part: PARTS=3
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 DEMO_CPU_AVG=74.43   # `make demo` on the 2-core CPU (README)
@@ -114,7 +114,7 @@ fi
 
 if part 2; then
 log "2. sync tests (timeout ${T_SYNC} s)"
-timeout -k 10 "$T_SYNC" $PYTHON -m pytest -q -p no:cacheprovider --tb=short tests/test_sync_free.py -k "$SYNC_K" \
+timeout -k 10 "$T_SYNC" $PYTHON -m pytest -q -p no:cacheprovider --tb=short tests/test_contract.py -k "$SYNC_K" \
     > "$OUT/sync.txt" 2>&1
 rc=$?
 tail -3 "$OUT/sync.txt" | tee -a "$OUT/log.txt"

@@ -4,7 +4,7 @@ gradients, for every method as ``run.py`` builds it, in float64 with dropout ON.
 Three references:
 
 * ``chunk_size >= B * V``: the cached step draws the uncached step's dropout masks, so its loss and every gradient
-  equal the real uncached ``training_step``'s;
+  equal the real uncached ``training_step``'s (every registered method: ``tests/test_contract.py``);
 * smaller chunks, dividing B * V or not: the masks are drawn chunk by chunk, and the reference is the uncached
   computation on those masks: ONE graph over the same chunked forward passes (the prompt draw first, the chunks,
   the template-bias rows, the loss, the MLM passes), ONE backward, no generator state restored;
@@ -145,16 +145,15 @@ def test_cached_step_equals_uncached_step(case, dirs) -> None:
     assert (batch["input_ids"].shape[1], "bias_input_ids" in batch, "mlm_input_ids" in batch) == SHAPES[case]
     if case == "promptbert_sup_head_each":
         assert uncached.spec.head_on == "each" and uncached.head is not None
-    ref_loss, ref_grads = loss_and_grads(uncached, batch)
+    ref_loss, _ = loss_and_grads(uncached, batch)
     assert ref_loss.dtype == torch.float64
     # dropout is on: another seed gives another loss (so the equalities below are about the same masks)
     assert abs(float(loss_and_grads(uncached, batch, seed=2)[0]) - float(ref_loss)) > 1e-6
-    cached, _ = _build(case, *dirs, chunk=n)
-    assert cached.cached_step.chunk_size == n
-    _assert_same(*loss_and_grads(cached, batch), ref_loss, ref_grads)  # one chunk: the uncached step's masks
     divides = max(d for d in range(2, n) if n % d == 0)  # 7 of 14 or 21 rows
     assert n % 4  # 4 does not divide B*V
-    for chunk in (divides, 4, 1):
+    cached, _ = _build(case, *dirs, chunk=divides)
+    assert cached.cached_step.chunk_size == divides
+    for chunk in (divides, 4, 1):  # (one chunk of all rows = the uncached step: tests/test_contract.py)
         cached.cached_step = CachedStep(chunk)
         loss, grads = loss_and_grads(cached, batch)
         _assert_same(loss, grads, *_chunked_reference(copy.deepcopy(uncached), batch, chunk))

@@ -6,7 +6,6 @@ combinations that cannot hold refused by name.  Inductor on CPU (gcc); the model
 
 from __future__ import annotations
 
-import copy
 import shutil
 import warnings
 from pathlib import Path
@@ -16,7 +15,7 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
-from cselab.methods.compiled import CompileOptions, compile_report, compile_training, repeated_layers
+from cselab.methods.compiled import CompileOptions, compile_report, compile_training
 from cselab.model.spec import ConfigError
 from tests.test_cached_step import CASES, _assert_same, _build, dirs  # noqa: F401
 
@@ -104,29 +103,6 @@ def test_compiled_step_equals_the_eager_step_and_reuses_its_graphs_from_disk(nam
     assert warm["fx_cache_hits"] > 0 and warm["fx_cache_misses"] == 0, warm
     assert warm["aot_cache_hits"] >= cold["graphs"], warm  # (a miss is counted for a trace that dynamo restarts)
     torch.testing.assert_close(warm_loss, compiled_loss, rtol=0, atol=0)
-
-
-@pytest.mark.parametrize(("case", "chunk"), [(c, k) for c in CASES for k in (None, 4)],
-                         ids=[f"{c}-{'cached' if k else 'uncached'}" for c in CASES for k in (None, 4)])
-def test_every_method_compiled_equals_eager(case, chunk, dirs, tmp_path, fresh_dynamo) -> None:  # noqa: F811
-    """Every method of the cached step's cases (encoders and a LoRA decoder; prefixes, soft prompts, MLM,
-    template bias), uncached and cached: ``compile_training`` with the ``eager`` backend (dynamo's tracing, the
-    same kernels) gives the eager step's loss and gradients (float64, the same dropout masks); no graph break;
-    the deep prefixes compile the whole forward, every other backbone its repeated layer."""
-    from tests.conftest import loss_and_grads
-
-    method, batch = _build(case, *dirs, chunk=chunk)
-    ref_loss, ref_grads = loss_and_grads(method, batch)
-    compiled = copy.deepcopy(method)
-    scope = compile_training(compiled, CompileOptions(enabled=True, backend="eager", cache_dir=str(tmp_path)))
-    prefix = compiled.encoder.tuning == "prefix" and compiled.encoder.prefix_variant != "input_layer"
-    assert scope == ("forward" if prefix else "layers")
-    if scope == "layers":
-        assert len(repeated_layers(compiled.encoder.base_model)) == 2
-    loss, grads = loss_and_grads(compiled, batch)
-    _assert_same(loss, grads, ref_loss, ref_grads, rtol=1e-9)
-    report = compile_report()
-    assert report["graphs"] >= 1 and report["graph_breaks"] == 0, report
 
 
 def test_a_compiled_run_logs_its_graphs_once_and_keeps_its_cache_where_configured(tmp_path, tiny_bert_dir,

@@ -160,13 +160,6 @@ def test_promptbert_unsup_template_and_period_rule(make_method, tmp_path):
         assert (tmp_path / "st" / name).read_text() == text, name
 
 
-def test_cot_bert_last_mask(make_method, tmp_path):
-    m = make_method("cot_bert", "bert", pooler="mask", denoise="pad", prompt=copy.deepcopy(COT_PROMPT),
-                    loss={"name": "cot_infonce"})
-    diff, _ = _roundtrip(_checkpoint(m, tmp_path), tmp_path / "st")
-    assert diff < TOL
-
-
 def test_dcpcse_prefix_is_included(make_method, tmp_path):
     m = make_method("dcpcse", "bert", pooler="cls", tuning=_prefix(), mlp_only_train=False)  # head applied at test
     ckpt = _checkpoint(m, tmp_path)
@@ -177,13 +170,6 @@ def test_dcpcse_prefix_is_included(make_method, tmp_path):
     plain = make_method("simcse", "bert", pooler="cls", mlp_only_train=False)
     plain.head.load_state_dict(cselab.load(ckpt).head.state_dict())
     assert float((plain.eval().encode(PROBES) - cselab.load(ckpt).encode(PROBES)).abs().max()) > 1e-3
-
-
-def test_optiprompt_soft_template(make_method, tmp_path):
-    m = make_method("optiprompt", "bert", pooler="mask", prompt=copy.deepcopy(MANUAL), tuning={"name": "soft_prompt"})
-    diff, info = _roundtrip(_checkpoint(m, tmp_path), tmp_path / "st")
-    assert diff < TOL
-    assert info["prompt_kind"] == "soft"
 
 
 # ------------------------------------------------------------------------------------------------ more variants

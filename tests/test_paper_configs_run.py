@@ -81,7 +81,7 @@ BF16_CASES = [c for c in CASES if c[1] == "experiment"] + [("DCPCSE", "sweep", "
 @pytest.mark.parametrize(("paper", "kind", "name", "values"), BF16_CASES, ids=[c[2] for c in BF16_CASES])
 def test_paper_config_trains_under_bf16_mixed(paper, kind, name, values, tmp_path, tiny_mlm_dir, sts_data_dir):
     """``trainer.precision=bf16-mixed``, the GPU default (``auto``), through Lightning's CPU autocast: training,
-    validation and the bf16 evaluator run end to end (``test_gradients`` checks the bf16 losses and gradients)."""
+    validation and the bf16 evaluator run end to end (``test_contract`` checks the bf16 losses and gradients)."""
     cfg = _fast_dev_config(kind, name, [*values, "trainer.precision=bf16-mixed", "eval.precision=bf16"],
                            tmp_path, tiny_mlm_dir, sts_data_dir)
     results = run(cfg, tmp_path / "run")

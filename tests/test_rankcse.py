@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from cselab.methods.rankcse.method.method.loss import RankCSELoss, consistency_loss
+from cselab.methods.rankcse.method.method.ranking import listmle_loss, listnet_loss
+from cselab.methods.rankcse.method.method.teachers import TeacherScores, TeacherSpec, teacher_specs
 
-from cselab.methods.rankcse.loss import RankCSELoss, consistency_loss
-from cselab.methods.rankcse.ranking import listmle_loss, listnet_loss
-from cselab.methods.rankcse.teachers import TeacherScores, TeacherSpec, teacher_specs
 from cselab.model.spec import ConfigError
 from tests.conftest import loss_and_grads
 
@@ -143,7 +143,7 @@ def test_teacher_config_errors_name_the_key(teachers, temperature, match) -> Non
 @pytest.fixture(scope="module")
 def teacher_dir(tiny_bert_dir, tmp_path_factory) -> Path:
     """A tiny SimCSE model saved as a cselab folder (``cselab_model.json``): a teacher on the student's tokenizer."""
-    from cselab.methods.simcse.method import SimCSE
+    from cselab.methods.simcse.method.method.method import SimCSE
 
     torch.manual_seed(7)
     teacher = SimCSE({"name_or_path": str(tiny_bert_dir), "family": "bert"},
@@ -154,10 +154,10 @@ def teacher_dir(tiny_bert_dir, tmp_path_factory) -> Path:
 
 
 def _rankcse(backbone_dir: Path, teachers: list[dict], ranking: str = "listnet", **kwargs):
-    from cselab.methods.rankcse.method import RankCSE
+    from cselab.methods.rankcse.method.method.method import RankCSE
 
     torch.manual_seed(0)
-    loss = {"_target_": "cselab.methods.rankcse.loss.RankCSELoss", "ranking": ranking,
+    loss = {"_target_": "cselab.methods.rankcse.method.method.loss.RankCSELoss", "ranking": ranking,
             "ranking_weight": 0.1 if ranking == "listnet" else 1.0}
     return RankCSE({"name_or_path": str(backbone_dir), "family": "bert"},
                    model={"pooler": "cls", "head": "mlp", "mlp_only_train": True}, loss=loss, options={"teachers": teachers},
@@ -200,7 +200,7 @@ UNK_SENTENCES = ["a man is playing a \u2603 guitar", *SENTENCES[1:]]
 def avg_teacher_dir(tiny_bert_dir, tmp_path_factory) -> Path:
     """A tiny avg-pooled teacher on the student's tokenizer (the official ``avg`` teacher, teachers.py:42-48; a tiny
     random BERT's [CLS] barely depends on the tokens, its mean does)."""
-    from cselab.methods.simcse.method import SimCSE
+    from cselab.methods.simcse.method.method.method import SimCSE
 
     torch.manual_seed(7)
     teacher = SimCSE({"name_or_path": str(tiny_bert_dir), "family": "bert"}, model={"pooler": "avg"})
@@ -242,8 +242,8 @@ def test_a_teacher_on_another_vocabulary_reads_the_decoded_view_with_its_unk(tin
                                                                              teacher_dir, tmp_path) -> None:
     """The documented extension: a teacher whose vocabulary differs (or with a template) reads the first view decoded,
     its framing special tokens dropped and [UNK] kept (not shortened)."""
-    from cselab.methods.rankcse.teachers import decode_view, teacher_feed
-    from cselab.methods.simcse.method import SimCSE
+    from cselab.methods.rankcse.method.method.teachers import decode_view, teacher_feed
+    from cselab.methods.simcse.method.method.method import SimCSE
 
     method = _rankcse(tiny_bert_dir, [{"path": str(teacher_dir)}]).train()
     batch = method.train_collate([{"text": s} for s in UNK_SENTENCES])
@@ -262,20 +262,6 @@ def test_a_teacher_on_another_vocabulary_reads_the_decoded_view_with_its_unk(tin
     torch.testing.assert_close(got[1], expected, rtol=1e-5, atol=1e-5)
 
 
-def test_cached_step_equals_the_uncached_step(tiny_bert_dir, teacher_dir) -> None:
-    from test_cached_step import _assert_same
-
-    plain = _rankcse(tiny_bert_dir, [{"path": str(teacher_dir)}], "listmle").double().train()
-    cached = copy.deepcopy(plain)
-    from cselab.methods.cached_step import CachedStep
-
-    cached.cached_step = CachedStep(2 * len(SENTENCES))  # all rows in one chunk: the uncached masks
-    batch = plain.train_collate([{"text": s} for s in SENTENCES])
-    ref_loss, ref_grads = loss_and_grads(plain, batch)
-    loss, grads = loss_and_grads(cached, batch)
-    _assert_same(loss, grads, ref_loss, ref_grads, rtol=1e-9)
-
-
 def test_missing_or_unloadable_teacher_is_named(tiny_bert_dir, tmp_path) -> None:
     method = _rankcse(tiny_bert_dir, [{"path": str(tmp_path / "nowhere")}])
     with pytest.raises(ConfigError, match=r"method.teachers\[0\].path=.*does not exist"):
@@ -287,7 +273,7 @@ def test_missing_or_unloadable_teacher_is_named(tiny_bert_dir, tmp_path) -> None
 
 
 def test_method_refuses_what_rankcse_cannot_be(tiny_bert_dir, teacher_dir) -> None:
-    from cselab.methods.rankcse.method import RankCSE
+    from cselab.methods.rankcse.method.method.method import RankCSE
 
     backbone = {"name_or_path": str(tiny_bert_dir), "family": "bert"}
     teachers = [{"path": str(teacher_dir)}]
@@ -355,22 +341,6 @@ def test_global_negatives_and_teacher_targets_match_one_process(tmp_path, tiny_b
         assert _max_grad_diff(res["grads"], ref_grads) < 5e-5 * max(1.0, scale)
 
 
-def test_compiled_forward_takes_the_teacher_targets_as_inputs(tiny_bert_dir, teacher_dir, tmp_path) -> None:
-    """The teacher step stays eager (strings); the compiled forward (dynamo, ``eager`` backend) gets its targets and
-    listMLE's permutation as batch tensors and gives the uncached loss and gradients."""
-    from test_cached_step import _assert_same
-
-    from cselab.methods.compiled import CompileOptions, compile_training
-
-    plain = _rankcse(tiny_bert_dir, [{"path": str(teacher_dir)}], "listmle").double().train()
-    compiled = copy.deepcopy(plain)
-    compile_training(compiled, CompileOptions(enabled=True, backend="eager", cache_dir=str(tmp_path)))
-    batch = plain.train_collate([{"text": s} for s in SENTENCES])
-    ref_loss, ref_grads = loss_and_grads(plain, batch)
-    loss, grads = loss_and_grads(compiled, batch)
-    _assert_same(loss, grads, ref_loss, ref_grads, rtol=1e-9)
-
-
 # ------------------------------------------------------------------------------ report rows
 def test_published_rows_and_the_listmle_variant() -> None:
     from cselab.report.published import load_published, lookup, variant_of
@@ -388,58 +358,6 @@ def test_published_rows_and_the_listmle_variant() -> None:
 
 
 # ------------------------------------------------------------------------------ runs (cselab.run.flow.run, run.py)
-def _tiny_run_config(tmp_path: Path, tiny_bert_dir: Path, sts_data_dir: Path, teacher: Path, *overrides: str):
-    """A 4-step RankCSE run on the tiny BERT and a 40-line corpus, validation every 2 steps, STS-B test only."""
-    from hydra import compose, initialize_config_dir
-
-    import cselab.io.config  # noqa: F401  (resolvers)
-
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("".join(f"sentence number {i} is here\n" for i in range(40)))
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=[
-            "method=rankcse", f"method.teachers=[{{path:'{teacher}',weight:1.0}}]",
-            f"backbone.name_or_path={tiny_bert_dir}", f"data.path={corpus}", "data.batch_size=8",
-            "trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.enable_progress_bar=false",
-            "trainer.deterministic=true", "optim.lr=1e-3", f"data_dir={sts_data_dir}", "eval.test_tasks=[stsb]",
-            *overrides])
-
-
-class _Killed(RuntimeError):
-    pass
-
-
-@pytest.mark.integration
-def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, tiny_bert_dir, sts_data_dir, teacher_dir,
-                                                        monkeypatch) -> None:
-    """Resume: the student, optimizer and data position come from last.ckpt, the teachers are loaded again at fit
-    start; the resumed run ends where the uninterrupted one ends."""
-    from cselab.methods.rankcse.method import RankCSE
-    from tests.conftest import run
-
-    whole = run(_tiny_run_config(tmp_path, tiny_bert_dir, sts_data_dir, teacher_dir), tmp_path / "whole")
-    real_step = RankCSE.training_step
-
-    def dies_at_step_3(self, batch, batch_idx):
-        if self.global_step == 3:
-            raise _Killed("killed at step 3")
-        return real_step(self, batch, batch_idx)
-
-    out = tmp_path / "killed"
-    with monkeypatch.context() as patch:
-        patch.setattr(RankCSE, "training_step", dies_at_step_3)
-        with pytest.raises(_Killed):
-            run(_tiny_run_config(tmp_path, tiny_bert_dir, sts_data_dir, teacher_dir), out)
-    resumed = run(_tiny_run_config(tmp_path, tiny_bert_dir, sts_data_dir, teacher_dir, f"resume.dir={out}"), out)
-    saved = [json.loads((d / "results.json").read_text()) for d in (tmp_path / "whole", out)]
-    assert [p["step"] for p in saved[1]["val_curve"]] == [2, 4]
-    curves = [[p["stsb_dev"] for p in r["val_curve"]] for r in saved]
-    assert curves[1] == pytest.approx(curves[0], abs=1e-6) and curves[0][0] != curves[0][1]  # it trained
-    assert resumed["test"]["stsb"] == pytest.approx(whole["test"]["stsb"], abs=1e-6)
-    ckpt = torch.load(saved[1]["best_checkpoint"], map_location="cpu", weights_only=False)
-    assert not any("teacher" in k for k in ckpt["state_dict"])
-
-
 @pytest.mark.integration
 def test_minilm_rankcse_with_a_simcse_teacher_trains_tests_and_compares(tmp_path) -> None:
     """The embedded MiniLM: a short SimCSE run is the teacher of a short RankCSE run on the same seed; both test on

@@ -1,60 +1,17 @@
-"""Never lose a result: NaN / inf losses stop or skip with the batch saved, writes are atomic, a finished run is
-not overwritten, and a failing job leaves ``failed.json``."""
+"""Never lose a result: writes are atomic, a finished run is not overwritten, and a failing job leaves
+``failed.json`` (NaN / inf losses stop or skip with the batch saved, for every method: ``tests/test_contract.py``)."""
 
 from __future__ import annotations
 
 import json
 import os
-import warnings
 from pathlib import Path
 
-import lightning as L
 import pytest
 import torch
-from torch.utils.data import DataLoader
 
 from cselab.io.files import atomic_write_text
-from cselab.methods.nonfinite import NonFiniteLossError
 from cselab.run.checkpoints import AtomicCheckpointIO
-
-ROWS = [{"text": s} for s in ["a man is playing a guitar", "the cat sat on the mat", "birds fly", "a cat sat"]]
-
-
-def _fit(method, tmp_path: Path, steps: int = 2) -> L.Trainer:
-    loader = DataLoader(ROWS, batch_size=4, collate_fn=method.train_collate)
-    trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, limit_val_batches=0, accelerator="cpu",
-                        default_root_dir=str(tmp_path))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer.fit(method, loader)
-    return trainer
-
-
-def _nan_loss(method):
-    real = method.loss_fn.forward
-    method.loss_fn.forward = lambda *args, **kwargs: real(*args, **kwargs) * float("nan")
-
-
-def test_nan_loss_stops_with_the_step_and_the_batch_saved(make_method, tmp_path):
-    method = make_method("simcse", "bert")
-    _nan_loss(method)
-    with pytest.raises(NonFiniteLossError, match=r"training loss is nan at step 0; the batch's sentences are in "
-                                                  r".*nonfinite_step0.json \(set method.on_nonfinite=skip"):
-        _fit(method, tmp_path)
-    saved = json.loads((tmp_path / "nonfinite_step0.json").read_text())
-    assert saved["step"] == 0 and saved["loss"] == "nan"
-    assert saved["sentences"] == [r["text"] for r in ROWS]
-
-
-def test_nan_loss_with_skip_trains_on_without_stepping(make_method, tmp_path):
-    method = make_method("simcse", "bert", on_nonfinite="skip")
-    before = {n: p.detach().clone() for n, p in method.named_parameters()}
-    _nan_loss(method)
-    _fit(method, tmp_path, steps=2)
-    assert method.skipped_nonfinite >= 2  # every batch skipped (the loop ran on), each saved
-    assert list(tmp_path.glob("nonfinite_step*.json"))
-    assert all(torch.equal(p, before[n]) for n, p in method.named_parameters())  # never trained on a NaN
 
 
 def test_atomic_text_write_keeps_the_old_file_when_the_write_fails(tmp_path, monkeypatch):

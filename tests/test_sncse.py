@@ -20,11 +20,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-
-import cselab.io.config  # noqa: F401  (resolvers)
-from cselab.methods.sncse.loss import InfoNCEWithBML, bidirectional_margin
-from cselab.methods.sncse.negation import (
+from cselab.methods.sncse.method.method.loss import InfoNCEWithBML, bidirectional_margin
+from cselab.methods.sncse.method.method.negation import (
     ParsedSentence,
     RuleParser,
     negate_parsed,
@@ -32,6 +29,9 @@ from cselab.methods.sncse.negation import (
     soft_negative_pair,
     write_soft_negatives,
 )
+from hydra import compose, initialize_config_dir
+
+import cselab.io.config  # noqa: F401  (resolvers)
 from tests.conftest import build_method
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
@@ -107,7 +107,7 @@ def test_cli_writes_the_official_format_and_the_loader_reads_it(tmp_path, capsys
     with pytest.raises(ValueError, match=r"bad.jsonl:2: expected a JSON list"):
         read_soft_negatives(bad)
     with pytest.raises(ValueError, match="expected rules or spacy"):
-        write_soft_negatives(corpus, out, __import__("cselab.methods.sncse.negation", fromlist=["build_parser"]).build_parser("stanza"))
+        write_soft_negatives(corpus, out, __import__("cselab.methods.sncse.method.method.negation", fromlist=["build_parser"]).build_parser("stanza"))
 
 
 def test_official_training_pair_and_lookup() -> None:
@@ -197,7 +197,7 @@ def test_paper_configs() -> None:
     assert (bert.hp.batch_size, bert.hp.lr, bert.hp.epochs) == (256, 1e-5, 1)
     assert bert.loss.bml_weight == 1e-3 and (bert.loss.alpha, bert.loss.beta, bert.loss.temperature) == (0.1, 0.3, 0.05)
     assert bert.negatives == "per_device" and bert.max_seq_len == 32 and bert.data.path == "wiki1m_for_simcse.txt"
-    assert bert.data.datamodule._target_ == "cselab.methods.sncse.data.SoftNegativeDataModule"
+    assert bert.data.datamodule._target_ == "cselab.methods.sncse.method.method.data.SoftNegativeDataModule"
     assert bert.data.soft_negatives is None
     roberta = _compose("experiment=sncse/unsup_roberta_base")
     assert roberta.loss.bml_weight == 5e-4 and roberta.hp.batch_size == 256
@@ -248,7 +248,7 @@ def test_training_inputs_equal_the_official_features(family, request) -> None:
     method = request.getfixturevalue(f"sncse_{family}")
     tok = method.tokenizer
     negations = {s: negate_parsed(RuleParser()(s)) for s in SENTENCES}
-    from cselab.methods.sncse.data import SoftNegativeCollate
+    from cselab.methods.sncse.method.method.data import SoftNegativeCollate
 
     batch = SoftNegativeCollate(method.train_collate, negations)([{"text": s} for s in SENTENCES])
     assert batch["input_ids"].shape[:2] == (4, 3)
@@ -288,7 +288,7 @@ def test_training_loss_is_infonce_bml_of_the_mlp_mask_states(sncse_bert) -> None
     """Dropout off: the step's loss = InfoNCE + lambda BML of MLP([MASK] state) (``models.py:132-159``)."""
     method = sncse_bert
     negations = {s: negate_parsed(RuleParser()(s)) for s in SENTENCES}
-    from cselab.methods.sncse.data import SoftNegativeCollate
+    from cselab.methods.sncse.method.method.data import SoftNegativeCollate
 
     batch = SoftNegativeCollate(method.train_collate, negations)([{"text": s} for s in SENTENCES])
     method.train()  # the MLP is a training-time head: train mode, dropout off
@@ -308,38 +308,8 @@ def test_training_loss_is_infonce_bml_of_the_mlp_mask_states(sncse_bert) -> None
     assert float(loss) == pytest.approx(float(expected), rel=1e-5)
 
 
-def test_cached_step_equals_uncached_step(tiny_bert_dir) -> None:
-    """GradCache (``trainer.cached_step``) on SNCSE's three views: the same loss and gradients (float64, dropout on,
-    one chunk = the uncached masks)."""
-    negations = {s: negate_parsed(RuleParser()(s)) for s in SENTENCES}
-    from cselab.methods.sncse.data import SoftNegativeCollate
-
-    def build(chunk):
-        extra = [f"trainer.cached_step.chunk_size={chunk}"] if chunk else []
-        cfg = _compose("method=sncse", f"backbone.name_or_path={tiny_bert_dir}", "backbone.family=bert", *extra)
-        torch.manual_seed(0)
-        return build_method(cfg).double().train()
-
-    def step(method, batch):
-        method.zero_grad(set_to_none=True)
-        torch.manual_seed(1)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            loss = method.training_step(batch, 0)
-        loss.backward()
-        return float(loss.detach()), {n: p.grad.clone() for n, p in method.named_parameters() if p.grad is not None}
-
-    uncached = build(None)
-    batch = SoftNegativeCollate(uncached.train_collate, negations)([{"text": s} for s in SENTENCES])
-    ref_loss, ref = step(uncached, batch)
-    loss, grads = step(build(12), batch)
-    assert loss == pytest.approx(ref_loss, rel=1e-10) and grads.keys() == ref.keys() and ref
-    for name, g in ref.items():
-        torch.testing.assert_close(grads[name], g, rtol=1e-9, atol=1e-12, msg=name)
-
-
 def test_datamodule_rows_and_refusals(tmp_path, monkeypatch) -> None:
-    from cselab.methods.sncse.data import SoftNegativeDataModule
+    from cselab.methods.sncse.method.method.data import SoftNegativeDataModule
 
     corpus = tmp_path / "c.txt"
     corpus.write_text("".join(f"sentence number {i} is here\n" for i in range(10)), encoding="utf-8")
@@ -375,59 +345,6 @@ def test_datamodule_rows_and_refusals(tmp_path, monkeypatch) -> None:
     pair.write_text(json.dumps(["sentence number 1 is here .", "sentence number 1 is not here ."]) + "\n")
     assert soft_negative_pair("sentence number 1 is here", read_soft_negatives(pair))[1] == \
         "sentence number 1 is not here ."
-
-
-class _Killed(RuntimeError):
-    pass
-
-
-def test_short_run_trains_tests_and_resumes_as_an_uninterrupted_run(tmp_path, tiny_bert_dir, sts_data_dir,
-                                                                     monkeypatch) -> None:
-    """run.py method=sncse on the tiny BERT: 4 steps, test; a run killed at step 3 resumes (``resume.dir``) to the
-    uninterrupted run's dev curve and test score (the soft negatives come back with the data position)."""
-    import shutil
-
-    from cselab.methods.base import ContrastiveMethod
-    from tests.conftest import compose_tiny_run, run
-
-    def config(*extra):
-        return compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "method=sncse", "eval.test_tasks=[stsb]",
-                                f"data.soft_negatives={tmp_path / 'sn.jsonl'}",
-                                "eval.bootstrap.n_resamples=100", "trainer.deterministic=true",
-                                "checkpointing.keep_last=true", *extra)
-
-    cfg = config()  # writes corpus.txt
-    write_soft_negatives(tmp_path / "corpus.txt", tmp_path / "sn.jsonl", RuleParser())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        straight = run(cfg, tmp_path / "straight")
-    assert straight["global_step"] == 4
-    ckpt = torch.load(tmp_path / "straight" / "checkpoints" / "last.ckpt", weights_only=False)
-    assert ckpt["cselab_method_class"] == "cselab.methods.sncse.method.SNCSE"
-    assert ckpt["hyper_parameters"]["loss"]["name"] == "sncse_bml"
-
-    real_step = ContrastiveMethod.training_step
-
-    def dies_at_step_3(self, batch, batch_idx):
-        if self.global_step == 3:
-            raise _Killed("killed at step 3")
-        return real_step(self, batch, batch_idx)
-
-    out = tmp_path / "killed"
-    with monkeypatch.context() as patch, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        patch.setattr(ContrastiveMethod, "training_step", dies_at_step_3)
-        with pytest.raises(_Killed):
-            run(config(), out)
-    resumed_dir = tmp_path / "resumed"
-    shutil.copytree(out, resumed_dir)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        resumed = run(config(f"resume.dir={resumed_dir}"), resumed_dir)
-    assert resumed["global_step"] == 4 and [p["step"] for p in straight["val_curve"]] == [2, 4]
-    assert [p["stsb_dev"] for p in resumed["val_curve"]] == pytest.approx([p["stsb_dev"] for p in straight["val_curve"]],
-                                                                         abs=1e-6)
-    assert resumed["test"]["stsb"] == pytest.approx(straight["test"]["stsb"], abs=1e-6)
 
 
 def test_published_rows() -> None:
@@ -472,11 +389,11 @@ def test_export_is_the_official_test_encoder(tiny_bert_dir, tmp_path) -> None:
     """``cselab export`` of a trained SNCSE checkpoint: the sentence-transformers folder encodes as
     ``bert_prediction.py`` (template 1, the ` .` rule, the bare [MASK] state, no MLP)."""
     import lightning as L
+    from cselab.methods.sncse.method.method.data import SoftNegativeCollate
     from sentence_transformers import SentenceTransformer
 
     import cselab
     from cselab.export import export
-    from cselab.methods.sncse.data import SoftNegativeCollate
 
     method = _sncse(tiny_bert_dir, "bert")
     negations = {s: negate_parsed(RuleParser()(s)) for s in SENTENCES}
