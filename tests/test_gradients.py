@@ -41,7 +41,7 @@ def _method_and_batch(method: str, setting: str, extra: list[str], mlm_dir):
     model = build_method(cfg)
     model.train()
     rows = TRIPLETS if setting == "sup" else [{"text": s} for s in SENTENCES]
-    return model, model.train_collate(rows)
+    return model, model.train_collate()(rows)
 
 
 @pytest.mark.parametrize(("method", "setting", "extra"), CASES, ids=lambda v: str(v))

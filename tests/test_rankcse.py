@@ -169,7 +169,7 @@ def test_step_uses_the_frozen_teachers_targets(ranking, tiny_bert_dir, teacher_d
     from cselab.methods.loading import load
 
     method = _rankcse(tiny_bert_dir, [{"path": str(teacher_dir), "weight": 1.0}], ranking).train()
-    batch = method.train_collate([{"text": s} for s in SENTENCES])
+    batch = method.train_collate()([{"text": s} for s in SENTENCES])
     loss, grads = loss_and_grads(method, batch)
     teacher = method.teacher_scores.teachers[0]
     # frozen, eval mode, not a submodule: not in the student's state, optimizer or export
@@ -221,7 +221,7 @@ def test_teacher_reads_the_students_ids_as_the_official_trainer_does(pooler, tin
 
     path = teacher_dir if pooler == "cls_before_pooler" else avg_teacher_dir
     method = _rankcse(tiny_bert_dir, [{"path": str(path)}]).train()
-    batch = method.train_collate([{"text": s} for s in UNK_SENTENCES])
+    batch = method.train_collate()([{"text": s} for s in UNK_SENTENCES])
     ids, mask = batch["input_ids"][:, 0], batch["attention_mask"][:, 0]
     assert method.tokenizer.unk_token_id in ids[0].tolist()
     hf = load(path).backbone.model.eval()  # the teacher's AutoModel (official: Teacher(...).model)
@@ -246,7 +246,7 @@ def test_a_teacher_on_another_vocabulary_reads_the_decoded_view_with_its_unk(tin
     from cselab.methods.simcse.method import SimCSE
 
     method = _rankcse(tiny_bert_dir, [{"path": str(teacher_dir)}]).train()
-    batch = method.train_collate([{"text": s} for s in UNK_SENTENCES])
+    batch = method.train_collate()([{"text": s} for s in UNK_SENTENCES])
     decoded = decode_view(method.tokenizer, batch["input_ids"][:, 0], batch["attention_mask"][:, 0])
     assert decoded[0] == "a man is playing a [UNK] guitar"
     assert decoded[1:] == SENTENCES[1:]
@@ -270,7 +270,7 @@ def test_cached_step_equals_the_uncached_step(tiny_bert_dir, teacher_dir) -> Non
     from cselab.methods.cached_step import CachedStep
 
     cached.cached_step = CachedStep(2 * len(SENTENCES))  # all rows in one chunk: the uncached masks
-    batch = plain.train_collate([{"text": s} for s in SENTENCES])
+    batch = plain.train_collate()([{"text": s} for s in SENTENCES])
     ref_loss, ref_grads = loss_and_grads(plain, batch)
     loss, grads = loss_and_grads(cached, batch)
     _assert_same(loss, grads, ref_loss, ref_grads, rtol=1e-9)
@@ -367,7 +367,7 @@ def test_compiled_forward_takes_the_teacher_targets_as_inputs(tiny_bert_dir, tea
     plain = _rankcse(tiny_bert_dir, [{"path": str(teacher_dir)}], "listmle").double().train()
     compiled = copy.deepcopy(plain)
     compile_training(compiled, CompileOptions(enabled=True, backend="eager", cache_dir=str(tmp_path)))
-    batch = plain.train_collate([{"text": s} for s in SENTENCES])
+    batch = plain.train_collate()([{"text": s} for s in SENTENCES])
     ref_loss, ref_grads = loss_and_grads(plain, batch)
     loss, grads = loss_and_grads(compiled, batch)
     _assert_same(loss, grads, ref_loss, ref_grads, rtol=1e-9)

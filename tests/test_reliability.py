@@ -21,7 +21,7 @@ ROWS = [{"text": s} for s in ["a man is playing a guitar", "the cat sat on the m
 
 
 def _fit(method, tmp_path: Path, steps: int = 2) -> L.Trainer:
-    loader = DataLoader(ROWS, batch_size=4, collate_fn=method.train_collate)
+    loader = DataLoader(ROWS, batch_size=4, collate_fn=method.train_collate())
     trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, accelerator="cpu",
                         default_root_dir=str(tmp_path))

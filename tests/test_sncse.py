@@ -250,7 +250,7 @@ def test_training_inputs_equal_the_official_features(family, request) -> None:
     negations = {s: negate_parsed(RuleParser()(s)) for s in SENTENCES}
     from cselab.methods.sncse.data import SoftNegativeCollate
 
-    batch = SoftNegativeCollate(method.train_collate, negations)([{"text": s} for s in SENTENCES])
+    batch = SoftNegativeCollate(method.train_collate(), negations)([{"text": s} for s in SENTENCES])
     assert batch["input_ids"].shape[:2] == (4, 3)
     for b, s in enumerate(SENTENCES):
         expected = official_features(tok, s, negations, roberta=family == "roberta")
@@ -290,7 +290,7 @@ def test_training_loss_is_infonce_bml_of_the_mlp_mask_states(sncse_bert) -> None
     negations = {s: negate_parsed(RuleParser()(s)) for s in SENTENCES}
     from cselab.methods.sncse.data import SoftNegativeCollate
 
-    batch = SoftNegativeCollate(method.train_collate, negations)([{"text": s} for s in SENTENCES])
+    batch = SoftNegativeCollate(method.train_collate(), negations)([{"text": s} for s in SENTENCES])
     method.train()  # the MLP is a training-time head: train mode, dropout off
     rates = {m: m.p for m in method.modules() if isinstance(m, torch.nn.Dropout)}
     for m in rates:
@@ -330,7 +330,7 @@ def test_cached_step_equals_uncached_step(tiny_bert_dir) -> None:
         return float(loss.detach()), {n: p.grad.clone() for n, p in method.named_parameters() if p.grad is not None}
 
     uncached = build(None)
-    batch = SoftNegativeCollate(uncached.train_collate, negations)([{"text": s} for s in SENTENCES])
+    batch = SoftNegativeCollate(uncached.train_collate(), negations)([{"text": s} for s in SENTENCES])
     ref_loss, ref = step(uncached, batch)
     loss, grads = step(build(12), batch)
     assert loss == pytest.approx(ref_loss, rel=1e-10) and grads.keys() == ref.keys() and ref
@@ -481,7 +481,7 @@ def test_export_is_the_official_test_encoder(tiny_bert_dir, tmp_path) -> None:
     method = _sncse(tiny_bert_dir, "bert")
     negations = {s: negate_parsed(RuleParser()(s)) for s in SENTENCES}
     loader = torch.utils.data.DataLoader([{"text": s} for s in SENTENCES], batch_size=2,
-                                         collate_fn=SoftNegativeCollate(method.train_collate, negations))
+                                         collate_fn=SoftNegativeCollate(method.train_collate(), negations))
     trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=tmp_path)
     with warnings.catch_warnings():

@@ -72,7 +72,6 @@ class ESimCSE(ContrastiveMethod):
         self.momentum = MomentumQueue(self.encoder, options["momentum"], options["queue_size"],
                                       options["momentum_init"])
         self._queue_epoch: int | None = None  # the epoch whose steps filled the queue
-        self._train_collate: RepetitionCollate | None = None
 
     @staticmethod
     def esimcse_options(esimcse: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -115,31 +114,23 @@ class ESimCSE(ContrastiveMethod):
         """The untouched sentence and its repetition (``train.py:480,538``); the sentence at test."""
         return [ViewSpec("text"), ViewSpec(REPEATED_FIELD)], ViewSpec("text")
 
-    @property
-    def train_collate(self) -> RepetitionCollate:
-        """The DataModule's collate: :class:`cselab.methods.esimcse.repetition.RepetitionCollate` (built once)."""
-        if self._train_collate is None:
-            o = self.options
-            self._train_collate = RepetitionCollate(self.tokenizer, o["dup_rate"], o["dup_type"],
-                                                    max_seq_len=self.max_seq_len,
-                                                    max_positions=self.encoder.max_positions)
-        return self._train_collate
+    def train_collate(self, seed: int = 0, pad_to_multiple_of: int | None = None) -> RepetitionCollate:
+        """The DataModule's collate: :class:`cselab.methods.esimcse.repetition.RepetitionCollate` (no MLM masks:
+        ``seed`` is not read), widths padded to a multiple of ``pad_to_multiple_of``."""
+        o = self.options
+        return RepetitionCollate(self.tokenizer, o["dup_rate"], o["dup_type"], max_seq_len=self.max_seq_len,
+                                 max_positions=self.encoder.max_positions, pad_to_multiple_of=pad_to_multiple_of)
 
     # ----------------------------------------------------------------------------------------- training
-    def setup(self, stage: str) -> None:
-        """At fit: the repetitions drawn over the corpus in file order with the run's seed, before training
-        (``train.py:331,543``; :func:`cselab.methods.esimcse.repetition.add_repetition_column`).  Lightning calls this after
-        the DataModule's ``setup`` and before the training loader is first built (``configure_optimizers`` counts
-        its batches).
+    def prepare_train_set(self, dataset, seed: int):
+        """The corpus with its repetitions, drawn over it in file order with the run's ``seed`` before training
+        (``train.py:331,543``; :func:`cselab.methods.esimcse.repetition.add_repetition_column`); the DataModule
+        applies it at fit, before the training loader is first built.
 
         Raises:
             ConfigError: a streamed corpus (``data.streaming=true``).
         """
-        super().setup(stage)
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        if stage == "fit" and datamodule is not None and getattr(datamodule, "train_set", None) is not None:
-            datamodule.train_set = add_repetition_column(datamodule.train_set, self.train_collate,
-                                                         int(getattr(datamodule, "seed", 42)))
+        return add_repetition_column(dataset, self.train_collate(), seed)
 
     def on_train_epoch_start(self) -> None:
         """An empty queue at the start of every epoch (``trainers.py:452``); a run resumed within an epoch keeps
