@@ -359,7 +359,7 @@ def test_global_negatives_and_teacher_targets_match_one_process(tmp_path, tiny_b
 
 def test_compiled_forward_takes_the_teacher_targets_as_inputs(tiny_bert_dir, teacher_dir, tmp_path) -> None:
     """The teacher step stays eager (strings); the compiled forward (dynamo, ``eager`` backend) gets its targets and
-    listMLE's permutation as batch tensors and gives the uncached loss and gradients."""
+    listMLE's permutation as its extra inputs (``loss_inputs``) and gives the uncached loss and gradients."""
     from test_cached_step import _assert_same
 
     from cselab.methods.compiled import CompileOptions, compile_training

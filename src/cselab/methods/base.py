@@ -252,9 +252,11 @@ class ContrastiveMethod(L.LightningModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
         """loss(gather(embed(views))) [+ the MLM auxiliary loss]; None (no optimizer step) for a skipped
         non-finite loss.  DCPCSE: the contrastive and the MLM pass share one prefix draw.  With ``cached_step``
-        the same loss and gradients from chunks of sequences (:class:`cselab.methods.cached_step.CachedStep`)."""
+        the same loss and gradients from chunks of sequences (:class:`cselab.methods.cached_step.CachedStep`).
+        The loss's extra inputs (:meth:`loss_inputs`) are taken once, before the forward, and handed to either."""
+        extras = self.loss_inputs(batch)
         if self.cached_step is not None:
-            result = self.cached_step(self, batch)
+            result = self.cached_step(self, batch, extras)
             if result is None:
                 return None
             if result.mlm is not None:
@@ -262,7 +264,7 @@ class ContrastiveMethod(L.LightningModule):
             self.log("train/loss", result.loss.detach(), batch_size=result.batch_size)
             return result.loss
         with self.encoder.one_prompt_draw():
-            loss, mlm_loss, size = self.training_forward()(batch)
+            loss, mlm_loss, size = self.training_forward()(batch, extras)
         size = int(size)  # the examples the loss saw (a shape, never a device value)
         if mlm_loss is not None:
             self.log("train/mlm_loss", mlm_loss, batch_size=size)
@@ -282,21 +284,29 @@ class ContrastiveMethod(L.LightningModule):
             return self.forward_loss
         return self.compiled_forward_loss
 
-    def forward_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None, int]:
-        """The training forward, from token ids to the loss: ``(loss(gather(embed(views))), the MLM auxiliary
-        loss or None, the number of examples the loss saw)``; the MLM weight (a function of the step) is applied
-        by the caller, so that a compiled forward (:mod:`cselab.methods.compiled`) does not depend on the step."""
+    def loss_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The loss's inputs besides the embeddings, for this step's ``batch``: keyword arguments of ``loss_fn``
+        (ESimCSE's ``queue``, RankCSE's teacher targets), taken once per step before the forward and handed, the
+        same, to the uncached, compiled and cached step (:meth:`contrastive_loss`).  Default: none."""
+        return {}
+
+    def forward_loss(self, batch: dict[str, torch.Tensor], extras: Mapping[str, torch.Tensor] | None = None,
+                     ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """The training forward, from token ids to the loss: ``(loss(gather(embed(views)), **extras), the MLM
+        auxiliary loss or None, the number of examples the loss saw)``; ``extras``: :meth:`loss_inputs` (an input
+        of a compiled forward, as the batch).  The MLM weight (a function of the step) is applied by the caller,
+        so that a compiled forward (:mod:`cselab.methods.compiled`) does not depend on the step."""
         z = self.gather_embeddings(self.embed(batch))
-        loss = self.contrastive_loss(z, batch)
+        loss = self.contrastive_loss(z, extras)
         mlm = None
         if self.aux_mlm is not None and "mlm_input_ids" in batch:
             mlm = self.aux_mlm.loss(self.encoder, batch)
         return loss, mlm, z.shape[0]
 
-    def contrastive_loss(self, z: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The loss of the gathered embeddings ``z`` (N, V, D): ``loss_fn(z)``; a method whose loss also reads the
-        batch (RankCSE's teacher targets) overrides it.  The uncached and the cached step both call it."""
-        return self.loss_fn(z)
+    def contrastive_loss(self, z: torch.Tensor, extras: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """The loss of the gathered embeddings ``z`` (N, V, D) and the step's extra inputs
+        (:meth:`loss_inputs`): ``loss_fn(z, **extras)``.  The uncached, compiled and cached step all call it."""
+        return self.loss_fn(z, **(extras or {}))
 
     skipped_nonfinite = property(lambda self: self.nonfinite.skipped, doc="Steps skipped for a NaN / inf loss.")
 

@@ -39,8 +39,6 @@ from cselab.model.template_input import ViewSpec
 #: ``method.esimcse`` defaults: the official ``run.sh`` for BERT-base (momentum, neg_size, dup_type, dup_rate)
 ESIMCSE_DEFAULTS = {"momentum": 0.995, "queue_size": 160, "momentum_init": "official", "dup_rate": 0.32,
                     "dup_type": "bpe"}
-#: the batch key under which the step hands the queue to the (possibly compiled) forward
-QUEUE_KEY = "esimcse_queue"
 #: the checkpoint key of the queue (:meth:`ESimCSE.on_save_checkpoint`)
 CHECKPOINT_KEY = "esimcse_queue"
 
@@ -139,30 +137,21 @@ class ESimCSE(ContrastiveMethod):
             self.momentum.reset()
             self._queue_epoch = self.current_epoch
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
-        """The loss with the current queue (the base's step: cached or not, compiled or not), then the momentum
-        update and the enqueue of the untouched sentences' momentum embeddings (done for a skipped non-finite step
-        too, as the official step has no skip)."""
+    def loss_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The current queue (Q, D) of :class:`QueueInfoNCE` (none before the first enqueue of an epoch)."""
         queue = self.momentum.queue
-        if self.cached_step is not None:
-            self.loss_fn.queue = queue  # CachedStep calls loss_fn(z)
-        elif queue is not None:
-            batch = {**batch, QUEUE_KEY: queue}
-        try:
-            loss = super().training_step(batch, batch_idx)
-        finally:
-            self.loss_fn.queue = None
+        return {} if queue is None else {"queue": queue}
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
+        """The loss with the current queue (the base's step: cached or not, compiled or not, the queue its extra
+        loss input), then the momentum update and the enqueue of the untouched sentences' momentum embeddings
+        (done for a skipped non-finite step too, as the official step has no skip)."""
+        loss = super().training_step(batch, batch_idx)
         self.momentum.update(self.encoder)
         self.momentum.enqueue(self.momentum.encode(batch, self._pool, self.head))
         self._queue_epoch = self.current_epoch
         self.log("train/queue_size", float(self.momentum.queue.shape[0]), batch_size=int(batch["input_ids"].shape[0]))
         return loss
-
-    def forward_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, None, int]:
-        """``(QueueInfoNCE(gather(embed(views)), queue), None, examples)``: the queue comes in the batch
-        (:data:`QUEUE_KEY`) so that a compiled forward takes it as an input."""
-        z = self.gather_embeddings(self.embed(batch))
-        return self.loss_fn(z, batch.get(QUEUE_KEY)), None, z.shape[0]
 
     def _pool(self, encoder, ids: torch.Tensor, mask: torch.Tensor, rep: torch.Tensor) -> torch.Tensor:
         """The online path's pooling on ``encoder``'s output (N, D) (``models.py:183``)."""
