@@ -69,7 +69,8 @@ def _queue_method(tiny_bert_dir, chunk: int | None = None) -> _WithQueue:
     method = _WithQueue(backbone={"name_or_path": str(tiny_bert_dir), "family": "bert"}, model={"pooler": "cls"},
                         loss={"name": "infonce_queue"},
                         cached_step=None if chunk is None else {"chunk_size": chunk}).double()
-    method.queue = torch.nn.functional.normalize(torch.randn(5, method.encoder.hidden_size, dtype=torch.float64), dim=-1)
+    with torch.no_grad():  # negatives as close as the positives (the tiny model's embeddings are all alike)
+        method.queue = method.embed(method.train_collate()(ROWS))[:, 0].clone()
     return method
 
 
