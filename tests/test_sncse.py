@@ -107,7 +107,7 @@ def test_cli_writes_the_official_format_and_the_loader_reads_it(tmp_path, capsys
     with pytest.raises(ValueError, match=r"bad.jsonl:2: expected a JSON list"):
         read_soft_negatives(bad)
     with pytest.raises(ValueError, match="expected rules or spacy"):
-        write_soft_negatives(corpus, out, __import__("cselab.methods.sncse.negation").data.negation.build_parser("stanza"))
+        write_soft_negatives(corpus, out, __import__("cselab.methods.sncse.negation").methods.sncse.negation.build_parser("stanza"))
 
 
 def test_official_training_pair_and_lookup() -> None:
