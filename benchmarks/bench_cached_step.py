@@ -72,7 +72,7 @@ def run_case(args) -> dict:
     method = assemble.build_method(module_node(cfg)).to(device).train()
     if args.activation_checkpointing:
         method.encoder.enable_activation_checkpointing()
-    batch = method.train_collate([{"text": t} for t in load_sentences(args.data_dir, args.batch_size)])
+    batch = method.train_collate()([{"text": t} for t in load_sentences(args.data_dir, args.batch_size)])
     batch = {k: v.to(device) for k, v in batch.items()}
     params = [p for p in method.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-5)

@@ -101,7 +101,7 @@ def main() -> None:
     optimizer = torch.optim.AdamW([p for p in method.parameters() if p.requires_grad], lr=5e-4)
     triplets = [{"sent0": sentences[i], "sent1": sentences[i + 1], "hard_neg": sentences[i + 2]}
                 for i in range(args.batch)]
-    batch = {k: v.to(args.device) for k, v in method.train_collate(triplets).items()}
+    batch = {k: v.to(args.device) for k, v in method.train_collate()(triplets).items()}
     autocast = torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16, enabled=args.bf16)
     times, base = [], 0
     for step in range(args.steps + 1):

@@ -65,7 +65,7 @@ def main() -> None:
     for name in ("simcse", "esimcse"):
         module = build(name)
         module.train()
-        collate = module.train_collate
+        collate = module.train_collate()
         if name == "esimcse":
             plan = repetition_plan(texts, collate.dup_rate, 42, collate.dup_type, lengths=collate.wrapped_lengths)
             rows = [{"text": t, PLAN_KEY: p} for t, p in zip(texts, plan, strict=True)]

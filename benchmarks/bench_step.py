@@ -156,8 +156,8 @@ def run_case(args) -> dict:
         torch.manual_seed(0)
         t_build = time.perf_counter()
         method = assemble.build_run_method(RunSpec.from_config(cfg))
-        collate = method.train_collate
-        collate.pad_to_multiple_of = resolve_pad_to_multiple_of(cfg.data.get("pad_to_multiple_of"), cuda)
+        collate = method.train_collate(
+            pad_to_multiple_of=resolve_pad_to_multiple_of(cfg.data.get("pad_to_multiple_of"), cuda))
         rows = [{"text": t} for t in load_sentences(args.data_dir, b)]
         batch = collate(rows)
         precision = resolve_precision("auto") if cuda and args.bf16 else ("bf16-mixed" if args.bf16 else "32-true")

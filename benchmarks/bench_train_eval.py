@@ -230,7 +230,7 @@ def run_train_case(args) -> dict:
         rows = (texts[:b] if setting == "unsup" else
                 [{"sent0": texts[i], "sent1": texts[b + i], "hard_neg": texts[2 * b + i]} for i in range(b)])
         tc = time.perf_counter()
-        batch = module.train_collate(rows)
+        batch = module.train_collate()(rows)
         collate_ms = 1000 * (time.perf_counter() - tc)
         batch = {k: v.to(device) for k, v in batch.items()}
 

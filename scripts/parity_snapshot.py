@@ -127,7 +127,7 @@ def snapshot(dirs: dict[str, Path]) -> dict[str, dict]:
             continue
         model.train()
         rows = TRIPLETS if cfg.setting.name == "sup" else [{"text": s} for s in SENTENCES]
-        batch = model.train_collate(rows)
+        batch = model.train_collate()(rows)
         torch.manual_seed(0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

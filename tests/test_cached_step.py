@@ -64,7 +64,7 @@ def _build(case: str, mlm_dir: Path, decoder_dir: Path, chunk: int | None = None
     torch.manual_seed(0)
     model = build_method(cfg).double().train().to(device)
     rows = TRIPLETS if setting == "sup" else [{"text": s} for s in SENTENCES]
-    return model, {k: t.to(device) for k, t in model.train_collate(rows).items()}
+    return model, {k: t.to(device) for k, t in model.train_collate()(rows).items()}
 
 
 def _served(prompt, rows):
@@ -272,7 +272,7 @@ def test_lightning_fit_with_cached_step_equals_uncached(dirs, tmp_path) -> None:
                             limit_val_batches=0, callbacks=[dump], default_root_dir=str(tmp_path / str(chunk)))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            trainer.fit(method, datamodule=_Rows(TRIPLETS, method.train_collate, 2))
+            trainer.fit(method, datamodule=_Rows(TRIPLETS, method.train_collate(), 2))
         grads[chunk], trained[chunk] = dump.grads, {n: p.detach().clone() for n, p in method.named_parameters()}
     _assert_same(torch.tensor(1.0), grads[3], torch.tensor(1.0), grads[None], rtol=1e-4)  # float32 sums
     first, _ = _build("simcse_sup_hard_negatives", *dirs)

@@ -74,7 +74,7 @@ def test_compiled_step_equals_the_eager_step_and_reuses_its_graphs_from_disk(nam
     method = make_method(name, "bert", **extra).double().train()
     _dropout_off(method)
     rows = [{"text": s} for s in ["a man is playing a guitar", "the cat sat on the mat", "birds fly", "a cat sat"]]
-    batch = method.train_collate(rows)
+    batch = method.train_collate()(rows)
     keys = list(method.state_dict())
 
     def loss_and_grads(forward):

@@ -195,7 +195,7 @@ def _run_ddp(method, rows, out: Path, splits, steps: int = 1, sts: bool = False,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        trainer.fit(method, datamodule=_RankData(rows, method.train_collate, splits, steps, equal))
+        trainer.fit(method, datamodule=_RankData(rows, method.train_collate(), splits, steps, equal))
     return [torch.load(out / f"rank{r}.pt") for r in range(2)]
 
 
@@ -204,7 +204,7 @@ def _reference(method, rows) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     method.zero_grad(set_to_none=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # self.log() without a Trainer
-        loss = method.training_step(method.train_collate(rows), 0)
+        loss = method.training_step(method.train_collate()(rows), 0)
     loss.backward()
     return loss.detach(), {n: p.grad.detach().clone() for n, p in method.named_parameters() if p.grad is not None}
 

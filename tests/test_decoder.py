@@ -328,7 +328,7 @@ def test_lora_step_changes_only_the_adapters(kind, tiny_decoder_dirs):
     assert {"q_proj", "v_proj"} <= names and any(n in names for n in ("fc1", "down_proj"))
     before = {n: p.detach().clone() for n, p in method.named_parameters()}
     optimizer = torch.optim.AdamW([p for p in method.parameters() if p.requires_grad], lr=1e-2)
-    batch = method.train_collate(NLI)
+    batch = method.train_collate()(NLI)
     assert batch["input_ids"].shape[:2] == (6, 3)
     loss = method.loss_fn(method.embed(batch))
     loss.backward()
@@ -350,7 +350,7 @@ def test_activation_checkpointing_keeps_the_lora_gradients(tiny_decoder_dirs):
         if checkpointing:
             method.encoder.enable_activation_checkpointing()
         torch.manual_seed(1)
-        method.loss_fn(method.embed(method.train_collate(NLI))).backward()
+        method.loss_fn(method.embed(method.train_collate()(NLI))).backward()
         grads.append({n: p.grad.clone() for n, p in method.named_parameters() if p.requires_grad})
     assert grads[0].keys() == grads[1].keys()
     for n in grads[0]:
@@ -369,7 +369,7 @@ LOSSES = {
 def test_each_loss_trains_the_adapters_on_decoder_embeddings(loss, tiny_decoder_dirs):
     method = make_decoder_method(tiny_decoder_dirs["opt"], loss=copy.deepcopy(LOSSES[loss]))
     method.train()
-    z = method.embed(method.train_collate(NLI))
+    z = method.embed(method.train_collate()(NLI))
     assert z.shape == (6, 3, 32)
     value = method.loss_fn(z)
     value.backward()
@@ -381,7 +381,7 @@ def test_each_loss_trains_the_adapters_on_decoder_embeddings(loss, tiny_decoder_
 
 def test_unsup_setting_uses_the_prompt_twice(tiny_decoder_dirs):
     method = make_decoder_method(tiny_decoder_dirs["opt"], setting="unsup")
-    batch = method.train_collate(["a man is playing a guitar", "two dogs run"])
+    batch = method.train_collate()(["a man is playing a guitar", "two dogs run"])
     assert batch["input_ids"].shape[:2] == (2, 2)
     assert torch.equal(batch["input_ids"][:, 0], batch["input_ids"][:, 1])
 

@@ -58,7 +58,7 @@ def test_position_bias_rows_match_real_positions(family: str, positions: str, ma
     ``get_delta``): the same numbering counted from 0, i.e. minus the backbone's first position (RoBERTa: 2)."""
     method = make_method("promptbert", family, pooler="mask", denoise="position", prompt="promptbert",
                          denoise_positions=positions)
-    batch = method.train_collate(BATCH)
+    batch = method.train_collate()(BATCH)
     enc = method.encoder
     b, v, t = batch["input_ids"].shape
     real_pos = backbone_position_ids(
@@ -76,7 +76,7 @@ def test_position_bias_rows_match_real_positions(family: str, positions: str, ma
     assert torch.equal(fed, bias_pos)
     for i in range(b):
         for j in range(v):
-            tt = method.train_collate.templates[j]
+            tt = method.train_collate().templates[j]
             p, s = len(tt.prefix_ids), len(tt.suffix_ids)
             length = int(batch["sent_len"][i, j])
             r = int(batch["bias_row"][i, j])
@@ -115,7 +115,7 @@ def test_position_bias_equals_official_per_sentence_bias(family: str, positions:
     method.eval()
     tok, enc = method.tokenizer, method.encoder
     mask_id = tok.mask_token_id
-    batch = method.train_collate(BATCH)
+    batch = method.train_collate()(BATCH)
     lengths = batch["sent_len"][:, 0].tolist()
     assert len(set(lengths)) < len(lengths) and len(set(lengths)) >= 3  # repeated and distinct lengths
     # one bias row per (template, distinct length): two different templates here
@@ -177,7 +177,7 @@ def test_sup_views_share_one_template_and_its_rows(make_method) -> None:
     method = make_method("promptbert", "bert", setting="sup", pooler="mask", denoise="position", prompt="promptbert")
     rows = [{"sent0": "the dog ran", "sent1": "birds fly", "hard_neg": "a cat sat"},
             {"sent0": "it is raining today", "sent1": "a cat sat", "hard_neg": "the cat sat on the mat"}]
-    batch = method.train_collate(rows)
+    batch = method.train_collate()(rows)
     assert batch["input_ids"].shape[:2] == (2, 3)
     assert batch["sent_len"].tolist() == [[3, 2, 3], [4, 3, 6]]
     assert batch["bias_input_ids"].shape[0] == 4  # lengths {2, 3, 4, 6}, one template
@@ -243,7 +243,7 @@ def test_pad_rows_default_positions_advance_on_bert_not_on_roberta(family: str, 
 def test_gradient_flows_through_the_bias(denoise: str, make_method) -> None:
     method = make_method("promptbert", "bert", pooler="mask", denoise=denoise, prompt="promptbert")
     method.eval()  # deterministic, so gradients of two forward passes can be compared
-    batch = method.train_collate(BATCH[:4])
+    batch = method.train_collate()(BATCH[:4])
     plain = {k: t for k, t in batch.items() if not k.startswith("bias_")}
     torch.manual_seed(0)
     w = torch.randn(4, 2, method.encoder.hidden_size)

@@ -91,8 +91,7 @@ def test_masked_copies_are_the_official_mask_tokens_for_a_fixed_seed(tiny_bert_d
     """The collate's ``mlm_input_ids`` / ``mlm_labels`` (masking_ratio 0.30) equal the official ``mask_tokens`` on
     the padded batch drawn from the same generator state (the collate's seed: CRC-32 of the batch and ``seed``)."""
     method = _diffcse(tiny_bert_dir, tiny_mlm_dir)
-    collate = method.train_collate
-    collate.mlm_seed = 7
+    collate = method.train_collate(seed=7)
     assert collate.mlm_probability == pytest.approx(0.30)
     batch = collate(SENTENCES)
     ids = batch["input_ids"]
@@ -228,7 +227,7 @@ def test_step_loss_and_gradients_equal_the_official_cl_forward(no_dropout_dirs):
     projector, discriminator, electra head) equal the transcribed official step; the generator gets none."""
     method = _diffcse(no_dropout_dirs["encoder"], no_dropout_dirs["generator"])
     method.train()
-    batch = method.train_collate(SENTENCES[:6])
+    batch = method.train_collate()(SENTENCES[:6])
     ours, _, n = method.forward_loss(batch)
     assert n == 6
     params = [p for p in method.parameters() if p.requires_grad]
@@ -255,7 +254,7 @@ def test_before_head_with_the_batchnorm_projector_is_an_extension_the_official_c
     output over the flattened B * V rows (as ``after_head``, models.py:177-179).  docs/fidelity.md D7 says so."""
     method = _diffcse(no_dropout_dirs["encoder"], no_dropout_dirs["generator"], condition="before_head")
     method.train()
-    batch = method.train_collate(SENTENCES[:6])
+    batch = method.train_collate()(SENTENCES[:6])
     b, v, t = batch["input_ids"].shape
     outputs = method.encoder.base_model(batch["input_ids"].view(-1, t), attention_mask=batch["attention_mask"].view(
         -1, t), return_dict=True)
@@ -285,7 +284,7 @@ def test_roberta_step_uses_the_s_token_and_trains(tiny_roberta_dir, tiny_roberta
     trainable tensor gets a gradient."""
     method = _diffcse(tiny_roberta_dir, tiny_roberta_mlm_dir, family="roberta")
     assert method.rtd.cls_token_id == method.tokenizer.cls_token_id == 0
-    batch = method.train_collate(SENTENCES[:4])
+    batch = method.train_collate()(SENTENCES[:4])
     loss, _, _ = method.forward_loss(batch)
     loss.backward()
     assert all(p.grad is not None for p in method.parameters() if p.requires_grad)
@@ -309,7 +308,7 @@ def test_checkpoint_holds_the_rtd_modules_and_export_is_the_encoder(tiny_bert_di
     rebuilt = DiffCSE(**dict(method.hparams))
     rebuilt.load_state_dict(state)
     assert torch.equal(rebuilt.rtd.discriminator.electra_head.weight, method.rtd.discriminator.electra_head.weight)
-    assert rebuilt.train_collate.mlm_probability == pytest.approx(0.2)
+    assert rebuilt.train_collate().mlm_probability == pytest.approx(0.2)
     method.model.save(tmp_path / "export")
     exported = EmbeddingModel.load(tmp_path / "export")
     assert not any("rtd" in k or "discriminator" in k for k in exported.state_dict())

@@ -267,8 +267,8 @@ def test_training_steps_equal_the_official_steps(make_method, queue_size) -> Non
                           copy.deepcopy(method.head), 0.05)
     ref.momentum_model.requires_grad_(False)
     texts = _wiki(12)
-    rows = _rows(method.train_collate, texts)
-    batches = [method.train_collate(rows[i:i + 4]) for i in (0, 4, 8)]
+    rows = _rows(method.train_collate(), texts)
+    batches = [method.train_collate()(rows[i:i + 4]) for i in (0, 4, 8)]
     opt = torch.optim.SGD([p for p in method.parameters() if p.requires_grad], lr=0.5)
     ref_opt = torch.optim.SGD([p for p in ref.parameters() if p.requires_grad], lr=0.5)
     state = {"pre_z1": None}
@@ -301,7 +301,7 @@ def test_training_steps_equal_the_official_steps(make_method, queue_size) -> Non
 def test_momentum_forward_is_in_eval_mode_and_the_model_stays_in_train_mode(make_method) -> None:
     method = _esimcse(make_method)
     method.train()
-    batch = method.train_collate(_rows(method.train_collate, _wiki(4)))
+    batch = method.train_collate()(_rows(method.train_collate(), _wiki(4)))
     a = method.momentum.encode(batch, method._pool, method.head)
     b = method.momentum.encode(batch, method._pool, method.head)
     assert torch.equal(a, b)  # no dropout (the tiny BERT's rate is 0.1)
@@ -330,10 +330,10 @@ def test_cached_step_gives_the_uncached_loss_and_gradients(make_method) -> None:
         method.float()
         _dropout_off(method)
         method.cached_step = CachedStep(chunk) if chunk else None
-        rows = _rows(method.train_collate, _wiki(8))
-        method.training_step(method.train_collate(rows[:4]), 0)  # fills the queue
+        rows = _rows(method.train_collate(), _wiki(8))
+        method.training_step(method.train_collate()(rows[:4]), 0)  # fills the queue
         method.zero_grad()
-        loss = method.training_step(method.train_collate(rows[4:]), 1)
+        loss = method.training_step(method.train_collate()(rows[4:]), 1)
         loss.backward()
         results.append((loss.detach(), {n: p.grad.clone() for n, p in method.named_parameters() if p.grad is not None},
                         method.momentum.queue.clone()))
@@ -365,7 +365,8 @@ def _fit(method, corpus: Path, tmp: Path, max_steps: int, ckpt: str | None = Non
     from cselab.data.unsup import UnsupDataModule
 
     method.log = L.LightningModule.log.__get__(method)
-    dm = UnsupDataModule(method.train_collate, path=str(corpus), batch_size=8, seed=42)
+    dm = UnsupDataModule(method.train_collate(), path=str(corpus), batch_size=8, seed=42,
+                         transform=method.prepare_train_set)
     trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=max_steps, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                         limit_val_batches=0, default_root_dir=str(tmp),
@@ -504,7 +505,7 @@ def test_ddp_gathers_the_batch_and_keeps_the_queue_per_rank(tmp_path, tiny_bert_
                                        options={"queue_size": 100})
 
     method = build()
-    rows = _rows(method.train_collate, _wiki(8))
+    rows = _rows(method.train_collate(), _wiki(8))
     out = tmp_path / "ddp"
     out.mkdir()
     original = L.Trainer.__init__

@@ -67,7 +67,7 @@ def _perturb(m, scale: float = 0.05) -> None:
 
 def _checkpoint(m, tmp_path) -> str:
     """Train 2 steps, perturb the trained tensors, save a checkpoint as the pipeline does."""
-    loader = torch.utils.data.DataLoader(TRAIN, batch_size=4, collate_fn=m.train_collate)
+    loader = torch.utils.data.DataLoader(TRAIN, batch_size=4, collate_fn=m.train_collate())
     trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=tmp_path)
     trainer.fit(m, loader)
@@ -192,7 +192,7 @@ def test_promptbert_sup_template_bias_and_mlm_transform_head(make_method, tmp_pa
     loader_rows = [{"sent0": a, "sent1": b, "hard_neg": c} for a, b, c in zip(TRAIN, TRAIN[1:], TRAIN[2:], strict=False)]
     trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=tmp_path)
-    trainer.fit(m, torch.utils.data.DataLoader(loader_rows, batch_size=4, collate_fn=m.train_collate))
+    trainer.fit(m, torch.utils.data.DataLoader(loader_rows, batch_size=4, collate_fn=m.train_collate()))
     _perturb(m)
     trainer.save_checkpoint(tmp_path / "m.ckpt")
     diff, info = _roundtrip(str(tmp_path / "m.ckpt"), tmp_path / "st")

@@ -36,7 +36,7 @@ def simcse_run(tmp_path_factory, backbone_dirs):
     m = method_class("simcse")(**split_legacy({
         "backbone": {"name_or_path": str(backbone_dirs["bert"]), "family": "bert"},
         "pooler": "cls", "head": "mlp", "mlp_only_train": True}))
-    loader = torch.utils.data.DataLoader(TRAIN, batch_size=4, collate_fn=m.train_collate)
+    loader = torch.utils.data.DataLoader(TRAIN, batch_size=4, collate_fn=m.train_collate())
     trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=root)
     trainer.fit(m, loader)

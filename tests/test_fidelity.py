@@ -251,7 +251,7 @@ def test_dcpcse_roberta_mlm_trains_an_untied_copy_of_the_lm_head(tiny_roberta_ml
     tied = _build([*overrides, "method.mlm_config.lm_head=tied"], tiny_roberta_mlm_dir, family="roberta")
     assert tied.num_trainable_parameters() == prefix + (d * d + d) + lm_head - v * d
     # one SGD step moves the decoder copy, never the frozen word embeddings
-    batch = model.train_collate([{"text": s} for s in SENTS])
+    batch = model.train_collate()([{"text": s} for s in SENTS])
     before_emb, before_dec = emb.detach().clone(), head.decoder.weight.detach().clone()
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
     with warnings.catch_warnings():
@@ -269,7 +269,7 @@ def test_dcpcse_contrastive_and_mlm_pass_share_one_prefix_draw(tiny_roberta_mlm_
     prompt_encoder = model.encoder.model.prompt_encoder[model.encoder.model.active_adapter]
     seen: list[torch.Tensor] = []
     prompt_encoder.register_forward_hook(lambda m, a, out: seen.append(out.detach().clone()))
-    batch = model.train_collate([{"text": s} for s in SENTS])
+    batch = model.train_collate()([{"text": s} for s in SENTS])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.training_step(batch, 0)

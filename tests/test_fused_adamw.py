@@ -35,7 +35,7 @@ class _Weights(L.Callback):
 
 def _fit(method, tmp_path, steps: int, log_every: int = 3, **trainer_args) -> _Weights:
     weights = _Weights()
-    loader = DataLoader([ROWS] * steps, batch_size=None, collate_fn=method.train_collate)
+    loader = DataLoader([ROWS] * steps, batch_size=None, collate_fn=method.train_collate())
     trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, accelerator="cpu", callbacks=[weights],
                         log_every_n_steps=log_every, default_root_dir=str(tmp_path), **trainer_args)
@@ -98,7 +98,7 @@ def test_gradient_clipping_applies_with_the_fused_adamw_under_bf16(make_method, 
     """Lightning's mixed-precision plugin refuses to clip for a fused optimizer; the method clips itself."""
     method = make_method("simcse", "bert")
     clipped, weights = _Clip(), _Weights()
-    loader = DataLoader([ROWS] * 2, batch_size=None, collate_fn=method.train_collate)
+    loader = DataLoader([ROWS] * 2, batch_size=None, collate_fn=method.train_collate())
     trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, accelerator="cpu", precision="bf16-mixed",
                         gradient_clip_val=1e-3, callbacks=[weights, clipped], default_root_dir=str(tmp_path))

@@ -24,7 +24,7 @@ def test_sup_promptbert_each_head_and_eval_denoising(make_method, family):
     m = make_method("promptbert", family, pooler="mask", denoise="position", prompt="promptbert", setting="sup",
                     head=head, head_on=head_on, mlp_only_train=False, denoise_at_eval=True)
     m.eval()
-    batch = m.train_collate(ROWS)
+    batch = m.train_collate()(ROWS)
     assert batch["input_ids"].shape[1] == 3 and "bias_input_ids" in batch
     with torch.no_grad():
         h, bias = m.model.forward_views(batch)
@@ -44,7 +44,7 @@ def test_sup_promptbert_each_head_and_eval_denoising(make_method, family):
 def test_unsup_promptbert_tests_without_bias(make_method):
     m = make_method("promptbert", "bert", pooler="mask", denoise="position", prompt="promptbert")
     assert "bias_input_ids" not in m.eval_collate(["a man is playing"])
-    assert "bias_input_ids" in m.train_collate(["a man is playing", "a dog runs"])
+    assert "bias_input_ids" in m.train_collate()(["a man is playing", "a dog runs"])
 
 
 def test_denoise_at_eval_needs_denoising(make_method):
@@ -117,7 +117,7 @@ def test_cot_bert_method_trains_on_three_templates_with_pad_denoising(make_metho
     }
     m = make_method("cot_bert", "bert", pooler="mask", denoise="pad", prompt=prompt,
                     loss={"name": "cot_infonce", "temperature": 0.05})
-    batch = m.train_collate(["a man is playing a guitar", "the dog ran to the park"])
+    batch = m.train_collate()(["a man is playing a guitar", "the dog ran to the park"])
     assert batch["input_ids"].shape[1] == 3
     # the representation is the LAST [MASK] of each view
     mask_id = m.tokenizer.mask_token_id

@@ -32,7 +32,7 @@ def _step(method, batch) -> torch.Tensor:
 def test_simcse_unsup_training_step(family: str, make_method) -> None:
     method = make_method("simcse", family)
     assert method.training
-    batch = method.train_collate(SENTS)
+    batch = method.train_collate()(SENTS)
     assert batch["input_ids"].shape[:2] == (5, 2)
     assert torch.equal(batch["input_ids"][:, 0], batch["input_ids"][:, 1])  # same tokens, dropout makes views
     loss = _step(method, batch)
@@ -48,7 +48,7 @@ def test_simcse_unsup_training_step(family: str, make_method) -> None:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_promptbert_training_step(family: str, make_method) -> None:
     method = make_method("promptbert", family, pooler="mask", denoise="position", prompt="promptbert")
-    batch = method.train_collate(SENTS)
+    batch = method.train_collate()(SENTS)
     assert "bias_input_ids" in batch
     loss = _step(method, batch)
     assert torch.isfinite(loss)
@@ -59,7 +59,7 @@ def test_promptbert_training_step(family: str, make_method) -> None:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_unsup_views_differ_under_dropout_only(family: str, make_method) -> None:
     method = make_method("simcse", family)
-    batch = method.train_collate(SENTS)
+    batch = method.train_collate()(SENTS)
     method.train()
     z = method.embed(batch)
     assert z.shape == (5, 2, method.encoder.hidden_size)
@@ -73,7 +73,7 @@ def test_unsup_views_differ_under_dropout_only(family: str, make_method) -> None
 @pytest.mark.parametrize("family", FAMILIES)
 def test_simcse_sup_collate(family: str, make_method) -> None:
     method = make_method("simcse", family, setting="sup", mlp_only_train=False)
-    batch = method.train_collate(TRIPLETS)
+    batch = method.train_collate()(TRIPLETS)
     assert batch["input_ids"].shape[:2] == (3, 3)
     tok = method.tokenizer
     for i, row in enumerate(TRIPLETS):
@@ -89,7 +89,7 @@ def test_sup_collate_missing_field(make_method) -> None:
     method = make_method("simcse", "bert", setting="sup")
     rows = [{"sent0": "a cat sat", "sent1": "birds fly"}, {"sent0": "the dog ran", "sent1": "a cat sat"}]
     with pytest.raises(KeyError) as info:
-        method.train_collate(rows)
+        method.train_collate()(rows)
     assert "'hard_neg'" in str(info.value)
     assert "sent0" in str(info.value) and "sent1" in str(info.value)  # the keys present are listed
 
@@ -152,7 +152,7 @@ def _eval_batch(method):
 def test_head_only_in_training_when_mlp_only_train(family: str, make_method) -> None:
     method = make_method("simcse", family, mlp_only_train=True)
     assert method.representation_pooler == "cls_before_pooler"
-    batch = method.train_collate(SENTS)
+    batch = method.train_collate()(SENTS)
     method.train()
     torch.manual_seed(7)
     z = method.embed(batch)
@@ -292,7 +292,7 @@ def test_each_batch_shape_counts_its_flops_for_the_throughput_monitor(make_metho
     texts = ["a man is playing a guitar on the street", "the cat sat", "birds fly", "a cat sat on the mat today",
              "hello there", "the man plays a guitar"]
     rows = [{"text": s} for s in texts + texts[:2]]  # 4 batches of 2; the 4th repeats the 1st's shapes
-    loader = DataLoader(rows, batch_size=2, collate_fn=method.train_collate)
+    loader = DataLoader(rows, batch_size=2, collate_fn=method.train_collate())
     seen = []
 
     class Record(L.Callback):
@@ -311,7 +311,7 @@ def test_each_batch_shape_counts_its_flops_for_the_throughput_monitor(make_metho
         warnings.simplefilter("ignore")
         trainer.fit(method, loader)
         expected = []
-        for batch in DataLoader(rows, batch_size=2, collate_fn=method.train_collate):
+        for batch in DataLoader(rows, batch_size=2, collate_fn=method.train_collate()):
             with FlopCounterMode(display=False) as counter:  # the step's forward: embed, gather, loss
                 method.loss_fn(method.gather_embeddings(method.embed(batch)))
             expected.append(3 * counter.get_total_flops())

@@ -78,7 +78,7 @@ def test_frozen_backbone_is_bit_for_bit_unchanged_and_keeps_dropout(make_method)
     prompt_before = m.encoder.model.prompt_encoder["default"].embedding.weight.clone()
     opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-1)
     m.train()
-    batch = m.train_collate(SENTS)
+    batch = m.train_collate()(SENTS)
     z1, z2 = m.embed(batch)[:, 0], m.embed(batch)[:, 0]
     assert not torch.allclose(z1, z2)  # dropout still on in the frozen backbone (unsup views)
     for _ in range(3):
@@ -109,7 +109,7 @@ def test_prefix_dropout_and_init():
 
 def test_checkpoint_holds_only_trained_tensors_and_reloads(make_method, tmp_path):
     m = make_method("promcse", "bert", pooler="cls", tuning=_prefix(), mlp_only_train=True)
-    loader = torch.utils.data.DataLoader(SENTS * 2, batch_size=4, collate_fn=m.train_collate)
+    loader = torch.utils.data.DataLoader(SENTS * 2, batch_size=4, collate_fn=m.train_collate())
     trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         default_root_dir=tmp_path, enable_model_summary=False)
     trainer.fit(m, loader)
@@ -131,7 +131,7 @@ def test_checkpoint_holds_only_trained_tensors_and_reloads(make_method, tmp_path
 
 def test_soft_template_slots_init_and_training(make_method):
     m = make_method("optiprompt", "bert", pooler="mask", prompt=copy.deepcopy(MANUAL), tuning={"name": "soft_prompt"})
-    collate = m.train_collate
+    collate = m.train_collate()
     tokenizer = m.tokenizer
     table = m.encoder.soft_template.weight
     ids = collate.soft_init_ids
@@ -161,7 +161,7 @@ def test_dcpcse_mlm_auxiliary_loss(tiny_mlm_dir):
     mlm = {"weight": 0.1, "decay": 0.95, "decay_steps": 100, "probability": 0.5, "lm_head": "tied"}
     m = method_class("dcpcse")(backbone={"name_or_path": str(tiny_mlm_dir), "family": "bert"},
                                model={"pooler": "cls", "tuning": _prefix()}, mlm=mlm)
-    batch = m.train_collate(SENTS)
+    batch = m.train_collate()(SENTS)
     labels, masked = batch["mlm_labels"], batch["mlm_input_ids"]
     sel = labels != -100
     assert sel.any()
@@ -205,7 +205,7 @@ def test_mlm_weight_schedule_matches_its_equation(tiny_mlm_dir):
 
 def test_prompt_tuned_training_resumes_from_its_checkpoint(make_method, tmp_path):
     m = make_method("promcse", "bert", pooler="cls", tuning=_prefix())
-    loader = torch.utils.data.DataLoader(SENTS * 4, batch_size=4, collate_fn=m.train_collate)
+    loader = torch.utils.data.DataLoader(SENTS * 4, batch_size=4, collate_fn=m.train_collate())
     kwargs = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                   default_root_dir=tmp_path)
     trainer = L.Trainer(max_steps=2, **kwargs)
@@ -234,7 +234,7 @@ def test_mlm_masks_are_seeded_by_the_batch_and_survive_a_mid_epoch_resume(tiny_m
     mlm = {"weight": 0.1, "decay": 0.95, "decay_steps": 100, "probability": 0.15}
     m = method_class("dcpcse")(backbone={"name_or_path": str(tiny_mlm_dir), "family": "bert"},
                                model={"pooler": "cls", "tuning": _prefix()}, mlm=mlm)
-    collate = m.train_collate
+    collate = m.train_collate()
     words = "a man is playing a guitar on the street while the cat sat on the mat near two dogs".split()
     rows = [" ".join(words[i % 7 : i % 7 + 6 + i % 5]) for i in range(400)]
     batch = collate(rows)
@@ -248,14 +248,16 @@ def test_mlm_masks_are_seeded_by_the_batch_and_survive_a_mid_epoch_resume(tiny_m
     assert torch.equal(again["mlm_input_ids"], batch["mlm_input_ids"])
     rotated = collate(rows[1:] + rows[:1])  # another batch (the same rows in another order): other masks
     assert not torch.equal(rotated["mlm_labels"][:-1], batch["mlm_labels"][1:])
-    collate.mlm_seed = 1
-    assert not torch.equal(collate(rows)["mlm_labels"], batch["mlm_labels"])
+    assert not torch.equal(m.train_collate(seed=1)(rows)["mlm_labels"], batch["mlm_labels"])
 
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join(rows[:40]) + "\n")
 
+    seeded = m.train_collate(seed=5)  # the run builds the collate with its seed (cselab.run.assemble)
+    assert seeded.mlm_seed == 5 and seeded is not collate
+
     def batches(position=None):
-        dm = UnsupDataModule(collate, path=str(corpus), batch_size=4, num_workers=2, seed=5)
+        dm = UnsupDataModule(seeded, path=str(corpus), batch_size=4, num_workers=2, seed=5)
         dm.setup("fit")
         if position is not None:
             dm.load_state_dict({"data_position": position.to_dict()})
@@ -264,7 +266,6 @@ def test_mlm_masks_are_seeded_by_the_batch_and_survive_a_mid_epoch_resume(tiny_m
         return [(b["input_ids"], b["mlm_input_ids"], b["mlm_labels"]) for b in loader]
 
     whole = batches()
-    assert collate.mlm_seed == 5  # the DataModule seeds the masks with the run's seed
     resumed = batches(DataPosition(epoch=1, batches=4, batch_size=4, world_size=1))
     assert len(resumed) == len(whole) - 4
     for got, want in zip(resumed, whole[4:], strict=True):

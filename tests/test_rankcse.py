@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from cselab.methods.rankcse.method.method.loss import RankCSELoss, consistency_loss
-from cselab.methods.rankcse.method.method.ranking import listmle_loss, listnet_loss
-from cselab.methods.rankcse.method.method.teachers import TeacherScores, TeacherSpec, teacher_specs
 
+from cselab.methods.rankcse.loss import RankCSELoss, consistency_loss
+from cselab.methods.rankcse.ranking import listmle_loss, listnet_loss
+from cselab.methods.rankcse.teachers import TeacherScores, TeacherSpec, teacher_specs
 from cselab.model.spec import ConfigError
 from tests.conftest import loss_and_grads
 
@@ -143,7 +143,7 @@ def test_teacher_config_errors_name_the_key(teachers, temperature, match) -> Non
 @pytest.fixture(scope="module")
 def teacher_dir(tiny_bert_dir, tmp_path_factory) -> Path:
     """A tiny SimCSE model saved as a cselab folder (``cselab_model.json``): a teacher on the student's tokenizer."""
-    from cselab.methods.simcse.method.method.method import SimCSE
+    from cselab.methods.simcse.method import SimCSE
 
     torch.manual_seed(7)
     teacher = SimCSE({"name_or_path": str(tiny_bert_dir), "family": "bert"},
@@ -154,10 +154,10 @@ def teacher_dir(tiny_bert_dir, tmp_path_factory) -> Path:
 
 
 def _rankcse(backbone_dir: Path, teachers: list[dict], ranking: str = "listnet", **kwargs):
-    from cselab.methods.rankcse.method.method.method import RankCSE
+    from cselab.methods.rankcse.method import RankCSE
 
     torch.manual_seed(0)
-    loss = {"_target_": "cselab.methods.rankcse.method.method.loss.RankCSELoss", "ranking": ranking,
+    loss = {"_target_": "cselab.methods.rankcse.loss.RankCSELoss", "ranking": ranking,
             "ranking_weight": 0.1 if ranking == "listnet" else 1.0}
     return RankCSE({"name_or_path": str(backbone_dir), "family": "bert"},
                    model={"pooler": "cls", "head": "mlp", "mlp_only_train": True}, loss=loss, options={"teachers": teachers},
@@ -169,7 +169,7 @@ def test_step_uses_the_frozen_teachers_targets(ranking, tiny_bert_dir, teacher_d
     from cselab.methods.loading import load
 
     method = _rankcse(tiny_bert_dir, [{"path": str(teacher_dir), "weight": 1.0}], ranking).train()
-    batch = method.train_collate([{"text": s} for s in SENTENCES])
+    batch = method.train_collate()([{"text": s} for s in SENTENCES])
     loss, grads = loss_and_grads(method, batch)
     teacher = method.teacher_scores.teachers[0]
     # frozen, eval mode, not a submodule: not in the student's state, optimizer or export
@@ -200,7 +200,7 @@ UNK_SENTENCES = ["a man is playing a \u2603 guitar", *SENTENCES[1:]]
 def avg_teacher_dir(tiny_bert_dir, tmp_path_factory) -> Path:
     """A tiny avg-pooled teacher on the student's tokenizer (the official ``avg`` teacher, teachers.py:42-48; a tiny
     random BERT's [CLS] barely depends on the tokens, its mean does)."""
-    from cselab.methods.simcse.method.method.method import SimCSE
+    from cselab.methods.simcse.method import SimCSE
 
     torch.manual_seed(7)
     teacher = SimCSE({"name_or_path": str(tiny_bert_dir), "family": "bert"}, model={"pooler": "avg"})
@@ -221,7 +221,7 @@ def test_teacher_reads_the_students_ids_as_the_official_trainer_does(pooler, tin
 
     path = teacher_dir if pooler == "cls_before_pooler" else avg_teacher_dir
     method = _rankcse(tiny_bert_dir, [{"path": str(path)}]).train()
-    batch = method.train_collate([{"text": s} for s in UNK_SENTENCES])
+    batch = method.train_collate()([{"text": s} for s in UNK_SENTENCES])
     ids, mask = batch["input_ids"][:, 0], batch["attention_mask"][:, 0]
     assert method.tokenizer.unk_token_id in ids[0].tolist()
     hf = load(path).backbone.model.eval()  # the teacher's AutoModel (official: Teacher(...).model)
@@ -242,11 +242,11 @@ def test_a_teacher_on_another_vocabulary_reads_the_decoded_view_with_its_unk(tin
                                                                              teacher_dir, tmp_path) -> None:
     """The documented extension: a teacher whose vocabulary differs (or with a template) reads the first view decoded,
     its framing special tokens dropped and [UNK] kept (not shortened)."""
-    from cselab.methods.rankcse.method.method.teachers import decode_view, teacher_feed
-    from cselab.methods.simcse.method.method.method import SimCSE
+    from cselab.methods.rankcse.teachers import decode_view, teacher_feed
+    from cselab.methods.simcse.method import SimCSE
 
     method = _rankcse(tiny_bert_dir, [{"path": str(teacher_dir)}]).train()
-    batch = method.train_collate([{"text": s} for s in UNK_SENTENCES])
+    batch = method.train_collate()([{"text": s} for s in UNK_SENTENCES])
     decoded = decode_view(method.tokenizer, batch["input_ids"][:, 0], batch["attention_mask"][:, 0])
     assert decoded[0] == "a man is playing a [UNK] guitar"
     assert decoded[1:] == SENTENCES[1:]
@@ -273,7 +273,7 @@ def test_missing_or_unloadable_teacher_is_named(tiny_bert_dir, tmp_path) -> None
 
 
 def test_method_refuses_what_rankcse_cannot_be(tiny_bert_dir, teacher_dir) -> None:
-    from cselab.methods.rankcse.method.method.method import RankCSE
+    from cselab.methods.rankcse.method import RankCSE
 
     backbone = {"name_or_path": str(tiny_bert_dir), "family": "bert"}
     teachers = [{"path": str(teacher_dir)}]

@@ -20,8 +20,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from cselab.methods.sncse.method.method.loss import InfoNCEWithBML, bidirectional_margin
-from cselab.methods.sncse.method.method.negation import (
+from hydra import compose, initialize_config_dir
+
+import cselab.io.config  # noqa: F401  (resolvers)
+from cselab.methods.sncse.loss import InfoNCEWithBML, bidirectional_margin
+from cselab.methods.sncse.negation import (
     ParsedSentence,
     RuleParser,
     negate_parsed,
@@ -29,9 +32,6 @@ from cselab.methods.sncse.method.method.negation import (
     soft_negative_pair,
     write_soft_negatives,
 )
-from hydra import compose, initialize_config_dir
-
-import cselab.io.config  # noqa: F401  (resolvers)
 from tests.conftest import build_method
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
@@ -107,7 +107,7 @@ def test_cli_writes_the_official_format_and_the_loader_reads_it(tmp_path, capsys
     with pytest.raises(ValueError, match=r"bad.jsonl:2: expected a JSON list"):
         read_soft_negatives(bad)
     with pytest.raises(ValueError, match="expected rules or spacy"):
-        write_soft_negatives(corpus, out, __import__("cselab.methods.sncse.method.method.negation", fromlist=["build_parser"]).build_parser("stanza"))
+        write_soft_negatives(corpus, out, __import__("cselab.methods.sncse.negation", fromlist=["build_parser"]).build_parser("stanza"))
 
 
 def test_official_training_pair_and_lookup() -> None:
@@ -197,7 +197,7 @@ def test_paper_configs() -> None:
     assert (bert.hp.batch_size, bert.hp.lr, bert.hp.epochs) == (256, 1e-5, 1)
     assert bert.loss.bml_weight == 1e-3 and (bert.loss.alpha, bert.loss.beta, bert.loss.temperature) == (0.1, 0.3, 0.05)
     assert bert.negatives == "per_device" and bert.max_seq_len == 32 and bert.data.path == "wiki1m_for_simcse.txt"
-    assert bert.data.datamodule._target_ == "cselab.methods.sncse.method.method.data.SoftNegativeDataModule"
+    assert bert.data.datamodule._target_ == "cselab.methods.sncse.data.SoftNegativeDataModule"
     assert bert.data.soft_negatives is None
     roberta = _compose("experiment=sncse/unsup_roberta_base")
     assert roberta.loss.bml_weight == 5e-4 and roberta.hp.batch_size == 256
@@ -248,9 +248,9 @@ def test_training_inputs_equal_the_official_features(family, request) -> None:
     method = request.getfixturevalue(f"sncse_{family}")
     tok = method.tokenizer
     negations = {s: negate_parsed(RuleParser()(s)) for s in SENTENCES}
-    from cselab.methods.sncse.method.method.data import SoftNegativeCollate
+    from cselab.methods.sncse.data import SoftNegativeCollate
 
-    batch = SoftNegativeCollate(method.train_collate, negations)([{"text": s} for s in SENTENCES])
+    batch = SoftNegativeCollate(method.train_collate(), negations)([{"text": s} for s in SENTENCES])
     assert batch["input_ids"].shape[:2] == (4, 3)
     for b, s in enumerate(SENTENCES):
         expected = official_features(tok, s, negations, roberta=family == "roberta")
@@ -288,9 +288,9 @@ def test_training_loss_is_infonce_bml_of_the_mlp_mask_states(sncse_bert) -> None
     """Dropout off: the step's loss = InfoNCE + lambda BML of MLP([MASK] state) (``models.py:132-159``)."""
     method = sncse_bert
     negations = {s: negate_parsed(RuleParser()(s)) for s in SENTENCES}
-    from cselab.methods.sncse.method.method.data import SoftNegativeCollate
+    from cselab.methods.sncse.data import SoftNegativeCollate
 
-    batch = SoftNegativeCollate(method.train_collate, negations)([{"text": s} for s in SENTENCES])
+    batch = SoftNegativeCollate(method.train_collate(), negations)([{"text": s} for s in SENTENCES])
     method.train()  # the MLP is a training-time head: train mode, dropout off
     rates = {m: m.p for m in method.modules() if isinstance(m, torch.nn.Dropout)}
     for m in rates:
@@ -309,7 +309,7 @@ def test_training_loss_is_infonce_bml_of_the_mlp_mask_states(sncse_bert) -> None
 
 
 def test_datamodule_rows_and_refusals(tmp_path, monkeypatch) -> None:
-    from cselab.methods.sncse.method.method.data import SoftNegativeDataModule
+    from cselab.methods.sncse.data import SoftNegativeDataModule
 
     corpus = tmp_path / "c.txt"
     corpus.write_text("".join(f"sentence number {i} is here\n" for i in range(10)), encoding="utf-8")
@@ -389,16 +389,16 @@ def test_export_is_the_official_test_encoder(tiny_bert_dir, tmp_path) -> None:
     """``cselab export`` of a trained SNCSE checkpoint: the sentence-transformers folder encodes as
     ``bert_prediction.py`` (template 1, the ` .` rule, the bare [MASK] state, no MLP)."""
     import lightning as L
-    from cselab.methods.sncse.method.method.data import SoftNegativeCollate
     from sentence_transformers import SentenceTransformer
 
     import cselab
     from cselab.export import export
+    from cselab.methods.sncse.data import SoftNegativeCollate
 
     method = _sncse(tiny_bert_dir, "bert")
     negations = {s: negate_parsed(RuleParser()(s)) for s in SENTENCES}
     loader = torch.utils.data.DataLoader([{"text": s} for s in SENTENCES], batch_size=2,
-                                         collate_fn=SoftNegativeCollate(method.train_collate, negations))
+                                         collate_fn=SoftNegativeCollate(method.train_collate(), negations))
     trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=tmp_path)
     with warnings.catch_warnings():

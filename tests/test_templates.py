@@ -283,13 +283,13 @@ def test_append_period(sentence: str, expected: str) -> None:
 def test_eval_collate_appends_the_period_train_collate_does_not(promptbert_method, bert_tokenizer) -> None:
     method = promptbert_method
     assert method.eval_collate.add_period is True
-    assert method.train_collate.add_period is False
+    assert method.train_collate().add_period is False
     ev = method.eval_collate(["the cat sat", "is it raining?"])
     assert _tokens(bert_tokenizer, ev["input_ids"][0, 0]) == [
         "[CLS]", "this", "sentence", "of", '"', "the", "cat", "sat", ".", '"', "means", "[MASK]", ".", "[SEP]",
     ]  # fmt: skip
     assert ev["sent_len"].tolist() == [[4], [4]]  # "is it raining ?" untouched
-    tr = method.train_collate(["the cat sat"])
+    tr = method.train_collate()(["the cat sat"])
     assert tr["input_ids"].shape[1] == 2
     assert _tokens(bert_tokenizer, tr["input_ids"][0, 0]) == [
         "[CLS]", "this", "sentence", "of", '"', "the", "cat", "sat", '"', "means", "[MASK]", ".", "[SEP]",

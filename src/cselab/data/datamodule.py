@@ -67,14 +67,16 @@ class SentenceDataModule(L.LightningDataModule):
     """Base for the unsup corpus and the NLI triplets.
 
     Args:
-        collate: the method's training collate (``method.train_collate``): list of raw rows -> tensors.
+        collate: the method's training collate, built with the run's seed and ``data.pad_to_multiple_of``
+            (``method.train_collate(seed, pad_to_multiple_of)``): list of raw rows -> tensors.
         batch_size: sentences (unsup) or triplets (sup) per device and step.
         num_workers: DataLoader worker processes.
-        seed: shuffling seed; also the seed of the collate's MLM masks (``ViewCollate.mlm_seed``).
+        seed: shuffling seed (and the ``transform``'s).
         drop_last: drop the last incomplete batch (CoT-BERT's recipe; SimCSE keeps it).
         pin_memory: pin host memory (useful on GPU).
-        pad_to_multiple_of: the collate's widths padded to a multiple of it (and its template-bias rows to a fixed
-            count; ``ViewCollate.pad_to_multiple_of``), or None.
+        transform: ``(dataset, seed) -> dataset``, the method's view of the training corpus
+            (``method.prepare_train_set``: ESimCSE's repetitions), applied once when :meth:`setup` has read it;
+            None: the corpus as read.
 
     Mid-epoch resume: :meth:`state_dict` puts the data position (epoch, batches trained on in it) in every
     checkpoint; after :meth:`load_state_dict` the next loader skips exactly those samples (see
@@ -89,16 +91,13 @@ class SentenceDataModule(L.LightningDataModule):
         seed: int = 42,
         drop_last: bool = False,
         pin_memory: bool = False,
-        pad_to_multiple_of: int | None = None,
+        transform: Callable[[Any, int], Any] | None = None,
     ) -> None:
         super().__init__()
         if batch_size < 2:
             raise ValueError(f"data.batch_size must be >= 2 for in-batch negatives, got {batch_size}")
         self.collate = collate
-        if hasattr(collate, "mlm_seed"):  # MLM masks: a function of the seed and the batch (ViewCollate)
-            collate.mlm_seed = seed
-        if hasattr(collate, "pad_to_multiple_of"):
-            collate.pad_to_multiple_of = pad_to_multiple_of
+        self.transform = transform
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.seed = seed
@@ -106,6 +105,10 @@ class SentenceDataModule(L.LightningDataModule):
         self.pin_memory = pin_memory
         self.train_set = None
         self._resume: DataPosition | None = None
+
+    def _prepared(self, dataset):
+        """``dataset`` (the corpus as read) through the method's ``transform``, if any."""
+        return dataset if self.transform is None else self.transform(dataset, self.seed)
 
     def _rank_world(self) -> tuple[int, int]:
         trainer = self.trainer

@@ -62,7 +62,7 @@ class NLIDataModule(SentenceDataModule):
             log.warning("%s: skipped %d rows with bytes that are not UTF-8", self.path, self.skipped_undecodable)
         if len(ds) == 0:
             raise ValueError(f"{self.path}: no complete sent0,sent1,hard_neg row")
-        self.train_set = ds
+        self.train_set = self._prepared(ds)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, shuffle=True)

@@ -232,10 +232,10 @@ class UnsupDataModule(SentenceDataModule):
         if self.streaming:
             trainer = self.trainer
             rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
-            self.train_set = StreamingSentences(
+            self.train_set = self._prepared(StreamingSentences(
                 self.path, seed=self.seed, shuffle_buffer=self.shuffle_buffer, rank=rank, world_size=world,
                 even_ranks=self.even_ranks,
-            )
+            ))
             return
         import datasets
 
@@ -255,7 +255,7 @@ class UnsupDataModule(SentenceDataModule):
             raise ValueError(f"{self.path} (data.path): no usable sentence (every line empty or not UTF-8)")
         if len(ds) < self.batch_size and self.drop_last:
             raise ValueError(f"{self.path} has {len(ds)} sentences, fewer than data.batch_size={self.batch_size}")
-        self.train_set = ds
+        self.train_set = self._prepared(ds)
 
     def train_dataloader(self) -> DataLoader:
         loader = self._loader(self.train_set, shuffle=not self.streaming)

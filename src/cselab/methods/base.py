@@ -10,7 +10,7 @@ decay, no warm-up and weight decay 0, as all the official implementations.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -28,8 +28,7 @@ from cselab.methods.checks import (
 )
 from cselab.methods.gather import gather_embeddings
 from cselab.methods.mlm import AuxiliaryMLM, mlm_head_own_parameters
-from cselab.methods.model_access import EmbeddingModelAccess
-from cselab.methods.nonfinite import NonFiniteHooks, NonFinitePolicy
+from cselab.methods.nonfinite import NonFiniteCheck, NonFinitePolicy
 from cselab.methods.optim import FUSED_CHOICES, FUSED_DEVICES, clip_fused, configure_adamw, fused_adamw  # noqa: F401 (re-exported)
 from cselab.methods.options import build_options
 from cselab.methods.registry import build_loss
@@ -38,11 +37,14 @@ from cselab.model.spec import ConfigError, EmbeddingSpec, TuningSpec
 from cselab.model.template_input import ViewSpec
 
 
-class ContrastiveMethod(EmbeddingModelAccess, NonFiniteHooks, L.LightningModule):
+class ContrastiveMethod(L.LightningModule):
     """Base of all methods: an embedding model (``self.model``, built from its spec) trained by a loss.  Its parts,
-    template inputs, evaluation settings and ``encode`` / ``embed`` / ``represent`` / ``describe`` read through
-    the method (``method.encoder``, ``method.eval_collate`` ...) are :class:`~cselab.methods.model_access.EmbeddingModelAccess`'s;
-    the hooks that read the non-finite flags (``self.nonfinite``) are :class:`~cselab.methods.nonfinite.NonFiniteHooks`.
+    template inputs, evaluation settings and ``encode`` / ``embed`` / ``represent`` / ``describe`` are read
+    through the method (``method.encoder``, ``method.eval_collate`` ...): the trainer, the callbacks, the
+    evaluation and the exports get the embedding model's (nothing is held twice: every such attribute reads, or
+    for the evaluation settings :meth:`~cselab.model.embedding.EmbeddingModel.respec`-s, ``self.model``);
+    the hooks that read the non-finite flags (``self.nonfinite``) are a callback it hands every Trainer
+    (:meth:`configure_callbacks`, :class:`~cselab.methods.nonfinite.NonFiniteCheck`).
 
     Args:
         backbone: ``{"name_or_path": str, "family": "bert"|"roberta"|"decoder"}`` and the decoders' optional
@@ -208,6 +210,65 @@ class ContrastiveMethod(EmbeddingModelAccess, NonFiniteHooks, L.LightningModule)
                                     if k in trained or k.startswith("model.whitening.")}  # + BERT-whitening's mu, W
         checkpoint["backbone"] = dict(self.hparams.backbone)
 
+    # ----------------------------------------------------------------- the embedding model, read through the method
+    encoder = property(lambda self: self.model.backbone, doc="The backbone module of :attr:`model`.")
+    head = property(lambda self: self.model.head, doc="The projection head of :attr:`model` (or None).")
+    tokenizer = property(lambda self: self.model.tokenizer, doc="The backbone's tokenizer.")
+    spec = property(lambda self: self.model.spec, doc="What the embedding model is (:class:`EmbeddingSpec`).")
+    tuning = property(lambda self: self.model.spec.tuning, doc="The prompt module and what trains.")
+    max_seq_len = property(lambda self: self.model.spec.max_seq_len, doc="Training truncation (tokens).")
+    representation_pooler = property(lambda self: self.model.representation_pooler,
+                                     doc="The pooler applied to the backbone output.")
+    eval_collate = property(lambda self: self.model.collate("test"), doc="The test encoder's collate.")
+    dev_collate = property(lambda self: self.model.collate("dev"), doc="The dev encoder's collate.")
+
+    def train_collate(self, seed: int = 0, pad_to_multiple_of: int | None = None):
+        """The DataModule's collate: the model's training template input (:meth:`EmbeddingModel.collate`), its
+        MLM masks seeded by ``seed`` (the run's), its widths padded to a multiple of ``pad_to_multiple_of``
+        (``data.pad_to_multiple_of``; None: not padded)."""
+        return self.model.collate("train", mlm_seed=seed, pad_to_multiple_of=pad_to_multiple_of)
+
+    def prepare_train_set(self, dataset, seed: int):
+        """The training corpus as this method reads it, from the DataModule's ``dataset`` (a Hugging Face
+        ``Dataset`` or a streamed corpus) and the run's ``seed``; the DataModule applies it once, at fit
+        (``SentenceDataModule(transform=...)``).  Default: unchanged (ESimCSE adds its repetitions)."""
+        return dataset
+
+    @property
+    def eval_batch_size(self) -> int | None:
+        """Sentences per forward pass in :meth:`encode` (None: 256 on a GPU, 128 on CPU); settable."""
+        return self.model.spec.eval_batch_size
+
+    @eval_batch_size.setter
+    def eval_batch_size(self, value: int | None) -> None:
+        self.model.respec(eval_batch_size=value)
+
+    @property
+    def eval_precision(self) -> str:
+        """:meth:`encode`'s arithmetic: ``auto`` | ``32`` | ``bf16``; settable."""
+        return self.model.spec.eval_precision
+
+    @eval_precision.setter
+    def eval_precision(self, value: str) -> None:
+        self.model.respec(eval_precision=str(value))
+
+    def represent(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Representations before the head (B, V, D), template bias subtracted."""
+        return self.model.represent(batch)
+
+    def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Embeddings (B, V, D) of a collated batch (:meth:`cselab.model.embedding.EmbeddingModel.forward`)."""
+        return self.model(batch)
+
+    def encode(self, sentences: Sequence[str], batch_size: int | None = None, encoder: str = "test") -> torch.Tensor:
+        """(N, D) float32 CPU embeddings in input order (:meth:`cselab.model.embedding.EmbeddingModel.encode`;
+        ``encoder="dev"``: the checkpoint-selection encoder)."""
+        return self.model.encode(sentences, batch_size=batch_size, encoder=encoder)
+
+    def describe(self) -> dict[str, Any]:
+        """What the model does at test (:meth:`cselab.model.embedding.EmbeddingModel.describe`)."""
+        return self.model.describe()
+
     # ----------------------------------------------------------------- views (what subclasses decide)
     def template(self, view: str) -> str:
         """The template string of a named view (``view1``, ``anchor`` ...) in the backbone family's form.
@@ -226,9 +287,11 @@ class ContrastiveMethod(EmbeddingModelAccess, NonFiniteHooks, L.LightningModule)
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
         """loss(gather(embed(views))) [+ the MLM auxiliary loss]; None (no optimizer step) for a skipped
         non-finite loss.  DCPCSE: the contrastive and the MLM pass share one prefix draw.  With ``cached_step``
-        the same loss and gradients from chunks of sequences (:class:`cselab.methods.cached_step.CachedStep`)."""
+        the same loss and gradients from chunks of sequences (:class:`cselab.methods.cached_step.CachedStep`).
+        The loss's extra inputs (:meth:`loss_inputs`) are taken once, before the forward, and handed to either."""
+        extras = self.loss_inputs(batch)
         if self.cached_step is not None:
-            result = self.cached_step(self, batch)
+            result = self.cached_step(self, batch, extras)
             if result is None:
                 return None
             if result.mlm is not None:
@@ -236,7 +299,7 @@ class ContrastiveMethod(EmbeddingModelAccess, NonFiniteHooks, L.LightningModule)
             self.log("train/loss", result.loss.detach(), batch_size=result.batch_size)
             return result.loss
         with self.encoder.one_prompt_draw():
-            loss, mlm_loss, size = self.training_forward()(batch)
+            loss, mlm_loss, size = self.training_forward()(batch, extras)
         size = int(size)  # the examples the loss saw (a shape, never a device value)
         if mlm_loss is not None:
             self.log("train/mlm_loss", mlm_loss, batch_size=size)
@@ -256,21 +319,36 @@ class ContrastiveMethod(EmbeddingModelAccess, NonFiniteHooks, L.LightningModule)
             return self.forward_loss
         return self.compiled_forward_loss
 
-    def forward_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None, int]:
-        """The training forward, from token ids to the loss: ``(loss(gather(embed(views))), the MLM auxiliary
-        loss or None, the number of examples the loss saw)``; the MLM weight (a function of the step) is applied
-        by the caller, so that a compiled forward (:mod:`cselab.methods.compiled`) does not depend on the step."""
+    def loss_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The loss's inputs besides the embeddings, for this step's ``batch``: keyword arguments of ``loss_fn``
+        (ESimCSE's ``queue``, RankCSE's teacher targets), taken once per step before the forward and handed, the
+        same, to the uncached, compiled and cached step (:meth:`contrastive_loss`).  Default: none."""
+        return {}
+
+    def forward_loss(self, batch: dict[str, torch.Tensor], extras: Mapping[str, torch.Tensor] | None = None,
+                     ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """The training forward, from token ids to the loss: ``(loss(gather(embed(views)), **extras), the MLM
+        auxiliary loss or None, the number of examples the loss saw)``; ``extras``: :meth:`loss_inputs` (an input
+        of a compiled forward, as the batch).  The MLM weight (a function of the step) is applied by the caller,
+        so that a compiled forward (:mod:`cselab.methods.compiled`) does not depend on the step."""
         z = self.gather_embeddings(self.embed(batch))
-        loss = self.contrastive_loss(z, batch)
+        loss = self.contrastive_loss(z, extras)
         mlm = None
         if self.aux_mlm is not None and "mlm_input_ids" in batch:
             mlm = self.aux_mlm.loss(self.encoder, batch)
         return loss, mlm, z.shape[0]
 
-    def contrastive_loss(self, z: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The loss of the gathered embeddings ``z`` (N, V, D): ``loss_fn(z)``; a method whose loss also reads the
-        batch (RankCSE's teacher targets) overrides it.  The uncached and the cached step both call it."""
-        return self.loss_fn(z)
+    def contrastive_loss(self, z: torch.Tensor, extras: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """The loss of the gathered embeddings ``z`` (N, V, D) and the step's extra inputs
+        (:meth:`loss_inputs`): ``loss_fn(z, **extras)``.  The uncached, compiled and cached step all call it."""
+        return self.loss_fn(z, **(extras or {}))
+
+    skipped_nonfinite = property(lambda self: self.nonfinite.skipped, doc="Steps skipped for a NaN / inf loss.")
+
+    def configure_callbacks(self) -> list[L.Callback]:
+        """The non-finite policy's hooks (:class:`cselab.methods.nonfinite.NonFiniteCheck`), in every Trainer that
+        fits this method: ``method.on_nonfinite`` cannot be left out by a callbacks list."""
+        return [NonFiniteCheck(self.nonfinite)]
 
     def on_fit_start(self) -> None:
         """Refuse what the cached step cannot make exact (:func:`cselab.methods.cached_step.check_trainer`); learn

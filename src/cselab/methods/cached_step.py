@@ -40,7 +40,7 @@ uncached step's (``tests/test_cached_step.py``); with smaller chunks the dropout
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -171,8 +171,10 @@ class CachedStep:
                               "per forward pass), or null for the uncached step")
         self.chunk_size = int(chunk_size)
 
-    def __call__(self, method, batch: dict[str, torch.Tensor]) -> CachedStepResult | None:
-        """One training step of ``method`` on ``batch`` (the collate's tensors (B, V, T) ...); None when the
+    def __call__(self, method, batch: dict[str, torch.Tensor],
+                 extras: Mapping[str, torch.Tensor] | None = None) -> CachedStepResult | None:
+        """One training step of ``method`` on ``batch`` (the collate's tensors (B, V, T) ...) and the loss's extra
+        inputs ``extras`` (:meth:`cselab.methods.base.ContrastiveMethod.loss_inputs`); None when the
         non-finite policy skips it (no gradient is left behind).  The parameters' ``.grad`` are untouched (they
         get the cached gradients from the returned loss's backward).
 
@@ -184,7 +186,7 @@ class CachedStep:
         for p in params:
             p.grad = None
         try:
-            result = self._step(method, batch)
+            result = self._step(method, batch, extras)
             if result is None:
                 return None
             contrastive, mlm, total = result
@@ -196,7 +198,7 @@ class CachedStep:
         loss = _CachedGradients.apply(total, [g for _, g in with_grad], *[p for p, _ in with_grad])
         return CachedStepResult(loss, contrastive, mlm, int(batch["input_ids"].shape[0]))
 
-    def _step(self, method, batch: dict[str, torch.Tensor]):
+    def _step(self, method, batch: dict[str, torch.Tensor], extras: Mapping[str, torch.Tensor] | None):
         """Both passes; the gradients left in the parameters' ``.grad``.  Returns ``(contrastive loss, MLM loss or
         None, total loss)`` (detached scalars), or None for a step the non-finite policy skips."""
         model, encoder = method.model, method.encoder
@@ -222,7 +224,7 @@ class CachedStep:
         h = torch.cat(hs).requires_grad_()
         bias = None if bias is None else bias.requires_grad_()
         z = method.gather_embeddings(model.embed_states(h.view(b, v, -1), bias, batch))
-        loss = method.contrastive_loss(z, batch)
+        loss = method.contrastive_loss(z, extras)
         done = getattr(method, "flops_forward_done", None)  # cselab.callbacks.flops: the forward's FLOPs end here
         if done is not None:
             done()

@@ -27,6 +27,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import lightning as L
 import torch
 
 from cselab.io.files import atomic_write_text
@@ -167,28 +168,35 @@ def save_batch(module, step: int, loss: torch.Tensor, ids: torch.Tensor, mask: t
     return path
 
 
-class NonFiniteHooks:
-    """The Lightning hooks of a method (:class:`cselab.methods.base.ContrastiveMethod` mixes it in) that apply its
-    :class:`NonFinitePolicy` (``self.nonfinite``) around the step: the gradients' check before each optimizer
-    step, on the device; the recorded flags read on the host on logging steps only, before a validation (and the
-    checkpoint it selects) and at the end of training."""
+class NonFiniteCheck(L.Callback):
+    """The Trainer's side of a method's :class:`NonFinitePolicy` (``method.on_nonfinite``): the gradients' check
+    before each optimizer step, on the device; the recorded flags read on the host on logging steps only
+    (``trainer.log_every_n_steps``), before a validation (and the checkpoint it selects) and at the end of
+    training.  Every :class:`cselab.methods.base.ContrastiveMethod` hands the Trainer one for its own policy
+    (``configure_callbacks``), so that each Trainer that fits a method applies it.
 
-    skipped_nonfinite = property(lambda self: self.nonfinite.skipped, doc="Steps skipped for a NaN / inf loss.")
+    Args:
+        policy: the method's policy (``method.nonfinite``), whose flags the training step records.
+    """
 
-    def on_before_optimizer_step(self, optimizer) -> None:
+    def __init__(self, policy: NonFinitePolicy) -> None:
+        self.policy = policy
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer) -> None:
         """The gradients' non-finite check, on the device (:meth:`NonFinitePolicy.check_gradients`)."""
-        self.nonfinite.check_gradients(p for p in self.parameters() if p.requires_grad)
+        self.policy.check_gradients(p for p in pl_module.parameters() if p.requires_grad)
 
-    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch,
+                           batch_idx: int) -> None:
         """On logging steps only: the recorded non-finite flags read on the host (:meth:`NonFinitePolicy.check`)."""
-        if is_logging_step(self.trainer):
-            self.nonfinite.check(self, log=True)
+        if is_logging_step(trainer):
+            self.policy.check(pl_module, log=True)
 
-    def on_validation_start(self) -> None:
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Before a validation (and the checkpoint it selects): the pending non-finite flags read."""
-        if self.trainer.state.fn == "fit":
-            self.nonfinite.check(self, log=False)
+        if trainer.state.fn == "fit":
+            self.policy.check(pl_module, log=False)
 
-    def on_train_end(self) -> None:
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """The last steps' non-finite flags read."""
-        self.nonfinite.check(self, log=False)
+        self.policy.check(pl_module, log=False)

@@ -9,11 +9,13 @@ from .spec import EmbeddingSpec
 from .template_input import ViewCollate
 
 
-def build_collate(spec: EmbeddingSpec, tokenizer, backbone: Encoder, kind: str) -> ViewCollate | PromptCollate:
+def build_collate(spec: EmbeddingSpec, tokenizer, backbone: Encoder, kind: str, mlm_seed: int = 0,
+                  pad_to_multiple_of: int | None = None) -> ViewCollate | PromptCollate:
     """The template input of ``kind`` (``train`` | ``test`` | ``dev``) for a model of ``spec`` on ``backbone``
     (:meth:`.embedding.EmbeddingModel.collate` caches it): a decoder's :class:`PromptCollate`
     (:func:`build_prompt_collate`), else a :class:`ViewCollate` with the kind's period rule, denoising,
-    truncation and tokenization.
+    truncation and tokenization; ``mlm_seed``, ``pad_to_multiple_of``: the training collate's MLM-mask seed and
+    width multiple (:class:`ViewCollate`; a decoder's prompt collate takes neither).
 
     Raises:
         ValueError: an unknown ``kind``.
@@ -41,6 +43,8 @@ def build_collate(spec: EmbeddingSpec, tokenizer, backbone: Encoder, kind: str) 
         soft_templates=spec.soft_templates,
         official_test_tokenization=official,
         mlm_probability=spec.mlm_probability if training else 0.0,
+        mlm_seed=mlm_seed,
+        pad_to_multiple_of=pad_to_multiple_of,
         train_tokenization=spec.train_tokenization if training else "promptbert",
     )
 

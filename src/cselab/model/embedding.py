@@ -28,15 +28,13 @@ from torch import nn
 
 from .backbone import Encoder
 from .collates import build_collate
-from .description import describe_model
 from .embedding_folder import load_folder, save_folder
 from .encode_loop import TokenCache, eval_autocast, eval_batch_size, eval_mode, in_length_order
 from .heads import MLMTransformHead, ProjectionMLP
 from .pooling import needs_hidden_states, pool
 from .spec import EmbeddingSpec, TuningSpec
 from .template_input import ViewCollate
-from .tuning_setup import add_prompt_module
-from .whitening import Whitening, checked_whitening, install_on_load
+from .whitening import Whitening, checked_whitening, describe_whitening, install_on_load
 
 ENCODERS = ("test", "dev")
 
@@ -66,7 +64,7 @@ class EmbeddingModel(nn.Module):
         #: BERT-whitening applied after the head by ``encode(encoder="test")`` (:meth:`set_whitening`), or None
         self.whitening: Whitening | None = None
         self.register_load_state_dict_pre_hook(install_on_load)  # whitening.* in a state dict installs one
-        self._collates: dict[str, ViewCollate] = {}
+        self._collates: dict[tuple[str, int, int | None], ViewCollate] = {}
         self._token_cache = TokenCache(4)
         if apply_tuning:
             self.add_prompt(spec.tuning)
@@ -83,13 +81,27 @@ class EmbeddingModel(nn.Module):
 
     # ----------------------------------------------------------------------------------------- prompt module
     def add_prompt(self, tuning: TuningSpec) -> None:
-        """Add the prompt module of ``tuning`` to the untouched backbone, frozen unless ``full``
-        (:func:`.tuning_setup.add_prompt_module`; ``soft_prompt``: the slots of the train collate's templates).
+        """Add the prompt module of ``tuning`` (:class:`.spec.TuningSpec`) to the untouched backbone, with the
+        spec's options, frozen unless ``full``: the frozen backbone, prefixes, the continuous template table (its
+        slots: the train collate's templates) or LoRA adapters (:class:`.backbone.Encoder`'s methods).  Called
+        when a model is built or loaded.
 
         Raises:
             ValueError: a prefix option the backbone cannot take (names the ``tuning.*`` key).
         """
-        add_prompt_module(self.backbone, tuning, lambda: self.collate("train").soft_init_ids)
+        backbone, name = self.backbone, tuning.name
+        if name == "frozen":
+            backbone.freeze_backbone()
+        elif name == "prefix":
+            backbone.add_prefix(tuning.pre_seq_len, variant=tuning.variant, positions=tuning.prefix_positions,
+                                prefix_projection=tuning.prefix_projection,
+                                prefix_hidden_size=tuning.prefix_hidden_size, dropout=tuning.dropout_value)
+        elif name == "soft_prompt":
+            backbone.add_soft_template(self.collate("train").soft_init_ids)
+        elif name == "lora":
+            target = tuning.target_modules
+            backbone.add_lora(r=tuning.r, alpha=tuning.alpha, dropout=tuning.dropout_value,
+                              target_modules=list(target) if isinstance(target, tuple) else target, bias=tuning.bias)
 
     def merge_lora(self) -> None:
         """Fold the LoRA adapters into the backbone (:meth:`.backbone.Encoder.merge_lora`); ``tuning`` becomes
@@ -109,20 +121,23 @@ class EmbeddingModel(nn.Module):
         pooler = self.spec.pooler
         return "cls_before_pooler" if pooler == "cls" and self.head is not None else pooler
 
-    def collate(self, kind: str) -> ViewCollate:
+    def collate(self, kind: str, mlm_seed: int = 0, pad_to_multiple_of: int | None = None) -> ViewCollate:
         """The template input of ``kind``: ``train`` (the method's views, truncation, denoising rows, MLM
-        masks), ``test`` (the eval view tokenized as the official test encoder: the whole string, the period
-        rule, the bias only with ``denoise_at_eval``) or ``dev`` (the official in-training dev batcher when
-        ``dev_encoder`` is set: its own period rule and denoising; else the test one).  Built once, cached.
+        masks seeded by ``mlm_seed``), ``test`` (the eval view tokenized as the official test encoder: the whole
+        string, the period rule, the bias only with ``denoise_at_eval``) or ``dev`` (the official in-training dev
+        batcher when ``dev_encoder`` is set: its own period rule and denoising; else the test one); widths padded
+        to a multiple of ``pad_to_multiple_of`` (None: not padded).  Built once per arguments, cached.
 
         Raises:
             ValueError: an unknown ``kind``.
         """
         if kind == "dev" and self.spec.dev_encoder is None:
             kind = "test"
-        if kind not in self._collates:
-            self._collates[kind] = build_collate(self.spec, self.tokenizer, self.backbone, kind)
-        return self._collates[kind]
+        key = (kind, int(mlm_seed), pad_to_multiple_of)
+        if key not in self._collates:
+            self._collates[key] = build_collate(self.spec, self.tokenizer, self.backbone, kind, mlm_seed=int(mlm_seed),
+                                                pad_to_multiple_of=pad_to_multiple_of)
+        return self._collates[key]
 
     # ----------------------------------------------------------------------------------------- forward
     def sequence_states(self, batch: dict[str, torch.Tensor], rows: slice | None = None) -> torch.Tensor:
@@ -250,8 +265,20 @@ class EmbeddingModel(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
     def describe(self) -> dict[str, Any]:
-        """What the model does at test (model cards, the export's report: :func:`.description.describe_model`)."""
-        return describe_model(self)
+        """What the model does at test, as plain data (the model cards, the export's report and the MTEB encoder
+        line read it): ``{"pooler", "head", "use_head", "head_on", "denoise", "prompt_kind" (none | prefix |
+        input_layer | soft | lora), "template", "add_period", "pool_layer", "whitening"}`` from its test collate,
+        spec, head, prompt module and whitening transform (``whitening``: None or ``{"dim": D, "k": k,
+        "normalize": bool}``)."""
+        collate = self.collate("test")
+        return {"pooler": self.representation_pooler,
+                "head": "none" if self.head is None else type(self.head).__name__,
+                "use_head": self.head is not None and self.spec.use_head_at_eval,
+                "head_on": self.spec.head_on, "denoise": collate.denoise,
+                "prompt_kind": self.backbone.prompt_kind,
+                "template": collate.views[0].template, "add_period": collate.add_period,
+                "pool_layer": self.spec.pool_layer,
+                "whitening": describe_whitening(self.whitening)}
 
     # ----------------------------------------------------------------------------------------- save / load
     def save(self, folder: str | os.PathLike) -> None:

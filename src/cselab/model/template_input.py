@@ -76,13 +76,14 @@ class ViewCollate:
         mlm_seed: seeds the masking together with the batch's token ids (CRC-32 of ``input_ids``): a batch gets
             the same masks in whichever DataLoader worker or process it is collated, and in a run resumed
             mid-epoch (where the workers restart and skip batches), so a resumed run sees the masks of an
-            uninterrupted one.  ``SentenceDataModule`` sets it to the run's ``seed``.
-
-    Attribute ``pad_to_multiple_of`` (None; ``SentenceDataModule`` sets ``data.pad_to_multiple_of``, 8 on a GPU):
-    the width T (and Tb of the bias rows) padded up to a multiple of it (never beyond ``max_positions``), and the
-    bias rows padded to the fixed count :attr:`max_bias_rows` (copies of a real row, which no ``bias_row`` points
-    to), so that a compiled training forward sees a few shapes only (:mod:`cselab.methods.compiled`).  Padding
-    positions are masked: the representations do not change (but for rounding).
+            uninterrupted one.  The run builds the training collate with its ``seed``
+            (:func:`cselab.run.assemble.build_datamodule`).
+        pad_to_multiple_of: None, or the width T (and Tb of the bias rows) padded up to a multiple of it (never
+            beyond ``max_positions``), and the bias rows padded to the fixed count :attr:`max_bias_rows` (copies
+            of a real row, which no ``bias_row`` points to), so that a compiled training forward sees a few shapes
+            only (:mod:`cselab.methods.compiled`).  Padding positions are masked: the representations do not
+            change (but for rounding).  The run builds the training collate with ``data.pad_to_multiple_of``
+            (8 on a GPU).
 
     Call it on ``list[Mapping[str, str]]`` or ``list[str]`` (the latter fills the field ``"text"``).  Returns:
         ``input_ids`` (B, V, T), ``attention_mask`` (B, V, T), ``rep_index`` (B, V) index of the
@@ -112,6 +113,7 @@ class ViewCollate:
         soft_templates: Sequence[str] | None = None,
         mlm_probability: float = 0.0,
         mlm_seed: int = 0,
+        pad_to_multiple_of: int | None = None,
         official_test_tokenization: bool = False,
         train_tokenization: str = "promptbert",
     ) -> None:
@@ -120,7 +122,7 @@ class ViewCollate:
         if not views:
             raise ValueError("a collate needs at least one view")
         self.tokenizer = tokenizer
-        self.pad_to_multiple_of: int | None = None
+        self.pad_to_multiple_of = pad_to_multiple_of
         self.views = list(views)
         self.max_seq_len = max_seq_len
         self.denoise = denoise

@@ -11,6 +11,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from cselab.data.datamodule import SentenceDataModule
 from cselab.io.progress import interactive
 from cselab.methods.base import ContrastiveMethod
 from cselab.methods.checks import ConfigError, refuse_legacy
@@ -139,13 +140,18 @@ def build_trainer(training: TrainSpec, callbacks: list[L.Callback], loggers: lis
 
 def build_datamodule(training: TrainSpec, method) -> L.LightningDataModule:
     """The training DataModule: the ``data.datamodule`` node instantiated (``conf/data/*.yaml``'s ``_target_``)
-    with the method's training collate, pinned memory on a CUDA GPU and the ``auto`` values resolved."""
+    with the method's training collate, built with the node's ``seed`` (its MLM masks) and the resolved
+    ``pad_to_multiple_of`` (the node's key is the collate's, not passed on), the method's corpus transform
+    (``method.prepare_train_set``), pinned memory on a CUDA GPU and the ``auto`` values resolved."""
+    import inspect
+
     from hydra.utils import instantiate
 
-    extra = {"pad_to_multiple_of": training.pad_to_multiple_of} if "pad_to_multiple_of" in training.datamodule \
-        else {}
-    return instantiate(training.datamodule, collate=method.train_collate, pin_memory=torch.cuda.is_available(),
-                       num_workers=training.num_workers, **extra)
+    node = {k: v for k, v in training.datamodule.items() if k != "pad_to_multiple_of"}
+    seed = node.get("seed", inspect.signature(SentenceDataModule).parameters["seed"].default)
+    collate = method.train_collate(seed=int(seed), pad_to_multiple_of=training.pad_to_multiple_of)
+    return instantiate(node, collate=collate, transform=method.prepare_train_set,
+                       pin_memory=torch.cuda.is_available(), num_workers=training.num_workers)
 
 
 def _short_tag(tag: str, limit: int = 64) -> str:

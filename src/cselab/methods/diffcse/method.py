@@ -87,7 +87,8 @@ class DiffCSE(ContrastiveMethod):
         spec = super().check_config(mlm=mlm, cached_step=cached_step, options=options, **kwargs)
         return replace(spec, mlm_probability=options.masking_ratio)
 
-    def forward_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, None, int]:
+    def forward_loss(self, batch: dict[str, torch.Tensor], extras: Mapping[str, torch.Tensor] | None = None,
+                     ) -> tuple[torch.Tensor, None, int]:
         """``InfoNCE(gather(z)) + lambda_weight * RTD`` (official ``models.py:169-273``): the views' [CLS] states
         ``h`` (B, V, D), the projector's ``z = head(h)`` (B, V, D); the contrastive loss on the gathered ``z``
         (DDP: the official all-gathers z1, z2, ``models.py:215-237``), the RTD loss on this rank's sequences
@@ -98,7 +99,7 @@ class DiffCSE(ContrastiveMethod):
         h = self.model.sequence_states(batch).view(b, v, -1)
         z = self.model.embed_states(h, self.model.bias_states(batch), batch)
         gathered = self.gather_embeddings(z)
-        loss = self.loss_fn(gathered)
+        loss = self.contrastive_loss(gathered, extras)
         if "mlm_input_ids" not in batch:  # a batch collated without masked copies: the contrastive loss only
             self._rtd_loss = None
             return loss, None, gathered.shape[0]

@@ -22,25 +22,16 @@ class QueueInfoNCE(InfoNCE):
         temperature: tau > 0 (ESimCSE: 0.05, ``run.sh --temp``).
         hard_negative_weight: as :class:`InfoNCE` (unused by ESimCSE, whose views are two).
 
-    Attribute ``queue``: (Q, D) negatives, or None (no queue yet: plain InfoNCE); set by the method before each
-    step (:meth:`cselab.methods.esimcse.method.ESimCSE.training_step`), so that the cached step
-    (:class:`cselab.methods.cached_step.CachedStep`), which calls ``loss_fn(z)``, sees the same loss.
-
-    Input ``z`` (B, V, D) and optionally ``queue`` (Q, D) (over the attribute); output the scalar mean loss.
+    Input ``z`` (B, V, D) and ``queue`` (Q, D) negatives, or None (no queue yet: plain InfoNCE), the method's
+    extra loss input (:meth:`cselab.methods.esimcse.method.ESimCSE.loss_inputs`); output the scalar mean loss.
 
     Raises:
         ValueError: as :class:`InfoNCE`; a queue whose width is not D.
     """
 
-    def __init__(self, temperature: float = 0.05, hard_negative_weight: float = 0.0) -> None:
-        super().__init__(temperature, hard_negative_weight)
-        self.queue: torch.Tensor | None = None
-
     def logits(self, z: torch.Tensor, queue: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, B [+ B] + Q) logits: :meth:`InfoNCE.logits`, then the columns of ``queue`` (else of the attribute
-        :attr:`queue`) (``models.py:247``)."""
+        """(B, B [+ B] + Q) logits: :meth:`InfoNCE.logits`, then the columns of ``queue`` (``models.py:247``)."""
         logits = super().logits(z)
-        queue = self.queue if queue is None else queue
         if queue is None or queue.shape[0] == 0:
             return logits
         if queue.shape[-1] != z.shape[-1]:

@@ -38,8 +38,6 @@ from cselab.model.pooling import needs_hidden_states, pool
 from cselab.model.spec import ConfigError, EmbeddingSpec
 from cselab.model.template_input import ViewSpec
 
-#: the batch key under which the step hands the queue to the (possibly compiled) forward
-QUEUE_KEY = "esimcse_queue"
 #: the checkpoint key of the queue (:meth:`ESimCSE.on_save_checkpoint`)
 CHECKPOINT_KEY = "esimcse_queue"
 
@@ -82,7 +80,6 @@ class ESimCSE(ContrastiveMethod):
         o = self.options
         self.momentum = MomentumQueue(self.encoder, o.momentum, o.queue_size, o.momentum_init)
         self._queue_epoch: int | None = None  # the epoch whose steps filled the queue
-        self._train_collate: RepetitionCollate | None = None
 
     @classmethod
     def check_config(cls, *, backbone: Mapping[str, Any], model: Mapping[str, Any] | EmbeddingSpec,
@@ -107,31 +104,23 @@ class ESimCSE(ContrastiveMethod):
         """The untouched sentence and its repetition (``train.py:480,538``); the sentence at test."""
         return [ViewSpec("text"), ViewSpec(REPEATED_FIELD)], ViewSpec("text")
 
-    @property
-    def train_collate(self) -> RepetitionCollate:
-        """The DataModule's collate: :class:`cselab.methods.esimcse.repetition.RepetitionCollate` (built once)."""
-        if self._train_collate is None:
-            o = self.options
-            self._train_collate = RepetitionCollate(self.tokenizer, o.dup_rate, o.dup_type,
-                                                    max_seq_len=self.max_seq_len,
-                                                    max_positions=self.encoder.max_positions)
-        return self._train_collate
+    def train_collate(self, seed: int = 0, pad_to_multiple_of: int | None = None) -> RepetitionCollate:
+        """The DataModule's collate: :class:`cselab.methods.esimcse.repetition.RepetitionCollate` (no MLM masks:
+        ``seed`` is not read), widths padded to a multiple of ``pad_to_multiple_of``."""
+        o = self.options
+        return RepetitionCollate(self.tokenizer, o.dup_rate, o.dup_type, max_seq_len=self.max_seq_len,
+                                 max_positions=self.encoder.max_positions, pad_to_multiple_of=pad_to_multiple_of)
 
     # ----------------------------------------------------------------------------------------- training
-    def setup(self, stage: str) -> None:
-        """At fit: the repetitions drawn over the corpus in file order with the run's seed, before training
-        (``train.py:331,543``; :func:`cselab.methods.esimcse.repetition.add_repetition_column`).  Lightning calls this after
-        the DataModule's ``setup`` and before the training loader is first built (``configure_optimizers`` counts
-        its batches).
+    def prepare_train_set(self, dataset, seed: int):
+        """The corpus with its repetitions, drawn over it in file order with the run's ``seed`` before training
+        (``train.py:331,543``; :func:`cselab.methods.esimcse.repetition.add_repetition_column`); the DataModule
+        applies it at fit, before the training loader is first built.
 
         Raises:
             ConfigError: a streamed corpus (``data.streaming=true``).
         """
-        super().setup(stage)
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        if stage == "fit" and datamodule is not None and getattr(datamodule, "train_set", None) is not None:
-            datamodule.train_set = add_repetition_column(datamodule.train_set, self.train_collate,
-                                                         int(getattr(datamodule, "seed", 42)))
+        return add_repetition_column(dataset, self.train_collate(), seed)
 
     def on_train_epoch_start(self) -> None:
         """An empty queue at the start of every epoch (``trainers.py:452``); a run resumed within an epoch keeps
@@ -140,30 +129,21 @@ class ESimCSE(ContrastiveMethod):
             self.momentum.reset()
             self._queue_epoch = self.current_epoch
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
-        """The loss with the current queue (the base's step: cached or not, compiled or not), then the momentum
-        update and the enqueue of the untouched sentences' momentum embeddings (done for a skipped non-finite step
-        too, as the official step has no skip)."""
+    def loss_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The current queue (Q, D) of :class:`QueueInfoNCE` (none before the first enqueue of an epoch)."""
         queue = self.momentum.queue
-        if self.cached_step is not None:
-            self.loss_fn.queue = queue  # CachedStep calls loss_fn(z)
-        elif queue is not None:
-            batch = {**batch, QUEUE_KEY: queue}
-        try:
-            loss = super().training_step(batch, batch_idx)
-        finally:
-            self.loss_fn.queue = None
+        return {} if queue is None else {"queue": queue}
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
+        """The loss with the current queue (the base's step: cached or not, compiled or not, the queue its extra
+        loss input), then the momentum update and the enqueue of the untouched sentences' momentum embeddings
+        (done for a skipped non-finite step too, as the official step has no skip)."""
+        loss = super().training_step(batch, batch_idx)
         self.momentum.update(self.encoder)
         self.momentum.enqueue(self.momentum.encode(batch, self._pool, self.head))
         self._queue_epoch = self.current_epoch
         self.log("train/queue_size", float(self.momentum.queue.shape[0]), batch_size=int(batch["input_ids"].shape[0]))
         return loss
-
-    def forward_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, None, int]:
-        """``(QueueInfoNCE(gather(embed(views)), queue), None, examples)``: the queue comes in the batch
-        (:data:`QUEUE_KEY`) so that a compiled forward takes it as an input."""
-        z = self.gather_embeddings(self.embed(batch))
-        return self.loss_fn(z, batch.get(QUEUE_KEY)), None, z.shape[0]
 
     def _pool(self, encoder, ids: torch.Tensor, mask: torch.Tensor, rep: torch.Tensor) -> torch.Tensor:
         """The online path's pooling on ``encoder``'s output (N, D) (``models.py:183``)."""

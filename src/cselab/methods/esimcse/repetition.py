@@ -132,6 +132,7 @@ class RepetitionCollate(ViewCollate):
         dup_rate, dup_type: the repetition (:func:`repetition_plan`).
         max_seq_len: the training truncation, special tokens included (official ``--max_seq_length`` 32).
         max_positions: the backbone's position budget (:attr:`cselab.model.backbone.Encoder.max_positions`).
+        pad_to_multiple_of: as :class:`ViewCollate` (``data.pad_to_multiple_of``).
 
     Call it on rows ``{"text": str, "repetition": list[int]}``; returns :class:`ViewCollate`'s tensors with
     V = 2 (``input_ids`` (B, 2, T) ...).
@@ -141,9 +142,9 @@ class RepetitionCollate(ViewCollate):
     """
 
     def __init__(self, tokenizer, dup_rate: float, dup_type: str = "bpe", max_seq_len: int = 32,
-                 max_positions: int = 512) -> None:
+                 max_positions: int = 512, pad_to_multiple_of: int | None = None) -> None:
         super().__init__(tokenizer, [ViewSpec("text"), ViewSpec(REPEATED_FIELD)], max_seq_len=max_seq_len,
-                         max_positions=max_positions)
+                         max_positions=max_positions, pad_to_multiple_of=pad_to_multiple_of)
         self.dup_rate, self.dup_type = float(dup_rate), dup_type
 
     def _budget(self, view: int) -> int:

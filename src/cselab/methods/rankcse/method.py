@@ -33,10 +33,6 @@ from cselab.methods.rankcse.teachers import TeacherScores, TeacherSpec, teacher_
 from cselab.methods.registry import build_loss
 from cselab.model.spec import ConfigError, EmbeddingSpec
 
-#: the batch keys the teacher step adds (read by :meth:`RankCSE.contrastive_loss`)
-TEACHER_KEY = "teacher_logits"
-PERMUTATION_KEY = "ranking_permutation"
-
 
 @dataclass(frozen=True)
 class RankCSEOptions:
@@ -116,25 +112,14 @@ class RankCSE(ContrastiveMethod):
         gathered = [self.gather_embeddings(e.unsqueeze(1)).squeeze(1) for e in embeddings]
         return self.teacher_scores.logits(gathered)
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
-        """The teacher step (eager, no gradient), then the base's step (uncached, compiled or cached) with the
-        targets, and listMLE's column permutation, as batch tensors."""
-        batch = dict(batch)
+    def loss_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The teacher step (eager, no gradient) before the base's step (uncached, compiled or cached): the
+        :class:`RankCSELoss` inputs ``teacher`` (N, N) (:meth:`teacher_targets`) and, for listMLE, its column
+        ``permutation`` (N,)."""
         targets = self.teacher_targets(batch)
-        batch[TEACHER_KEY] = targets
-        if getattr(self.loss_fn, "ranking", None) == "listmle":
-            batch[PERMUTATION_KEY] = torch.randperm(targets.shape[-1]).to(targets.device)
-        return super().training_step(batch, batch_idx)
-
-    def contrastive_loss(self, z: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """:class:`RankCSELoss` of ``z`` (N, 2, D) against the batch's teacher targets.
-
-        Raises:
-            KeyError: the batch has no teacher targets (a step that bypassed :meth:`training_step`).
-        """
-        if TEACHER_KEY not in batch:
-            raise KeyError(f"RankCSE's loss needs batch[{TEACHER_KEY!r}] (set by RankCSE.training_step)")
-        return self.loss_fn(z, batch[TEACHER_KEY], batch.get(PERMUTATION_KEY))
+        if getattr(self.loss_fn, "ranking", None) != "listmle":
+            return {"teacher": targets}
+        return {"teacher": targets, "permutation": torch.randperm(targets.shape[-1]).to(targets.device)}
 
 
 def _plain(teachers: Any) -> list[dict[str, Any]] | Any:

@@ -29,28 +29,16 @@ def default_soft_negatives(corpus: str | Path) -> Path:
 
 
 class SoftNegativeCollate:
-    """A collate wrapper: raw rows -> rows with ``soft_neg`` (:func:`soft_negative_rows`) -> the method's collate.
-    Other attributes (``mlm_seed``, ``pad_to_multiple_of``, ``max_bias_rows`` ...) are the inner collate's."""
+    """A collate wrapper: raw rows -> rows with ``soft_neg`` (:func:`soft_negative_rows`) -> the method's collate
+    (``inner``, built with the run's seed and pad width)."""
 
     def __init__(self, collate: Callable, negations: Mapping[str, str]) -> None:
-        self.__dict__["inner"] = collate
-        self.__dict__["negations"] = negations
+        self.inner = collate
+        self.negations = negations
 
     def __call__(self, rows: Sequence[Mapping[str, str] | str]) -> Any:
         rows = [{"text": r} if isinstance(r, str) else r for r in rows]
         return self.inner(soft_negative_rows(rows, self.negations))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["inner"], name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self.inner, name, value)
-
-    def __getstate__(self) -> dict[str, Any]:  # DataLoader workers (spawn) pickle it
-        return dict(self.__dict__)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
 
 
 class SoftNegativeDataModule(UnsupDataModule):
