@@ -11,7 +11,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import cselab.io.config  # noqa: F401  (resolvers)
-from cselab.methods.checks import ConfigError
+from cselab.model.spec import ConfigError
 from cselab.run.config_keys import added_keys, check_added_keys, closest_key, missing_key_error
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,8 +15,9 @@ import pytest
 import torch
 import yaml
 
-from cselab.methods.checks import LEGACY_MODEL_KEYS, ConfigError
+from cselab.methods.checks import LEGACY_MODEL_KEYS
 from cselab.model.decoder_input import PromptCollate, prompteol_sentence, split_prompt
+from cselab.model.spec import ConfigError
 from cselab.model.template_input import ViewSpec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from cselab.methods.base import fused_adamw
 from cselab.methods.nonfinite import NonFiniteLossError, honours_found_inf
+from cselab.methods.optim import fused_adamw
 
 ROWS = [{"text": s} for s in ["a man is playing a guitar", "the cat sat on the mat", "birds fly", "a cat sat"]]
 

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from cselab.callbacks.run_config import config_changes
 from cselab.io.config import resume_overrides
-from cselab.methods.checks import ConfigError
+from cselab.model.spec import ConfigError
 from cselab.run.spec import copies_of, resolved_config
 
 

@@ -44,7 +44,7 @@ def test_decoder_paper_rows_test_fp32_weights(row, monkeypatch):
 
 
 def test_test_backbone_refuses_unknown_keys():
-    from cselab.methods.checks import ConfigError
+    from cselab.model.spec import ConfigError
     from cselab.run.spec import evaluation_spec
 
     cfg = _compose("eval.test_backbone={dtyp: float32}")

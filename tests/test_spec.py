@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from cselab.methods.checks import ConfigError, check_module, split_legacy
-from cselab.model.spec import EmbeddingSpec, TuningSpec
+from cselab.methods.checks import check_module, split_legacy
+from cselab.model.spec import ConfigError, EmbeddingSpec, TuningSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 LEGACY = ROOT / "tests" / "data" / "legacy_v1"

@@ -213,7 +213,7 @@ def test_run_scores_transfer_tasks_in_the_test_phase(tmp_path, tiny_bert_dir, st
     written = json.loads((tmp_path / "run" / "results.json").read_text())
     assert set(written["transfer"]) == {"trec", "mrpc"} and written["transfer_protocol"]["kfold"] == 5
     assert results["transfer"]["trec"]["acc"] == written["transfer"]["trec"]["acc"]
-    from cselab.methods.checks import ConfigError
+    from cselab.model.spec import ConfigError
 
     bad = compose_tiny_run(tmp_path, tiny_bert_dir, data, "method=baseline", "eval.test_tasks=[stsb]",
                            "eval.transfer_tasks=[trec]", "eval.transfer_mode=slow", "overwrite=true")

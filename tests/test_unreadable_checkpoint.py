@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from cselab.methods.checks import ConfigError
+from cselab.model.spec import ConfigError
 from cselab.run.checkpoints import read_error, set_aside
 from cselab.run.resume import resumable_checkpoint
 

@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from transformers.models.auto.auto_factory import _BaseAutoModelClass
 
 import cselab.io.config  # noqa: F401  (resolvers)
-from cselab.methods.checks import ConfigError
+from cselab.model.spec import ConfigError
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 

@@ -114,7 +114,7 @@ def check_resume(config: dict[str, Any], copies: Sequence[str], allowed: Sequenc
         cselab.methods.checks.ConfigError: a key that changes the result differs and is not listed; the message
             names each key with both values and the override that accepts them.
     """
-    from cselab.methods.checks import ConfigError
+    from cselab.model.spec import ConfigError
 
     if ckpt_path is None or not Path(ckpt_path).is_file():
         return []

@@ -29,7 +29,7 @@ from cselab.methods.checks import (
 from cselab.methods.gather import gather_embeddings
 from cselab.methods.mlm import AuxiliaryMLM, mlm_head_own_parameters
 from cselab.methods.nonfinite import NonFiniteCheck, NonFinitePolicy
-from cselab.methods.optim import FUSED_CHOICES, FUSED_DEVICES, clip_fused, configure_adamw, fused_adamw  # noqa: F401 (re-exported)
+from cselab.methods.optim import clip_fused, configure_adamw
 from cselab.methods.options import build_options
 from cselab.methods.registry import build_loss
 from cselab.model.factory import build_embedding_model

@@ -16,7 +16,7 @@ from cselab.methods.nonfinite import POLICIES
 from cselab.methods.options import build_options, legacy_keys
 from cselab.model.spec import ConfigError, EmbeddingSpec
 
-__all__ = ["ConfigError", "NEGATIVES", "check_method", "check_module", "check_training", "embedding_spec",
+__all__ = ["NEGATIVES", "check_method", "check_module", "check_training", "embedding_spec",
            "fold_options", "split_legacy"]
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ def check_training(loss: Mapping[str, Any] | None, optim: Mapping[str, Any] | No
         if isinstance(value, bool) or not isinstance(value, int | float) or value != value or not ok(value):
             raise ConfigError(f"optim.{key}={value!r}: expected {expected}")
     fused = optim["fused"] if "fused" in optim else OPTIM_DEFAULTS["fused"]
-    if fused not in FUSED_CHOICES:  # the method's own values (cselab.methods.base.fused_adamw)
+    if fused not in FUSED_CHOICES:  # the method's own values (cselab.methods.optim.fused_adamw)
         raise ConfigError(f"optim.fused={fused!r}: expected auto, true or false")
     if optim["lr"] > PLAUSIBLE_MAX_LR:
         log.warning("optim.lr=%g is far above the papers' learning rates (1e-5 for full fine-tuning .. 3e-2 for "

@@ -15,7 +15,7 @@ from torch import nn
 
 from cselab.losses import LOSSES
 from cselab.losses.groups import GroupedLoss
-from cselab.methods.checks import ConfigError
+from cselab.model.spec import ConfigError
 
 if TYPE_CHECKING:
     from cselab.methods.base import ContrastiveMethod

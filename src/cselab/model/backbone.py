@@ -74,7 +74,7 @@ class Encoder(nn.Module):
         pass (Hugging Face activation checkpointing, ``torch.utils.checkpoint`` non-reentrant).
 
         The recompute restores the RNG state, so its dropout masks are the forward's and the gradients are
-        those without checkpointing (``tests/test_gradients.py``).  The activation memory of a step drops
+        those without checkpointing (``tests/test_contract.py``).  The activation memory of a step drops
         from every layer's intermediates to one (N, T, D) tensor per layer.  The cost is about one more
         forward of the backbone per step.  Only in train mode: evaluation is unchanged.  Works with soft
         prompts (``tuning=soft_prompt``) and input-layer prompts (``tuning.variant=input_layer``), not with

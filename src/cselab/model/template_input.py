@@ -17,7 +17,7 @@ import torch
 from .mlm_masking import mask_tokens
 from .soft_slots import SlotTable, check_soft_views, soft_slot_table, template_index
 from .template import Template, TokenizedTemplate, period_rule, tokenize_template
-from .template_bias import DENOISE_MODES, bias_table, pad_to  # noqa: F401 (pad_to re-exported)
+from .template_bias import DENOISE_MODES, bias_table
 
 #: ``train_tokenization`` values (:class:`ViewCollate`)
 TRAIN_TOKENIZATIONS = ("promptbert", "sncse")

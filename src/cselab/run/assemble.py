@@ -14,9 +14,10 @@ import torch
 from cselab.data.datamodule import SentenceDataModule
 from cselab.io.progress import interactive
 from cselab.methods.base import ContrastiveMethod
-from cselab.methods.checks import ConfigError, refuse_legacy
+from cselab.methods.checks import refuse_legacy
 from cselab.methods.compiled import compile_training
 from cselab.methods.registry import method_target
+from cselab.model.spec import ConfigError
 from cselab.run.checkpoints import AtomicCheckpointIO
 from cselab.run.loggers import logged_config, run_display_name
 from cselab.run.pieces import RunNames, TrainSpec

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from cselab.methods.checks import ConfigError
+from cselab.model.spec import ConfigError
 
 #: top-level nodes whose new keys are always accepted (a new callback: its node is checked when built)
 OPEN_NODES = ("callbacks", "hydra")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cselab.data.paths import data_root, require
-from cselab.methods.checks import ConfigError
+from cselab.model.spec import ConfigError
 from cselab.run.pieces import InputFiles
 
 

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import IO
 
-from cselab.methods.checks import ConfigError
+from cselab.model.spec import ConfigError
 
 #: the lock file inside a run directory
 LOCK_FILE = ".lock"

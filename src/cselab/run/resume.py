@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from cselab.io.files import read_json_object
-from cselab.methods.checks import ConfigError
+from cselab.model.spec import ConfigError
 
 log = logging.getLogger(__name__)
 

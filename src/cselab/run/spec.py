@@ -21,11 +21,12 @@ from cselab.evaluation.stats import BootstrapOptions
 from cselab.evaluation.transfer import TransferProtocol
 from cselab.io.config import MOVED_KEYS, has_templates
 from cselab.methods.cached_step import check_options
-from cselab.methods.checks import ConfigError, check_module
+from cselab.methods.checks import check_module
 from cselab.methods.compiled import CompileOptions
 from cselab.methods.options import legacy_keys
 from cselab.methods.registry import method_target
 from cselab.model.decoder_input import split_prompt
+from cselab.model.spec import ConfigError
 from cselab.model.template import Template, TemplateError, check_prompt_views, check_template_override
 from cselab.run.pieces import EvalSpec, InputFiles, RunNames, TrainSpec, resolve_precision
 from cselab.run.resume import ResumeSpec

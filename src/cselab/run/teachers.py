@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cselab.io.targets import TargetError, resolve_target
-from cselab.methods.checks import ConfigError
+from cselab.model.spec import ConfigError
 
 log = logging.getLogger(__name__)
 

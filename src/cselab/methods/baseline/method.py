@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from cselab.methods.base import ContrastiveMethod
-from cselab.methods.checks import ConfigError, check_training
+from cselab.methods.checks import check_training
 from cselab.methods.options import build_options, option
+from cselab.model.spec import ConfigError
 from cselab.representations.token import TOKEN_REPRESENTATIONS, TokenRepresentation
 
 #: representations that are not the embedding model's forward (plain encode objects)
