@@ -202,8 +202,8 @@ def make_method(backbone_dirs: dict[str, Path]):
     ``head``, ``denoise`` ...) go to the method's ``model``, ``lr`` / ``weight_decay`` / ``warmup_*`` to its
     ``optim``, other kwargs to the method.
     """
-    from cselab.methods import method_class
     from cselab.methods.checks import split_legacy
+    from cselab.methods.registry import method_class
 
     def build(name: str, family: str, **kwargs):
         prompt = kwargs.pop("prompt", None)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from cselab.analysis import static_avg_encoder, topk_token_encoder
-from cselab.methods import method_class
+from cselab.methods.registry import method_class
 from tests.conftest import PROMPTBERT_PROMPT
 
 SENTS = ["a man is playing a guitar", "the dog ran to the park", "A Woman is slicing an onion ."]

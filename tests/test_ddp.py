@@ -74,7 +74,7 @@ def nodrop_bert_dir(tiny_bert_dir: Path, tmp_path_factory: pytest.TempPathFactor
 
 
 def _build(nodrop_bert_dir: Path, case: str, negatives: str = "global"):
-    from cselab.methods import method_class
+    from cselab.methods.registry import method_class
 
     name, kwargs, rows = CASES[case]
     kwargs = dict(kwargs)

@@ -10,7 +10,7 @@ import torch
 from cselab.losses import LOSSES
 from cselab.losses.energy_hinge import InfoNCEWithEnergyHinge
 from cselab.losses.infonce import InfoNCE
-from cselab.methods.registry import build_loss
+from cselab.methods.losses import build_loss
 
 
 def _cos(a: torch.Tensor, b: torch.Tensor) -> float:

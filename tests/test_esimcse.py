@@ -489,7 +489,7 @@ def test_ddp_gathers_the_batch_and_keeps_the_queue_per_rank(tmp_path, tiny_bert_
 
     from test_ddp import _reference, _run_ddp
 
-    from cselab.methods import method_class
+    from cselab.methods.registry import method_class
 
     nodrop = tmp_path / "nodrop"
     shutil.copytree(tiny_bert_dir, nodrop)

@@ -28,8 +28,8 @@ PROBES = ["a man is playing a guitar", "The cat sat on the mat.", "birds fly", "
 @pytest.fixture(scope="module")
 def simcse_run(tmp_path_factory, backbone_dirs):
     """A SimCSE unsup run directory (results.json, checkpoints/best-step2.ckpt) and its plain export."""
-    from cselab.methods import method_class
     from cselab.methods.checks import split_legacy
+    from cselab.methods.registry import method_class
 
     root = tmp_path_factory.mktemp("simcse_run")
     torch.manual_seed(0)

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 import cselab.io.config  # noqa: F401  (resolvers)
-from cselab.methods.registry import build_loss
+from cselab.methods.losses import build_loss
 from cselab.model.loading import BackboneUnavailableError
 from tests.conftest import build_method
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from cselab.losses.infonce import InfoNCE, cosine_matrix
-from cselab.methods.registry import build_loss
+from cselab.methods.losses import build_loss
 
 
 def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -118,7 +118,7 @@ def test_build_loss() -> None:
 
 def test_a_loss_is_built_from_its_target_and_a_bad_target_is_named():
     from cselab.losses.infonce import InfoNCE
-    from cselab.methods.registry import build_loss
+    from cselab.methods.losses import build_loss
 
     loss = build_loss({"_target_": "cselab.losses.infonce.InfoNCE", "name": "my_loss", "temperature": 0.1})
     assert isinstance(loss, InfoNCE) and loss.temperature == 0.1  # any name: the class comes from _target_

@@ -180,3 +180,44 @@ def test_top_level_holds_at_most_four_modules():
     """The folders show the layers: a module belongs in its layer's folder, not loose at the top."""
     loose = sorted(p.name for p in (SRC / "cselab").glob("*.py"))
     assert len(loose) <= 4, f"loose top-level modules (move each into its layer's folder): {loose}"
+
+
+def import_cycles() -> list[list[str]]:
+    """The strongly connected components (more than one module) of the import graph, function-level imports
+    included (Tarjan)."""
+    graph = {module_name(p): {t for _, t, _, _ in imports(p) if t != module_name(p)} for p in SRC.rglob("*.py")}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_the_import_graph_has_no_cycles():
+    """No circle of imports, even through a function-level import (a package ``__init__`` that re-exports from a
+    module importing the package was one)."""
+    assert import_cycles() == [], "import cycles (break each: move the shared name down a module):\n" + "\n".join(
+        " <-> ".join(c) for c in import_cycles())

@@ -156,7 +156,7 @@ def test_soft_template_slots_init_and_training(make_method):
 
 
 def test_dcpcse_mlm_auxiliary_loss(tiny_mlm_dir):
-    from cselab.methods import method_class
+    from cselab.methods.registry import method_class
 
     mlm = {"weight": 0.1, "decay": 0.95, "decay_steps": 100, "probability": 0.5, "lm_head": "tied"}
     m = method_class("dcpcse")(backbone={"name_or_path": str(tiny_mlm_dir), "family": "bert"},
@@ -195,7 +195,7 @@ def test_prompt_tuning_methods_require_their_tuning(make_method):
 
 def test_mlm_weight_schedule_matches_its_equation(tiny_mlm_dir):
     """DCPCSE: lambda = 0.1 * 0.95 ** (global_step / 100)."""
-    from cselab.methods import method_class
+    from cselab.methods.registry import method_class
 
     m = method_class("dcpcse")(backbone={"name_or_path": str(tiny_mlm_dir), "family": "bert"},
                                model={"pooler": "cls", "tuning": _prefix()}, mlm={"weight": 0.1, "decay": 0.95, "decay_steps": 100})
@@ -229,7 +229,7 @@ def test_mlm_masks_are_seeded_by_the_batch_and_survive_a_mid_epoch_resume(tiny_m
     with 2 workers yields exactly the batches (masks included) of the uninterrupted loader."""
     from cselab.data.resume import DataPosition
     from cselab.data.unsup import UnsupDataModule
-    from cselab.methods import method_class
+    from cselab.methods.registry import method_class
 
     mlm = {"weight": 0.1, "decay": 0.95, "decay_steps": 100, "probability": 0.15}
     m = method_class("dcpcse")(backbone={"name_or_path": str(tiny_mlm_dir), "family": "bert"},

@@ -27,8 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from cselab.data.cxc import load_cxc
-    from cselab.methods import method_class
     from cselab.methods.loading import load
+    from cselab.methods.registry import method_class
 
     pairs = load_cxc(args.captions, split=args.split, data_dir=args.data_dir)
     if args.checkpoint:

@@ -1,5 +1,5 @@
 """The contrastive losses that several methods share (a loss only one method uses lives in its folder,
-``cselab/methods/<name>/loss.py``).  :func:`cselab.methods.registry.build_loss` builds any loss from its config:
+``cselab/methods/<name>/loss.py``).  :func:`cselab.methods.losses.build_loss` builds any loss from its config:
 ``_target_``, or its ``name`` alone (:data:`LOSSES` here, plus each method folder's ``LOSSES``)."""
 
 from __future__ import annotations

@@ -27,11 +27,11 @@ from cselab.methods.checks import (
     embedding_spec,
 )
 from cselab.methods.gather import gather_embeddings
+from cselab.methods.losses import build_loss
 from cselab.methods.mlm import AuxiliaryMLM, mlm_head_own_parameters
 from cselab.methods.nonfinite import NonFiniteCheck, NonFinitePolicy
 from cselab.methods.optim import clip_fused, configure_adamw
 from cselab.methods.options import build_options
-from cselab.methods.registry import build_loss
 from cselab.model.factory import build_embedding_model
 from cselab.model.spec import ConfigError, EmbeddingSpec, TuningSpec
 from cselab.model.template_input import ViewSpec
@@ -52,7 +52,7 @@ class ContrastiveMethod(L.LightningModule):
         model: the embedding settings, the ``module.model`` node of ``conf/config.yaml`` (the fields of
             :class:`cselab.model.spec.EmbeddingSpec` that a config sets, plus ``prompt``, from which the class
             derives its views: :meth:`view_specs`); or a whole :class:`EmbeddingSpec` (its views as given).
-        loss: loss config (``name`` + its arguments, :func:`cselab.methods.registry.build_loss`); None:
+        loss: loss config (``name`` + its arguments, :func:`cselab.methods.losses.build_loss`); None:
             :attr:`default_loss` (InfoNCE).
         optim: ``{"lr", "weight_decay", "warmup_ratio", "warmup_steps", "fused"}``: AdamW and the linear schedule
             (``warmup_steps`` > 0, e.g. PromptEOL's 100, wins over ``warmup_ratio``); ``fused``: ``auto`` (the

@@ -60,7 +60,7 @@ def load(target: str | os.PathLike, map_location: str = "cpu", method: str | Non
     if resolved.kind == "exported" and pooler is None:
         return load_exported(resolved.path, device=map_location)
     if resolved.kind in ("exported", "backbone"):
-        from cselab.methods import method_class
+        from cselab.methods.registry import method_class
 
         spec = {"name_or_path": resolved.path, "family": family or resolved.family, **dict(backbone or {})}
         model = method_class("baseline")(backbone=spec, model={"pooler": pooler or "avg", "head": "none"},
@@ -74,7 +74,7 @@ def load(target: str | os.PathLike, map_location: str = "cpu", method: str | Non
 
         cls = recorded_class(path)
     elif method:
-        from cselab.methods import method_class
+        from cselab.methods.registry import method_class
 
         cls = method_class(method)
     else:

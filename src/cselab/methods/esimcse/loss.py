@@ -44,5 +44,5 @@ class QueueInfoNCE(InfoNCE):
         return F.cross_entropy(logits, torch.arange(z.shape[0], device=z.device))
 
 
-#: this folder's losses by name (:func:`cselab.methods.registry.loss_classes`)
+#: this folder's losses by name (:func:`cselab.methods.losses.loss_classes`)
 LOSSES = {"infonce_queue": QueueInfoNCE}

@@ -130,7 +130,7 @@ class RankCSELoss(nn.Module):
         return self.terms(z, teacher, permutation)["loss"]
 
 
-#: this folder's losses by name (:func:`cselab.methods.registry.loss_classes`): ``conf/loss/rankcse_listnet.yaml``
+#: this folder's losses by name (:func:`cselab.methods.losses.loss_classes`): ``conf/loss/rankcse_listnet.yaml``
 #: and ``rankcse_listmle.yaml``, the ranking loss and gamma of each
 LOSSES = {"rankcse_listnet": functools.partial(RankCSELoss, ranking="listnet", ranking_weight=0.1),
           "rankcse_listmle": functools.partial(RankCSELoss, ranking="listmle", ranking_weight=1.0)}

@@ -27,10 +27,10 @@ from typing import Any, ClassVar
 import torch
 
 from cselab.methods.base import ContrastiveMethod
+from cselab.methods.losses import build_loss
 from cselab.methods.options import option
 from cselab.methods.rankcse.loss import RankCSELoss
 from cselab.methods.rankcse.teachers import TeacherScores, TeacherSpec, teacher_specs
-from cselab.methods.registry import build_loss
 from cselab.model.spec import ConfigError, EmbeddingSpec
 
 

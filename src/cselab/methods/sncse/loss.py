@@ -76,5 +76,5 @@ class InfoNCEWithBML(InfoNCE):
         return infonce + self.bml_weight * bidirectional_margin(z, self.alpha, self.beta)
 
 
-#: this folder's losses by name (:func:`cselab.methods.registry.loss_classes`)
+#: this folder's losses by name (:func:`cselab.methods.losses.loss_classes`)
 LOSSES = {"sncse_bml": InfoNCEWithBML}
