@@ -34,9 +34,12 @@ test: install
 # The path a pip user takes (README "Installing with pip"), in a fresh venv: CPU torch first, then this package
 # with its declared ranges and the `dev` extra (not requirements.txt), then the install checks and a smoke subset
 # (CI runs it after `test`, which ran the whole suite): packaging, layers, config composition, one training step of
-# every method, a real run end to end and the sync-free step.
+# every method, a real run end to end, and the contract matrix's coverage, gradient and sync-free contracts.
 PIP_SMOKE ?= tests/test_packaging.py tests/test_layers.py tests/test_config.py tests/test_methods.py \
-	tests/test_paper_configs_run.py::test_paper_config_runs_with_fast_dev_run tests/test_contract.py
+	tests/test_paper_configs_run.py::test_paper_config_runs_with_fast_dev_run \
+	tests/test_contract.py::test_the_matrix_covers_every_registered_method \
+	tests/test_contract.py::test_every_trainable_parameter_gets_a_gradient \
+	tests/test_contract.py::test_no_host_sync_between_logging_steps
 PIP_VENV ?= .venv-pip
 test-pip:
 	rm -rf $(PIP_VENV)
