@@ -72,3 +72,11 @@ def test_run_py_refuses_in_one_line_and_leaves_no_run_directory(tmp_path):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines == [lines[0]] and "did you mean optim.lr?" in lines[0], proc.stderr[-3000:]
     assert not (tmp_path / "outputs").exists()
+
+
+def test_the_code_names_come_from_the_whole_package():
+    """The names a +key may take are read from every module of ``src/cselab`` (not only the folder the checker
+    lives in: it moved into ``run/``): keys read by a method's options, a loss and the data."""
+    from cselab.run.config_keys import code_names
+
+    assert {"dup_rate", "queue_size", "hard_negative_weight", "soft_negatives", "teacher_temperature"} <= code_names()

@@ -30,7 +30,7 @@ MODULES_FILE = "modules.json"
 #: the spec of a folder saved by :meth:`cselab.model.embedding.EmbeddingModel.save`
 CSELAB_MODEL_FILE = "cselab_model.json"
 #: this repository's named backbones (``conf/backbone/<name>.yaml``; absent outside a clone)
-CONF_BACKBONES = Path(__file__).resolve().parents[2] / "conf" / "backbone"
+CONF_BACKBONES = Path(__file__).resolve().parents[3] / "conf" / "backbone"
 #: what a model target may be, as every command's help and error message say it
 TARGETS = ("a run directory (results.json or checkpoints/), a checkpoint (.ckpt), an exported folder (modules.json "
            "or cselab_model.json) or a backbone (a conf/backbone name such as minilm_l6, a Hugging Face id, a model "

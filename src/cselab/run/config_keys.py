@@ -28,7 +28,7 @@ from cselab.model.spec import ConfigError
 
 #: top-level nodes whose new keys are always accepted (a new callback: its node is checked when built)
 OPEN_NODES = ("callbacks", "hydra")
-_SOURCE = Path(__file__).resolve().parent
+_SOURCE = Path(__file__).resolve().parents[1]  # src/cselab: every module of the package
 
 
 @functools.lru_cache(maxsize=1)
