@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -251,6 +252,15 @@ def test_every_experiment_composes_and_validates(experiment):
         else:
             assert cfg.data.path == ("wiki1m_for_simcse.txt" if cfg.setting.name == "unsup" else "nli_for_simcse.csv")
         assert ("_eh_" in row) == (cfg.loss.name == "infonce_eh")
+
+
+def test_the_demo_trains_in_float32_on_a_cpu(monkeypatch):
+    """`make demo` on a CPU: float32, not bf16-mixed (emulated bf16 on a CPU without AVX512-BF16 / AMX makes a
+    step minutes long); on a CUDA GPU with bf16, bf16-mixed."""
+    cfg = _compose("experiment=demo")
+    assert cfg.trainer.precision == "auto"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert RunSpec.from_config(cfg).training.precision == "32-true"
 
 
 def test_experiment_rows_carry_the_paper_hyper_parameters():
