@@ -23,6 +23,7 @@ from cselab.evaluation.stats import (
     seed_statistics,
 )
 from cselab.io.tables import Column, Table, csv_text, markdown
+from cselab.report.collect import json_key
 from cselab.report.published import COLUMN_NAMES
 
 __all__ = ["AUTO_MAX_PAIRS", "comparable_pairs", "compare_groups", "comparison_records", "load_pairs", "compare_runs", "comparison_rows", "render_comparison", "render_seed_difference",
@@ -217,13 +218,6 @@ def compare_groups(groups: Sequence, pairs: str = "auto", n_resamples: int = DEF
                 skipped.append(f"seed {ra.seed}: {err}")
         out.append(GroupComparison(ga, gb, by_seed, skipped, level))
     return out
-
-
-def json_key(value: object) -> str:
-    """A hashable, type-exact key of a seed (``1`` and ``"1"`` differ)."""
-    import json
-
-    return json.dumps(value, sort_keys=True, default=str)
 
 
 def comparison_records(comparisons: Sequence[GroupComparison], name) -> tuple[list[str], list[list[object]]]:

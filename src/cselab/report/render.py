@@ -50,9 +50,10 @@ def cell_parts(group: Group, col: str) -> dict[str, str]:
 
 
 def _name(group: Group) -> dict[str, str]:
+    variant = group.variant or ""
     return {
         "method": group.method or "*", "backbone": group.backbone or "*", "setting": group.setting or "*",
-        "variant": group.variant or "", "label": group.label,
+        "variant": variant, "label": group.label, "what": "; ".join(x for x in (variant, group.label) if x),
     }
 
 
@@ -158,19 +159,10 @@ def render_markdown(report: Report, dev: bool = False, comparisons: Sequence | N
 
 # ------------------------------------------------------------------------------------------ intervals
 
-def _interval_text(interval) -> str:
-    return f"[{interval.low:.2f}, {interval.high:.2f}]"
-
-
 def group_title(g: Group) -> str:
     """``method/backbone/setting (variant; label)``: a row's name in the interval sections."""
-    return _group_title(g)
-
-
-def _group_title(g: Group) -> str:
     name = _name(g)
-    what = "; ".join(x for x in (name["variant"], name["label"]) if x)
-    return f"{name['method']}/{name['backbone']}/{name['setting']}" + (f" ({what})" if what else "")
+    return f"{name['method']}/{name['backbone']}/{name['setting']}" + (f" ({name['what']})" if name["what"] else "")
 
 
 def interval_sections(report: Report, cols: Sequence[str], comparisons: Sequence | None = None) -> list[str]:
@@ -184,7 +176,7 @@ def interval_sections(report: Report, cols: Sequence[str], comparisons: Sequence
     """
     test_cols = [c for c in cols if c != DEV_COLUMN]
     scores = _score_columns([COLUMN_TITLES[c] for c in test_cols])
-    row_title = Column("Row", format=lambda g: markdown_escape(_group_title(g)))
+    row_title = Column("Row", format=lambda g: markdown_escape(group_title(g)))
     out: list[str] = []
     runs = [(g, r) for g in report.groups for r in g.runs if any(r.interval(c) for c in test_cols)]
     if runs:
@@ -206,7 +198,7 @@ def interval_sections(report: Report, cols: Sequence[str], comparisons: Sequence
             scored = [st for st in (g.seed_stats(c) for c in ("avg", *test_cols)) if st.n]
             warning = scored[0].warning if scored else seed_statistics([]).warning
             if warning:
-                warnings.append(f"- {markdown_escape(_group_title(g))}: {warning}")
+                warnings.append(f"- {markdown_escape(group_title(g))}: {warning}")
         rows = [[g, g.n, _seeds(g), *(_seed_cell(g, c) for c in test_cols)] for g in multi]
         out += ["", "### Per row: seed statistics (mean ± std [95 % t-interval of the mean])", "",
                 *markdown(Table([row_title, Column("n", "right"), Column("Seeds"), *scores], rows)),
@@ -221,8 +213,8 @@ def interval_sections(report: Report, cols: Sequence[str], comparisons: Sequence
         out += ["", "### Against the paper: is the published number inside our seed interval?", "",
                 *markdown(Table([row_title, Column("Paper"), Column("n", "right"), *scores], rows))]
     for gc in comparisons or []:
-        out += ["", f"### Paired comparison: A = {markdown_escape(_group_title(gc.a))} vs B = "
-                    f"{markdown_escape(_group_title(gc.b))}", ""]
+        out += ["", f"### Paired comparison: A = {markdown_escape(group_title(gc.a))} vs B = "
+                    f"{markdown_escape(group_title(gc.b))}", ""]
         if not gc.by_seed:
             out += [f"_not compared: {'; '.join(gc.skipped) or 'no seed in common'}_"]
             continue
@@ -252,7 +244,8 @@ def _seed_cell(g: Group, col: str) -> str:
     st = g.seed_stats(col)
     if st.mean is None:
         return "–"
-    return f"{st.mean:.2f}" + (f" ± {st.std:.2f} {_interval_text(st.interval)}" if st.std is not None else "")
+    return f"{st.mean:.2f}" + (f" ± {st.std:.2f} [{st.interval.low:.2f}, {st.interval.high:.2f}]"
+                               if st.std is not None else "")
 
 
 def _inside_cell(g: Group, col: str) -> str:
@@ -302,9 +295,8 @@ def render_latex(report: Report, dev: bool = False) -> str:
     rows = []
     for g in report.groups:
         name = _name(g)
-        what = "; ".join(x for x in (name["variant"], name["label"]) if x)
-        rows.append([name["method"], name["backbone"], name["setting"], what, g.n, *[_latex_cell(g, c) for c in cols],
-                     _source(g)])
+        rows.append([name["method"], name["backbone"], name["setting"], name["what"], g.n,
+                     *[_latex_cell(g, c) for c in cols], _source(g)])
     plain = [Column(h, format=latex_escape) for h in ("Method", "Backbone", "Setting", "Variant")]
     table = Table([*plain, Column("$n$"), *_score_columns([latex_escape(COLUMN_TITLES[c]) for c in cols], "center"),
                    Column("Paper", format=latex_escape)], rows)
