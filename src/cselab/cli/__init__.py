@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 #: command -> (module with ``main(argv) -> int``, one-line description)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -36,6 +37,24 @@ COMMANDS: dict[str, tuple[str, str]] = {
 #: optional module -> the extra that installs it (a command that needs one says which to install)
 EXTRAS: dict[str, str] = {"sentence_transformers": "export", "mteb": "mteb", "wandb": "wandb",
                           "matplotlib": "notebooks"}
+
+
+def fail(message: str, status: int = 1) -> int:
+    """Print ``message`` (one line naming what is wrong and what to do) to stderr; returns ``status``, the exit
+    status a command's ``main`` returns with it (``return fail(...)``)."""
+    print(message, file=sys.stderr)
+    return status
+
+
+def write_output(text: str, out: Path | None, what: str = "") -> None:
+    """``text`` to the file ``out`` (its folder made; ``wrote OUT what`` on stderr), or to stdout when ``out`` is
+    None (a command's ``--out FILE``)."""
+    if out is None:
+        sys.stdout.write(text)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    print(f"wrote {out}{what}", file=sys.stderr)
 
 
 def usage() -> str:

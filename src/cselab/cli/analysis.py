@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 
 import torch
@@ -37,6 +36,7 @@ import torch
 from cselab.analysis.corpus import read_corpus
 from cselab.analysis.geometry import anisotropy
 from cselab.analysis.representations import REPRESENTATIONS, make_encode_fn
+from cselab.cli import fail
 from cselab.evaluation.align_uniform import align_uniform_stsb
 from cselab.io.targets import TARGETS
 from cselab.representations.topk import TABLE7_SENTENCES, manual_template, topk_mask_tokens
@@ -140,8 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(parser, args)
     except (OSError, ValueError) as err:  # BackboneUnavailableError is an OSError
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        return fail(f"error: {err}", 1)
 
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

@@ -4,9 +4,9 @@ from labelled NLI pairs (SNLI / MultiNLI / SICK; the pairing rule: :mod:`cselab.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 
+from cselab.cli import fail
 from cselab.cli.nli_triplets import DEFAULT_OUT, SOURCES, convert
 
 
@@ -34,8 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         stats = convert(args.source, args.inputs, args.out, args.reverse_contradictions)
     except (OSError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        return fail(f"error: {err}", 1)
     print(
         f"{stats.triplets} triplets from {stats.premises_used} of {stats.premises} premises "
         f"({stats.pairs} pairs; labels {stats.label_counts}; skipped: {stats.skipped_no_label} without gold "

@@ -26,14 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 from cselab.evaluation.stats import SeedStats, seed_statistics
 from cselab.io.config import OUTPUT_ONLY_KEYS
 from cselab.report.published import (
     BACKBONES,
-    SCORE_KEYS,
     SETTINGS,
     TASKS,
     PublishedRow,
@@ -132,28 +130,6 @@ class Run:
 
 
 @dataclass
-class Stat:
-    """Aggregate of one column over a group's runs (Spearman x 100)."""
-
-    values: list[float]
-
-    @property
-    def n(self) -> int:
-        """Number of runs with a value."""
-        return len(self.values)
-
-    @property
-    def mean(self) -> float | None:
-        """Mean over the runs (``None`` when no run has a value)."""
-        return float(np.mean(self.values)) if self.values else None
-
-    @property
-    def std(self) -> float | None:
-        """Sample standard deviation (``ddof=1``); ``None`` unless n > 1."""
-        return float(np.std(self.values, ddof=1)) if len(self.values) > 1 else None
-
-
-@dataclass
 class Group:
     """Runs whose configurations differ only in seed, with their aggregate and the matching published row."""
 
@@ -191,23 +167,17 @@ class Group:
         """The runs' seeds, sorted (``None`` for a run without one)."""
         return sorted((r.seed for r in self.runs), key=lambda s: (s is None, str(type(s)), s if s is not None else 0))
 
-    def stat(self, key: str) -> Stat:
-        """Aggregate of test column ``key`` (a task or ``avg``) or ``"dev"`` (STS-B dev), Spearman x 100."""
-        if key == "dev":
-            values = [r.dev_score() for r in self.runs]
-        else:
-            values = [r.score(key) for r in self.runs]
-        return Stat([v for v in values if v is not None])
-
-    def seed_stats(self, key: str, level: float = 0.95) -> SeedStats:
-        """Mean, sample std and t-based interval of the mean over the group's seeds for column ``key``
+    def stat(self, key: str, level: float = 0.95) -> SeedStats:
+        """Test column ``key`` (a task or ``avg``) or ``"dev"`` (STS-B dev) over the group's runs that have it,
+        Spearman x 100: n, mean, sample std (``ddof=1``; n > 1) and the t-interval of the mean
         (:func:`cselab.evaluation.stats.seed_statistics`; a warning when n < 3)."""
-        return seed_statistics(self.stat(key).values, level)
+        values = [r.dev_score() if key == "dev" else r.score(key) for r in self.runs]
+        return seed_statistics([v for v in values if v is not None], level)
 
     def paper_inside(self, key: str, level: float = 0.95) -> bool | None:
         """Whether the published number of column ``key`` lies inside our t-interval over seeds; ``None``
         without a published number or with fewer than 2 seeds (no interval)."""
-        paper, interval = self.paper(key), self.seed_stats(key, level).interval
+        paper, interval = self.paper(key), self.stat(key, level).interval
         return None if paper is None or interval is None else interval.contains(paper)
 
     def paper(self, key: str) -> float | None:
@@ -537,6 +507,6 @@ def collect(
 
 
 __all__ = [
-    "BASE_KEYS", "Group", "Report", "Run", "SCORE_KEYS", "SameSeedError", "Stat", "check_distinct_seeds", "collect",
+    "BASE_KEYS", "Group", "Report", "Run", "SameSeedError", "check_distinct_seeds", "collect",
     "finite", "find_runs", "group_key", "group_runs", "json_key", "read_run",
 ]

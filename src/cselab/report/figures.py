@@ -283,7 +283,7 @@ def sweep_figure(groups: Sequence[Group], x_key: str | None = None, col: str | N
     for i, (name, members) in enumerate(lines.items()):
         members.sort(key=lambda g: finite(_key_values(g)[x_key]))
         xs = [_key_values(g)[x_key] for g in members]   # the swept values as written (int stays int)
-        stats = [g.seed_stats(col) for g in members]
+        stats = [g.stat(col) for g in members]
         ys = [st.mean for st in stats]
         low = [st.interval.low if st.interval else None for st in stats]
         high = [st.interval.high if st.interval else None for st in stats]

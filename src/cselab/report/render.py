@@ -36,19 +36,6 @@ def _fmt(value: float | None, signed: bool = False) -> str:
     return f"{value:+.2f}" if signed else f"{value:.2f}"
 
 
-def cell_parts(group: Group, col: str) -> dict[str, str]:
-    """The pieces of one cell as text: ``ours`` ("75.27", "75.27 ± 0.40" or ""), ``paper``
-    ("76.25", "78.54 ± 0.15" or ""), ``diff`` ("-0.98" or "").  Spearman x 100, 2 decimals."""
-    stat = group.stat(col)
-    ours = _fmt(stat.mean)
-    if ours and stat.std is not None:
-        ours += f" ± {stat.std:.2f}"
-    paper = _fmt(group.paper(col))
-    if paper and group.paper_std(col) is not None:
-        paper += f" ± {group.paper_std(col):.2f}"
-    return {"ours": ours, "paper": paper, "diff": _fmt(group.diff(col), signed=True)}
-
-
 def _name(group: Group) -> dict[str, str]:
     variant = group.variant or ""
     return {
@@ -86,20 +73,21 @@ def _failed_title(run: Run) -> str:
     return "/".join(names) + (f" [{extra}]" if extra else "")
 
 
-def _score_columns(titles: Sequence[str], align: str = "right") -> list[Column]:
-    """One column per score column (the tasks, Avg, STS-B dev), right-aligned (LaTeX: centred)."""
-    return [Column(t, align) for t in titles]
-
-
 # ------------------------------------------------------------------------------------------ markdown
 
 def _markdown_cell(g: Group, col: str) -> str:
-    part = cell_parts(g, col)
-    text = part["ours"]
-    if part["paper"] and text:
-        text += f" ({part['paper']}; {part['diff']})"
-    elif part["paper"]:
-        text = f"– ({part['paper']})"
+    """``ours (paper; ours - paper)``: "75.27 ± 0.40 (78.54 ± 0.15; -3.27)", "– (76.25)" or "–" (2 decimals)."""
+    stat = g.stat(col)
+    text = _fmt(stat.mean)
+    if text and stat.std is not None:
+        text += f" ± {stat.std:.2f}"
+    paper = _fmt(g.paper(col))
+    if paper and g.paper_std(col) is not None:
+        paper += f" ± {g.paper_std(col):.2f}"
+    if paper and text:
+        text += f" ({paper}; {_fmt(g.diff(col), signed=True)})"
+    elif paper:
+        text = f"– ({paper})"
     return text or "–"
 
 
@@ -125,7 +113,7 @@ def sts_table(report: Report, dev: bool = False, markup: str = "markdown") -> Ta
     escape = markdown_escape if markup == "markdown" else str
     return Table([Column("Method"), Column("Backbone"), Column("Setting"),
                   Column("Variant / overrides", format=escape), Column("n"),
-                  *_score_columns([COLUMN_TITLES[c] for c in cols]), Column("Paper")], rows)
+                  *(Column(COLUMN_TITLES[c], "right") for c in cols), Column("Paper")], rows)
 
 
 def render_markdown(report: Report, dev: bool = False, comparisons: Sequence | None = None) -> str:
@@ -175,7 +163,7 @@ def interval_sections(report: Report, cols: Sequence[str], comparisons: Sequence
     * the paired comparisons (:func:`cselab.report.compare.compare_groups`), seed by seed and over seeds.
     """
     test_cols = [c for c in cols if c != DEV_COLUMN]
-    scores = _score_columns([COLUMN_TITLES[c] for c in test_cols])
+    scores = [Column(COLUMN_TITLES[c], "right") for c in test_cols]
     row_title = Column("Row", format=lambda g: markdown_escape(group_title(g)))
     out: list[str] = []
     runs = [(g, r) for g in report.groups for r in g.runs if any(r.interval(c) for c in test_cols)]
@@ -195,7 +183,7 @@ def interval_sections(report: Report, cols: Sequence[str], comparisons: Sequence
         for g in multi:
             # the warning of a column the row has scores in (a run that tested a subset of the tasks has no avg:
             # its n=0 there is not the row's n)
-            scored = [st for st in (g.seed_stats(c) for c in ("avg", *test_cols)) if st.n]
+            scored = [st for st in (g.stat(c) for c in ("avg", *test_cols)) if st.n]
             warning = scored[0].warning if scored else seed_statistics([]).warning
             if warning:
                 warnings.append(f"- {markdown_escape(group_title(g))}: {warning}")
@@ -222,7 +210,7 @@ def interval_sections(report: Report, cols: Sequence[str], comparisons: Sequence
         rows = [[seed, *(_paired_cell(cmp, t) for t in tasks)] for seed, cmp in gc.by_seed.items()]
         rows.append([f"mean over {len(gc.by_seed)} seeds", *(_over_seeds_cell(gc.over_seeds.get(t)) for t in tasks)])
         cmp0 = next(iter(gc.by_seed.values()))
-        out += [*markdown(Table([Column("Seed", format=str), *_score_columns([COLUMN_TITLES.get(t, t) for t in tasks])],
+        out += [*markdown(Table([Column("Seed", format=str), *(Column(COLUMN_TITLES.get(t, t), "right") for t in tasks)],
                                 rows)),
                 "", f"Per seed: A − B (Spearman × 100 points) on the same test pairs, [paired bootstrap "
                     f"{cmp0.method} interval, {cmp0.n_resamples} resamples], p = paired permutation test, "
@@ -241,7 +229,7 @@ def _pairs_cell(run: Run, col: str) -> str:
 
 def _seed_cell(g: Group, col: str) -> str:
     """``mean ± std [low, high]`` over a row's seeds (the mean alone for one seed)."""
-    st = g.seed_stats(col)
+    st = g.stat(col)
     if st.mean is None:
         return "–"
     return f"{st.mean:.2f}" + (f" ± {st.std:.2f} [{st.interval.low:.2f}, {st.interval.high:.2f}]"
@@ -298,7 +286,7 @@ def render_latex(report: Report, dev: bool = False) -> str:
         rows.append([name["method"], name["backbone"], name["setting"], name["what"], g.n,
                      *[_latex_cell(g, c) for c in cols], _source(g)])
     plain = [Column(h, format=latex_escape) for h in ("Method", "Backbone", "Setting", "Variant")]
-    table = Table([*plain, Column("$n$"), *_score_columns([latex_escape(COLUMN_TITLES[c]) for c in cols], "center"),
+    table = Table([*plain, Column("$n$"), *(Column(latex_escape(COLUMN_TITLES[c]), "center") for c in cols),
                    Column("Paper", format=latex_escape)], rows)
     out = ["% STS results, Spearman x 100: ours = mean $\\pm$ sample std (ddof=1) over n seeds;",
            "% (paper; ours - paper) in small type when the paper reports the column.", *latex(table)]
@@ -341,7 +329,7 @@ def table_records(report: Report) -> tuple[list[str], list[list[Any]]]:
                                                           p.derived and f"derived: {p.derived}") if x)
         row += [_source(g), note, " ".join(str(r.path) for r in g.runs), "", ""]
         for c in cols:
-            interval = g.seed_stats(c).interval
+            interval = g.stat(c).interval
             pairs = g.runs[0].interval(c) if g.n == 1 and c != DEV_COLUMN else None
             row += [interval.low if interval else None, interval.high if interval else None, g.paper_inside(c),
                     *(pairs or [None, None])]
@@ -382,5 +370,5 @@ def render(report: Report, fmt: str = "markdown", dev: bool = False, comparisons
     raise ValueError(f"unknown format {fmt!r}; expected one of {list(FORMATS)}")
 
 
-__all__ = ["FORMATS", "cell_parts", "group_title", "interval_sections", "latex_escape", "render", "render_csv", "render_latex",
+__all__ = ["FORMATS", "group_title", "interval_sections", "render", "render_csv", "render_latex",
            "render_markdown", "sts_table", "table_records"]
