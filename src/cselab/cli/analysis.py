@@ -173,12 +173,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         den = (topk_mask_tokens(encoder, tokenizer, args.template, sentences, k=k, denoise=True,
                                 batch_size=args.batch_size) if args.denoise else None)
         if args.json:
-            rows = []
-            for i, s in enumerate(sentences):
-                row = {"sentence": s, "topk": plain[i]}
-                if den is not None:
-                    row["topk_denoised"] = den[i]
-                rows.append(row)
+            rows = [{"sentence": s, "topk": plain[i], **({"topk_denoised": den[i]} if den is not None else {})}
+                    for i, s in enumerate(sentences)]
             print(json.dumps({"command": "topk-tokens", "backbone": args.backbone, "k": k, "rows": rows}))
         else:
             print(f"template: {args.template or manual_template(encoder.family)}")

@@ -23,7 +23,6 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from cselab.cli import fail
 
@@ -90,8 +89,8 @@ def evaluate(method, tasks: list, name: str | None = None, batch_size: int | Non
 
     encoder = CselabMTEBEncoder(method, name=name, batch_size=batch_size)
     cache = mteb.ResultCache(cache_path=str(output)) if output is not None else None
-    kwargs: dict[str, Any] = {"cache": cache, "show_progress_bar": False, "overwrite_strategy": "always"}
-    result = mteb.evaluate(encoder, tasks, encode_kwargs={"batch_size": batch_size or 32}, **kwargs)
+    result = mteb.evaluate(encoder, tasks, encode_kwargs={"batch_size": batch_size or 32}, cache=cache,
+                           show_progress_bar=False, overwrite_strategy="always")
     if getattr(result, "exceptions", None):
         raise RuntimeError("; ".join(str(e) for e in result.exceptions))
     return {r.task_name: 100.0 * float(r.get_score()) for r in result.task_results}

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from cselab.report.collect import Group, Report, Run, finite, json_key
+from cselab.report.collect import BASE_KEYS, Group, Report, Run, finite, json_key
 from cselab.report.published import COLUMN_NAMES, SCORE_KEYS
 from cselab.report.render import group_title
 
@@ -145,8 +145,7 @@ def row_names(groups: Sequence[Group]) -> dict[int, str]:
     names = {}
     for g in groups:
         kv = _key_values(g)
-        parts = [f"{k}={kv[k]}" for k in varying if k in kv and k not in ("method.name", "backbone.name",
-                                                                          "setting.name")]
+        parts = [f"{k}={kv[k]}" for k in varying if k in kv and k not in BASE_KEYS]
         if g.variant:
             parts.insert(0, g.variant)
         names[id(g)] = f"{g.method}/{g.backbone}/{g.setting}" + (f" ({'; '.join(parts)})" if parts else "")
@@ -169,8 +168,7 @@ def dev_curve_figure(group: Group, index: int = 0, name: str | None = None) -> F
     """Figure 1 for one row: every seed's STS-B dev curve, its selected checkpoint, the seeds' mean and band
     (module docstring); ``None`` when no run of the row has a curve (a run that trained nothing).  ``name``: the
     row's short name (:func:`row_names`; default its whole title)."""
-    runs = [(r, dev_curve(r)) for r in group.runs]
-    runs = [(r, c) for r, c in runs if c]
+    runs = [(r, c) for r in group.runs if (c := dev_curve(r))]
     if not runs:
         return None
     fig, ax = _figure()
@@ -390,8 +388,7 @@ def task_scores_figure(groups: Sequence[Group]) -> FigureSpec | None:
 
 def align_uniform_figure(groups: Sequence[Group]) -> FigureSpec | None:
     """Figure 4 (module docstring); ``None`` when no run logged the trajectory."""
-    runs = [(g, r, align_uniform_trajectory(r.path)) for g in groups for r in g.runs]
-    runs = [(g, r, t) for g, r, t in runs if t]
+    runs = [(g, r, t) for g in groups for r in g.runs if (t := align_uniform_trajectory(r.path))]
     if not runs:
         return None
     fig, ax = _figure(5.6, 4.8)

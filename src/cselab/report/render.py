@@ -58,11 +58,13 @@ def _notes(groups: Sequence[Group]) -> list[str]:
         p = g.published
         if p is not None and (p.erratum or p.derived) and p.index not in seen:
             seen.add(p.index)
-            if p.erratum:
-                notes.append(f"{p.source} ({p.method}, {p.backbone}, {p.setting}): erratum: {p.erratum}")
-            if p.derived:
-                notes.append(f"{p.source} ({p.method}, {p.backbone}, {p.setting}): derived: {p.derived}")
+            notes += [f"{p.source} ({p.method}, {p.backbone}, {p.setting}): {part}" for part in _note_parts(p)]
     return notes
+
+
+def _note_parts(p) -> list[str]:
+    """A published row's ``erratum: ...`` and ``derived: ...`` (those it has)."""
+    return [f"{kind}: {text}" for kind, text in (("erratum", p.erratum), ("derived", p.derived)) if text]
 
 
 def _failed_title(run: Run) -> str:
@@ -325,8 +327,7 @@ def table_records(report: Report) -> tuple[list[str], list[list[Any]]]:
             stat = g.stat(c)
             row += [stat.mean, stat.std, stat.n, g.paper(c), g.paper_std(c), g.diff(c)]
         p = g.published
-        note = "" if p is None else "; ".join(x for x in (p.erratum and f"erratum: {p.erratum}",
-                                                          p.derived and f"derived: {p.derived}") if x)
+        note = "" if p is None else "; ".join(_note_parts(p))
         row += [_source(g), note, " ".join(str(r.path) for r in g.runs), "", ""]
         for c in cols:
             interval = g.stat(c).interval
