@@ -7,7 +7,8 @@
     cselab --help                                                    # the list of commands
 
 Each command is one module of this package with a ``main(argv) -> int`` (its argparse front end; the
-``python -m cselab report`` ... spellings are one-line shims calling it: same arguments and exit status).
+``python -m cselab report`` ... spellings are one-line shims calling it: same arguments and exit status); they
+share :func:`fail` (an error line on stderr, then the exit status) and :func:`write_output` (``--out FILE``).
 Training stays ``python run.py ...`` in a clone (Hydra composes ``conf/`` beside it).  This package is the top
 layer: library modules never import it (``tests/test_layers.py``); it imports a command's module only when that
 command is called.

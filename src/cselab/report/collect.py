@@ -95,7 +95,8 @@ class Run:
         return None
 
     def score(self, key: str) -> float | None:
-        """Test score ``key`` (a task or ``avg``; Spearman x 100), ``None`` when absent or not finite.
+        """Test score ``key`` (a task or ``avg``) or ``"dev"`` (STS-B dev, ``results["dev"]["stsb"]``), Spearman
+        x 100, ``None`` when absent or not finite.
 
         ``avg`` is the papers' Avg, the plain mean of the 7 tasks: ``None`` unless all 7 are present (a run
         that tested a subset, e.g. ``eval.test_tasks=[stsb]``, has no comparable Avg even if its file stores
@@ -103,6 +104,8 @@ class Run:
         """
         if not self.ok:
             return None
+        if key == "dev":
+            return finite((self.results.get("dev") or {}).get("stsb"))
         test = self.results.get("test") or {}
         if key != "avg":
             return finite(test.get(key))
@@ -121,12 +124,6 @@ class Run:
         if isinstance(ci, list | tuple) and len(ci) == 2 and all(finite(v) is not None for v in ci):
             return [float(ci[0]), float(ci[1])]
         return None
-
-    def dev_score(self) -> float | None:
-        """STS-B dev Spearman x 100 (``results["dev"]["stsb"]``), ``None`` when absent."""
-        if not self.ok:
-            return None
-        return finite((self.results.get("dev") or {}).get("stsb"))
 
 
 @dataclass
@@ -171,8 +168,7 @@ class Group:
         """Test column ``key`` (a task or ``avg``) or ``"dev"`` (STS-B dev) over the group's runs that have it,
         Spearman x 100: n, mean, sample std (``ddof=1``; n > 1) and the t-interval of the mean
         (:func:`cselab.evaluation.stats.seed_statistics`; a warning when n < 3)."""
-        values = [r.dev_score() if key == "dev" else r.score(key) for r in self.runs]
-        return seed_statistics([v for v in values if v is not None], level)
+        return seed_statistics([v for r in self.runs if (v := r.score(key)) is not None], level)
 
     def paper_inside(self, key: str, level: float = 0.95) -> bool | None:
         """Whether the published number of column ``key`` lies inside our t-interval over seeds; ``None``
