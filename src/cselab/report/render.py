@@ -267,10 +267,7 @@ def _over_seeds_cell(st) -> str:
 
 def _latex_cell(g: Group, col: str) -> str:
     stat = g.stat(col)
-    if stat.mean is None:
-        text = "--"
-    else:
-        text = f"{stat.mean:.2f}" + (f"$\\pm${stat.std:.2f}" if stat.std is not None else "")
+    text = "--" if stat.mean is None else f"{stat.mean:.2f}" + (f"$\\pm${stat.std:.2f}" if stat.std is not None else "")
     paper = g.paper(col)
     if paper is not None:
         diff = g.diff(col)
@@ -292,8 +289,7 @@ def render_latex(report: Report, dev: bool = False) -> str:
                    Column("Paper", format=latex_escape)], rows)
     out = ["% STS results, Spearman x 100: ours = mean $\\pm$ sample std (ddof=1) over n seeds;",
            "% (paper; ours - paper) in small type when the paper reports the column.", *latex(table)]
-    for note in _notes(report.groups):
-        out.append(f"% paper note: {note}")
+    out += [f"% paper note: {note}" for note in _notes(report.groups)]
     for run in report.failed:
         out.append(f"% {run.status.upper()}: {run.path} ({_failed_title(run)}): {run.error}")
         for log_name, tail in run.log_tail.items():
