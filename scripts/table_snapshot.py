@@ -43,8 +43,6 @@ from cselab.report.compare import (  # noqa: E402
     compare_groups,
     compare_runs,
     render_comparison,
-    render_seed_difference,
-    seed_difference,
 )
 from cselab.report.published import load_published, lookup  # noqa: E402
 from cselab.report.transfer import render_transfer_tables, transfer_rows_of_runs  # noqa: E402
@@ -119,9 +117,6 @@ def snapshot(tmp: Path) -> dict:
     cli(report_main, [str(two), "--n-resamples", "200", "--format", "csv", "--comparisons-csv", str(tmp / "cmp2.csv")],
         "cli report cmp csv")
     snap["cmp2.csv"] = (tmp / "cmp2.csv").read_bytes().decode()
-    snap["seed difference"] = render_seed_difference(cmps[0].over_seeds, list(cmps[0].by_seed))
-    one = {0: cmps[0].by_seed[0]}
-    snap["seed difference 1"] = render_seed_difference(seed_difference(one), [0])
     three = tmp / "three"
     three.mkdir()
     ti.make_run(three, "a0", "simcse", 0, 0.4, gold)

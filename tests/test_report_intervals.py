@@ -79,8 +79,8 @@ def test_report_prints_seed_statistics_pair_intervals_and_comparisons(two_method
     assert len(comparisons) == 1 and sorted(comparisons[0].by_seed) == [0, 1, 2]
     md = render_markdown(report, comparisons=comparisons)
     a = next(g for g in report.groups if g.method == "simcse")
-    st = seed_statistics(a.stat("avg").values)
-    assert a.seed_stats("avg").interval == st.interval
+    st = seed_statistics([r.score("avg") for r in a.runs])
+    assert a.stat("avg").interval == st.interval
     assert f"{st.mean:.2f} ± {st.std:.2f} [{st.interval.low:.2f}, {st.interval.high:.2f}]" in md
     run = a.runs[0]
     low, high = run.interval("sts12")
@@ -111,7 +111,7 @@ def test_two_seeds_warn_and_one_seed_has_no_interval(tmp_path):
     assert "n=2 seeds: the interval over 2 seeds is very wide" in md
     assert "n=1 seed: no interval over seeds" in md
     single = next(g for g in report.groups if g.n == 1)
-    assert single.seed_stats("avg").interval is None
+    assert single.stat("avg").interval is None
     row = next(r for r in csv.DictReader(render_csv(report).splitlines()) if r["method"] == "promptbert")
     assert row["avg_pairs_ci_low"] != "" and row["avg_seed_ci_low"] == ""
 
@@ -124,7 +124,7 @@ def test_paper_number_inside_or_outside_our_seed_interval(tmp_path):
     report = collect([tmp_path])
     g = report.groups[0]
     assert g.published is not None and g.paper("avg") is not None
-    interval = g.seed_stats("avg").interval
+    interval = g.stat("avg").interval
     assert g.paper_inside("avg") is interval.contains(g.paper("avg"))
     md = render_markdown(report)
     assert "### Against the paper" in md

@@ -7,7 +7,8 @@
     cselab --help                                                    # the list of commands
 
 Each command is one module of this package with a ``main(argv) -> int`` (its argparse front end; the
-``python -m cselab report`` ... spellings are one-line shims calling it: same arguments and exit status).
+``python -m cselab report`` ... spellings are one-line shims calling it: same arguments and exit status); they
+share :func:`fail` (an error line on stderr, then the exit status) and :func:`write_output` (``--out FILE``).
 Training stays ``python run.py ...`` in a clone (Hydra composes ``conf/`` beside it).  This package is the top
 layer: library modules never import it (``tests/test_layers.py``); it imports a command's module only when that
 command is called.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 #: command -> (module with ``main(argv) -> int``, one-line description)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -36,6 +38,24 @@ COMMANDS: dict[str, tuple[str, str]] = {
 #: optional module -> the extra that installs it (a command that needs one says which to install)
 EXTRAS: dict[str, str] = {"sentence_transformers": "export", "mteb": "mteb", "wandb": "wandb",
                           "matplotlib": "notebooks"}
+
+
+def fail(message: str, status: int = 1) -> int:
+    """Print ``message`` (one line naming what is wrong and what to do) to stderr; returns ``status``, the exit
+    status a command's ``main`` returns with it (``return fail(...)``)."""
+    print(message, file=sys.stderr)
+    return status
+
+
+def write_output(text: str, out: Path | None, what: str = "") -> None:
+    """``text`` to the file ``out`` (its folder made; ``wrote OUT what`` on stderr), or to stdout when ``out`` is
+    None (a command's ``--out FILE``)."""
+    if out is None:
+        sys.stdout.write(text)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    print(f"wrote {out}{what}", file=sys.stderr)
 
 
 def usage() -> str:

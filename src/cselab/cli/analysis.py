@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 
 import torch
@@ -37,6 +36,7 @@ import torch
 from cselab.analysis.corpus import read_corpus
 from cselab.analysis.geometry import anisotropy
 from cselab.analysis.representations import REPRESENTATIONS, make_encode_fn
+from cselab.cli import fail
 from cselab.evaluation.align_uniform import align_uniform_stsb
 from cselab.io.targets import TARGETS
 from cselab.representations.topk import TABLE7_SENTENCES, manual_template, topk_mask_tokens
@@ -140,8 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(parser, args)
     except (OSError, ValueError) as err:  # BackboneUnavailableError is an OSError
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        return fail(f"error: {err}", 1)
 
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -174,12 +173,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         den = (topk_mask_tokens(encoder, tokenizer, args.template, sentences, k=k, denoise=True,
                                 batch_size=args.batch_size) if args.denoise else None)
         if args.json:
-            rows = []
-            for i, s in enumerate(sentences):
-                row = {"sentence": s, "topk": plain[i]}
-                if den is not None:
-                    row["topk_denoised"] = den[i]
-                rows.append(row)
+            rows = [{"sentence": s, "topk": plain[i], **({"topk_denoised": den[i]} if den is not None else {})}
+                    for i, s in enumerate(sentences)]
             print(json.dumps({"command": "topk-tokens", "backbone": args.backbone, "k": k, "rows": rows}))
         else:
             print(f"template: {args.template or manual_template(encoder.family)}")

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from cselab.cli import fail, write_output
 from cselab.evaluation.stats import DEFAULT_BOOTSTRAP, METHODS
 from cselab.report.compare import compare_runs, render_comparison
 
@@ -57,13 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cmp = compare_runs(args.run_a, args.run_b, n_resamples=args.n_resamples, seed=args.seed,
                            level=args.level, method=args.method)
     except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        return fail(f"error: {err}", 1)
     text = render_comparison(cmp, str(args.run_a), str(args.run_b), args.format)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text, encoding="utf-8")
-        print(f"wrote {args.out}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
+    write_output(text, args.out)
     return 0

@@ -26,16 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=123)
     args = parser.parse_args(argv)
 
+    import cselab
     from cselab.data.cxc import load_cxc
-    from cselab.methods.loading import load
-    from cselab.methods.registry import method_class
 
     pairs = load_cxc(args.captions, split=args.split, data_dir=args.data_dir)
-    if args.checkpoint:
-        model = load(args.checkpoint)
-    else:
-        model = method_class("baseline")(backbone={"name_or_path": args.backbone},
-                                         model={"pooler": args.pooler, "head": "none"}, train=False)
+    # the one loader of every command (cselab.methods.loading.load): a checkpoint, or the backbone with --pooler
+    model = cselab.load(args.checkpoint or args.backbone, pooler=None if args.checkpoint else args.pooler)
     out = cxc_bootstrap_spearman(model.encode, pairs, n_samples=args.samples, seed=args.seed)
     print(json.dumps({"split": args.split, "pairs": len(pairs.text1),
                       "mean": round(out["mean"], 2), "std": round(out["std"], 2), "samples": args.samples}))

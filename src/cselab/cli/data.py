@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from cselab.cli import fail
 from cselab.data import download
 from cselab.data.download import FILES, REPO, fetch, link_shared
 
@@ -39,8 +40,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         fetch(args.data_dir, args.what)
     except Exception as err:  # network errors: say what to do instead
-        print(f"could not download {args.what} from {REPO}: {err}\n"
-              f"Put the files in {args.data_dir}/ by hand (see src/cselab/data/paths.py for the layout).",
-              file=sys.stderr)
-        return 1
+        return fail(f"could not download {args.what} from {REPO}: {err}\n"
+                    f"Put the files in {args.data_dir}/ by hand (see src/cselab/data/paths.py for the layout).", 1)
     return 0

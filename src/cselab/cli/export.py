@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from cselab import export as exporting
+from cselab.cli import fail
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -45,12 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         target = resolve_target(args.checkpoint)
     except TargetError as err:
-        print(f"cselab.export: {err}", file=sys.stderr)
-        return 2
+        return fail(f"cselab.export: {err}", 2)
     if target.kind == "exported":
-        print(f"cselab.export: {args.checkpoint} is already an exported folder: load it with "
-              "SentenceTransformer(folder) or cselab.load(folder)", file=sys.stderr)
-        return 2
+        return fail(f"cselab.export: {args.checkpoint} is already an exported folder: load it with "
+                    "SentenceTransformer(folder) or cselab.load(folder)", 2)
     if target.kind == "run_dir":  # a run directory: its best checkpoint, as every command takes it
         print(f"cselab.export: exporting the run's best checkpoint {target.path}", file=sys.stderr)
     if target.kind == "backbone":  # the raw backbone as method=baseline (avg pooling), as transfer / mteb read it
@@ -61,16 +60,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             token = check_push_access(args.push_to_hub)
         except HubError as err:
-            print(f"cselab.export: {err}", file=sys.stderr)
-            return 2
+            return fail(f"cselab.export: {err}", 2)
     try:
         source = cselab.load(target.path, family=target.family) if target.kind == "backbone" else target.path
         result = exporting.export(source, args.out_dir, overwrite=args.overwrite,
                                   verify=not args.no_verify, results=args.results, repo_id=args.push_to_hub,
                                   merge_lora=args.merge_lora)
     except (exporting.ExportError, FileNotFoundError, OSError) as err:
-        print(f"cselab.export: {err}", file=sys.stderr)
-        return 2
+        return fail(f"cselab.export: {err}", 2)
     print(json.dumps(result, indent=2, default=str))
     if not result["trust_remote_code"]:
         kind = "plain sentence-transformers modules (no remote code)"
@@ -84,14 +81,12 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"{check['max_abs_diff']:.3g} ({check['sentences']} sentences, each encoded alone both ways)"),
           file=sys.stderr)
     if check is not None and not check["passed"]:
-        print(f"cselab.export: WARNING max abs difference {check['max_abs_diff']:.3g} > {check['tolerance']:g}"
-              + ("; not pushed" if args.push_to_hub else ""), file=sys.stderr)
-        return 1
+        return fail(f"cselab.export: WARNING max abs difference {check['max_abs_diff']:.3g} > {check['tolerance']:g}"
+                    + ("; not pushed" if args.push_to_hub else ""), 1)
     if args.push_to_hub:
         try:
             url = push_folder(args.out_dir, args.push_to_hub, token, private=args.private)
         except HubError as err:
-            print(f"cselab.export: {err}", file=sys.stderr)
-            return 1
+            return fail(f"cselab.export: {err}", 1)
         print(f"cselab.export: pushed {args.out_dir} to {args.push_to_hub}: {url}", file=sys.stderr)
     return 0

@@ -23,7 +23,8 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+
+from cselab.cli import fail
 
 #: MTEB task name -> cselab task (the tasks ``--local`` can build from SentEval's files)
 LOCAL_TASKS: dict[str, str] = {
@@ -88,8 +89,8 @@ def evaluate(method, tasks: list, name: str | None = None, batch_size: int | Non
 
     encoder = CselabMTEBEncoder(method, name=name, batch_size=batch_size)
     cache = mteb.ResultCache(cache_path=str(output)) if output is not None else None
-    kwargs: dict[str, Any] = {"cache": cache, "show_progress_bar": False, "overwrite_strategy": "always"}
-    result = mteb.evaluate(encoder, tasks, encode_kwargs={"batch_size": batch_size or 32}, **kwargs)
+    result = mteb.evaluate(encoder, tasks, encode_kwargs={"batch_size": batch_size or 32}, cache=cache,
+                           show_progress_bar=False, overwrite_strategy="always")
     if getattr(result, "exceptions", None):
         raise RuntimeError("; ".join(str(e) for e in result.exceptions))
     return {r.task_name: 100.0 * float(r.get_score()) for r in result.task_results}
@@ -104,19 +105,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         tasks = resolve_tasks(args.tasks, args.local)
     except (ValueError, KeyError, FileNotFoundError) as err:
-        print(f"cselab mteb: {err}", file=sys.stderr)
-        return 2
+        return fail(f"cselab mteb: {err}", 2)
     except Exception as err:  # MTEB could not fetch the task definitions / data
-        print(f"cselab mteb: could not load the tasks {args.tasks} ({type(err).__name__}: {err}); "
-              "offline, use --local DATA_DIR (the SentEval files)", file=sys.stderr)
-        return 1
+        return fail(f"cselab mteb: could not load the tasks {args.tasks} ({type(err).__name__}: {err}); "
+                    "offline, use --local DATA_DIR (the SentEval files)", 1)
     try:
         import cselab
 
         method = cselab.load(args.source, pooler=args.pooler, family=args.family)
     except (FileNotFoundError, ValueError, OSError) as err:
-        print(f"cselab mteb: {err}", file=sys.stderr)
-        return 2
+        return fail(f"cselab mteb: {err}", 2)
     if callable(getattr(method, "describe", None)):
         from cselab.methods.exported import encoder_line
 
@@ -124,9 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         scores = evaluate(method, tasks, name=args.name, batch_size=args.batch_size, output=args.output)
     except Exception as err:
-        print(f"cselab mteb: MTEB failed ({type(err).__name__}: {err})"
-              + ("" if args.local else "; offline, use --local DATA_DIR"), file=sys.stderr)
-        return 1
+        return fail(f"cselab mteb: MTEB failed ({type(err).__name__}: {err})"
+                    + ("" if args.local else "; offline, use --local DATA_DIR"), 1)
     rows = [{"task": task, "mteb": round(score, 4)} for task, score in scores.items()]
     if args.compare:
         from cselab.evaluation.mteb import LOCAL_TASK_NAMES

@@ -53,20 +53,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = [
-    "LABELS",
-    "SOURCES",
-    "DEFAULT_OUT",
-    "NLIFormatError",
-    "NLIPair",
-    "ConversionStats",
-    "read_nli_jsonl",
-    "read_sick_nli",
-    "read_pairs",
-    "build_triplets",
-    "write_triplets_csv",
-    "convert",
-]
+__all__ = ["LABELS", "SOURCES", "DEFAULT_OUT", "NLIFormatError", "NLIPair", "ConversionStats", "read_nli_jsonl",
+           "read_sick_nli", "read_pairs", "build_triplets", "write_triplets_csv", "convert"]
 
 #: the three NLI labels, lower case
 LABELS: tuple[str, ...] = ("entailment", "neutral", "contradiction")
@@ -80,13 +68,7 @@ DEFAULT_OUT = "outputs/generated/nli_triplets.csv"
 #: column names of SimCSE's ``nli_for_simcse.csv``
 CSV_COLUMNS: tuple[str, str, str] = ("sent0", "sent1", "hard_neg")
 
-SICK_HEADER: tuple[str, ...] = (
-    "pair_ID",
-    "sentence_A",
-    "sentence_B",
-    "relatedness_score",
-    "entailment_judgment",
-)
+SICK_HEADER: tuple[str, ...] = ("pair_ID", "sentence_A", "sentence_B", "relatedness_score", "entailment_judgment")
 
 # pandas' default na_values (pandas._libs.parsers.STR_NA_VALUES): such a cell reads back as NaN, not a string
 _PANDAS_NA = frozenset(
@@ -150,10 +132,8 @@ def _norm(text: str) -> str:
 def _label(raw: str, path: Path | str, lineno: int) -> str:
     label = raw.strip().lower()
     if label not in LABELS:
-        raise NLIFormatError(
-            f"{path}, line {lineno}: unknown NLI label {raw!r}; expected one of "
-            f"{', '.join(LABELS)} (any case) or '-' (SNLI/MNLI: no gold label, skipped)"
-        )
+        raise NLIFormatError(f"{path}, line {lineno}: unknown NLI label {raw!r}; expected one of "
+                             f"{', '.join(LABELS)} (any case) or '-' (SNLI/MNLI: no gold label, skipped)")
     return label
 
 
@@ -193,10 +173,8 @@ def read_nli_jsonl(path: str | os.PathLike[str], stats: ConversionStats | None =
                 raise NLIFormatError(f"{p}, line {lineno}: expected a JSON object, got {type(obj).__name__}")
             missing = [k for k in ("sentence1", "sentence2", "gold_label") if k not in obj]
             if missing:
-                raise NLIFormatError(
-                    f"{p}, line {lineno}: missing field(s) {missing}; SNLI/MultiNLI jsonl lines need "
-                    f"sentence1, sentence2 and gold_label"
-                )
+                raise NLIFormatError(f"{p}, line {lineno}: missing field(s) {missing}; SNLI/MultiNLI jsonl lines "
+                                     f"need sentence1, sentence2 and gold_label")
             bad = [k for k in ("sentence1", "sentence2", "gold_label") if not isinstance(obj[k], str)]
             if bad:
                 raise NLIFormatError(f"{p}, line {lineno}: field(s) {bad} must be strings")
@@ -230,26 +208,21 @@ def read_sick_nli(path: str | os.PathLike[str]) -> list[NLIPair]:
             fields = line.rstrip("\r\n").split("\t")
             if lineno == 1:
                 if tuple(x.strip() for x in fields) != SICK_HEADER:
-                    raise NLIFormatError(
-                        f"{p}, line 1: expected the SICK header {' '.join(SICK_HEADER)} (tab-separated), "
-                        f"got {fields!r}"
-                    )
+                    raise NLIFormatError(f"{p}, line 1: expected the SICK header {' '.join(SICK_HEADER)} "
+                                         f"(tab-separated), got {fields!r}")
                 continue
             if not line.strip():
                 continue
             if len(fields) != len(SICK_HEADER):
-                raise NLIFormatError(
-                    f"{p}, line {lineno}: expected {len(SICK_HEADER)} tab-separated fields "
-                    f"({', '.join(SICK_HEADER)}), got {len(fields)}"
-                )
+                raise NLIFormatError(f"{p}, line {lineno}: expected {len(SICK_HEADER)} tab-separated fields "
+                                     f"({', '.join(SICK_HEADER)}), got {len(fields)}")
             label = _label(fields[4], p, lineno)
             pairs.append(NLIPair(_norm(fields[1]), _norm(fields[2]), label, f"{p}:{lineno}"))
     return pairs
 
 
-def read_pairs(
-    source: str, paths: Sequence[str | os.PathLike[str]], stats: ConversionStats | None = None
-) -> list[NLIPair]:
+def read_pairs(source: str, paths: Sequence[str | os.PathLike[str]], stats: ConversionStats | None = None
+               ) -> list[NLIPair]:
     """Read and concatenate the pairs of ``paths`` (in order) with the reader of ``source``.
 
     Args:
@@ -271,11 +244,8 @@ def read_pairs(
     return pairs
 
 
-def build_triplets(
-    pairs: Iterable[NLIPair],
-    reverse_contradictions: bool = False,
-    stats: ConversionStats | None = None,
-) -> list[tuple[str, str, str]]:
+def build_triplets(pairs: Iterable[NLIPair], reverse_contradictions: bool = False,
+                   stats: ConversionStats | None = None) -> list[tuple[str, str, str]]:
     """Group pairs by premise and emit (premise, entailment, contradiction) triplets.
 
     Rule (see the module docstring): for a premise with entailments E[0..k-1] and contradictions C[0..m-1]
@@ -350,19 +320,13 @@ def write_triplets_csv(triplets: Iterable[tuple[str, str, str]], out: str | os.P
             writer.writerow(CSV_COLUMNS)
             writer.writerows(triplets)
     except OSError as err:
-        raise OSError(
-            f"cannot write {out.resolve()} ({err.strerror or err}); the data folder may be read-only, "
-            f"choose a writable --out (default {DEFAULT_OUT})"
-        ) from err
+        raise OSError(f"cannot write {out.resolve()} ({err.strerror or err}); the data folder may be read-only, "
+                      f"choose a writable --out (default {DEFAULT_OUT})") from err
     return out
 
 
-def convert(
-    source: str,
-    inputs: Sequence[str | os.PathLike[str]],
-    out: str | os.PathLike[str] = DEFAULT_OUT,
-    reverse_contradictions: bool = False,
-) -> ConversionStats:
+def convert(source: str, inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str] = DEFAULT_OUT,
+            reverse_contradictions: bool = False) -> ConversionStats:
     """Read ``inputs`` with the ``source`` reader, build the triplets and write them to ``out``.
 
     Returns:

@@ -29,6 +29,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from cselab.cli import fail, write_output
 from cselab.evaluation.stats import DEFAULT_BOOTSTRAP
 from cselab.io.tables import Table, csv_text
 from cselab.report.collect import Report, SameSeedError, collect
@@ -121,17 +122,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         published = load_published(args.published)
     except (OSError, PublishedDataError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        return fail(f"error: {err}", 1)
     try:
         report = collect(args.dirs, group_by=group_by, published=published, log_lines=args.log_lines,
                          paper_backbone=args.paper_backbone)
     except SameSeedError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        return fail(f"error: {err}", 1)
     if not report.groups and not report.failed:
-        print(f"error: no results.json or Hydra run directory under {', '.join(args.dirs)}", file=sys.stderr)
-        return 1
+        return fail(f"error: no results.json or Hydra run directory under {', '.join(args.dirs)}", 1)
     if args.figures_x is not None:
         from cselab.report.figures import swept_keys
 
@@ -163,12 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for g in report.groups for r in g.runs if r.results]
         transfer = render_transfer_tables(transfer_rows_of_runs(runs))
         text += f"\n{transfer}" if transfer else ""
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text, encoding="utf-8")
-        print(f"wrote {args.out} ({len(report.groups)} groups, {len(report.failed)} failed runs)", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
+    write_output(text, args.out, f" ({len(report.groups)} groups, {len(report.failed)} failed runs)")
     if args.figures is not None:
         write_report_page(args, report, text if args.format == "markdown" else None, comparisons)
     if args.wandb:

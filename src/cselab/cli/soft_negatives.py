@@ -8,9 +8,9 @@ Output: one ``[sentence, negation]`` JSON list a line, the official format (``Fi
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from cselab.cli import fail
 from cselab.methods.sncse.data import default_soft_negatives
 from cselab.methods.sncse.negation import build_parser, write_soft_negatives
 
@@ -31,13 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = args.out or default_soft_negatives(args.corpus)
     if not args.corpus.is_file():
-        print(f"no corpus at {args.corpus} (--corpus); `cselab data` links or fetches it", file=sys.stderr)
-        return 1
+        return fail(f"no corpus at {args.corpus} (--corpus); `cselab data` links or fetches it", 1)
     try:
         negate = build_parser(args.parser)
     except ImportError as err:
-        print(str(err), file=sys.stderr)
-        return 1
+        return fail(str(err), 1)
     counts = write_soft_negatives(args.corpus, out, negate)
     n = max(1, counts["sentences"])
     print(f"{out}: {counts['sentences']} sentences ({args.parser}): 'not' deleted {counts['not_deleted']} "

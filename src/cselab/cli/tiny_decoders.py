@@ -19,11 +19,12 @@ The weights are random (``torch.manual_seed(seed)``): scores mean nothing, token
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 import torch
+
+from cselab.cli import fail
 
 KINDS = ("opt", "llama", "qwen2")
 #: the embedded wiki sample (``make data``); the tests fall back to their own copy of its first lines
@@ -135,8 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         lines = read_corpus(args.corpus)
     except FileNotFoundError as err:
-        print(f"cselab: {err}", file=sys.stderr)
-        return 1
+        return fail(f"cselab: {err}", 1)
     for kind in args.kinds:
         path = build_tiny_decoder(kind, Path(args.out) / f"tiny_{kind}", lines, seed=args.seed)
         print(f"{path}: tiny random {kind} decoder ({len(lines)} corpus lines for the BPE)")

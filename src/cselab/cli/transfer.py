@@ -22,6 +22,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from cselab.cli import fail
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The command's arguments."""
@@ -53,19 +55,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         evaluator = TransferEvaluator(args.data_dir, args.tasks, args.mode)
     except FileNotFoundError as err:  # a missing / truncated data file
-        print(f"cselab transfer: {err}", file=sys.stderr)
-        return 1
+        return fail(f"cselab transfer: {err}", 1)
     except ValueError as err:  # an unknown task: a bad argument
-        print(f"cselab transfer: {err}", file=sys.stderr)
-        return 2
+        return fail(f"cselab transfer: {err}", 2)
     start = time.perf_counter()
     try:
         import cselab
 
         model = cselab.load(args.target, pooler=args.pooler)  # any target (cselab.io.targets.resolve_target)
     except (FileNotFoundError, ValueError, OSError) as err:
-        print(f"cselab transfer: {err}", file=sys.stderr)
-        return 2
+        return fail(f"cselab transfer: {err}", 2)
     load_s = time.perf_counter() - start
     encoder = encoder_line(model.describe())
     print(f"cselab transfer: {args.target}: {encoder}", file=sys.stderr)

@@ -194,16 +194,16 @@ def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verif
                         str(staging), create_model_card=False)
             finally:
                 model.whitening = whitening
+            entries = json.loads((staging / "modules.json").read_text(encoding="utf-8"))
             if reason is not None or whitening is not None:
                 for path in model_code_files():
                     shutil.copyfile(path, staging / path.name)
-                entries = json.loads((staging / "modules.json").read_text(encoding="utf-8"))
                 if reason is not None:
                     entries[0]["type"] = MODULE_TYPE
                 if whitening is not None:
                     entries[-1]["type"] = WHITENING_TYPE
                 (staging / "modules.json").write_text(json.dumps(entries, indent=2), encoding="utf-8")
-            modules = [e["type"] for e in json.loads((staging / "modules.json").read_text(encoding="utf-8"))]
+            modules = [e["type"] for e in entries]
             plan = {**plan, "st_module_reason": reason}
             results_path = Path(results) if results is not None else find_results(origin)
             write_card(staging, method, plan, origin, results_path, repo_id)

@@ -14,14 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cselab.io.tables import Column, Table, markdown
-from cselab.report.published import (
-    COLUMN_NAMES,
-    SCORE_KEYS,
-    TASKS,
-    load_published,
-    lookup,
-    variant_of,
-)
+from cselab.report.published import COLUMN_NAMES, SCORE_KEYS, TASKS, load_published, lookup, variant_of
 from cselab.report.saved_config import SavedRunConfig, config_value
 
 __all__ = ["CONFIG_KEYS", "export_check_line", "find_results", "model_card", "sts_table"]

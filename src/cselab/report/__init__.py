@@ -8,21 +8,5 @@
 * ``cselab report`` / ``python -m cselab report DIR... [--format markdown|latex|csv] [--out FILE] [--group-by KEYS]
   [--wandb] [--figures OUT]`` (:mod:`cselab.cli.report`).
 
-Submodules are imported lazily.  A run's ``results.json`` is written by :mod:`cselab.evaluation.results`.
+A run's ``results.json`` is written by :mod:`cselab.evaluation.results`.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-__all__ = ["load_published", "lookup", "variant_of"]
-
-
-def __getattr__(name: str) -> Any:
-    """Lazy exports ``load_published``, ``lookup``, ``variant_of`` (``from cselab.report.collect import collect``
-    and ``from cselab.report.render import render`` for the rest: those names are also submodules)."""
-    if name in __all__:
-        from cselab.report import published
-
-        return getattr(published, name)
-    raise AttributeError(f"module 'cselab.report' has no attribute {name!r}")

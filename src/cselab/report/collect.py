@@ -26,14 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 from cselab.evaluation.stats import SeedStats, seed_statistics
 from cselab.io.config import OUTPUT_ONLY_KEYS
 from cselab.report.published import (
     BACKBONES,
-    SCORE_KEYS,
     SETTINGS,
     TASKS,
     PublishedRow,
@@ -97,7 +95,8 @@ class Run:
         return None
 
     def score(self, key: str) -> float | None:
-        """Test score ``key`` (a task or ``avg``; Spearman x 100), ``None`` when absent or not finite.
+        """Test score ``key`` (a task or ``avg``) or ``"dev"`` (STS-B dev, ``results["dev"]["stsb"]``), Spearman
+        x 100, ``None`` when absent or not finite.
 
         ``avg`` is the papers' Avg, the plain mean of the 7 tasks: ``None`` unless all 7 are present (a run
         that tested a subset, e.g. ``eval.test_tasks=[stsb]``, has no comparable Avg even if its file stores
@@ -105,13 +104,15 @@ class Run:
         """
         if not self.ok:
             return None
+        if key == "dev":
+            return finite((self.results.get("dev") or {}).get("stsb"))
         test = self.results.get("test") or {}
         if key != "avg":
-            return _finite(test.get(key))
-        tasks = [_finite(test.get(t)) for t in TASKS]
+            return finite(test.get(key))
+        tasks = [finite(test.get(t)) for t in TASKS]
         if any(v is None for v in tasks):
             return None
-        stored = _finite(test.get("avg"))
+        stored = finite(test.get("avg"))
         return stored if stored is not None else sum(tasks) / len(tasks)
 
     def interval(self, key: str) -> list[float] | None:
@@ -120,37 +121,9 @@ class Run:
         if not self.ok:
             return None
         ci = (self.results.get("test_ci") or {}).get(key)
-        if isinstance(ci, list | tuple) and len(ci) == 2 and all(_finite(v) is not None for v in ci):
+        if isinstance(ci, list | tuple) and len(ci) == 2 and all(finite(v) is not None for v in ci):
             return [float(ci[0]), float(ci[1])]
         return None
-
-    def dev_score(self) -> float | None:
-        """STS-B dev Spearman x 100 (``results["dev"]["stsb"]``), ``None`` when absent."""
-        if not self.ok:
-            return None
-        return _finite((self.results.get("dev") or {}).get("stsb"))
-
-
-@dataclass
-class Stat:
-    """Aggregate of one column over a group's runs (Spearman x 100)."""
-
-    values: list[float]
-
-    @property
-    def n(self) -> int:
-        """Number of runs with a value."""
-        return len(self.values)
-
-    @property
-    def mean(self) -> float | None:
-        """Mean over the runs (``None`` when no run has a value)."""
-        return float(np.mean(self.values)) if self.values else None
-
-    @property
-    def std(self) -> float | None:
-        """Sample standard deviation (``ddof=1``); ``None`` unless n > 1."""
-        return float(np.std(self.values, ddof=1)) if len(self.values) > 1 else None
 
 
 @dataclass
@@ -165,23 +138,15 @@ class Group:
 
     def _uniform(self, name: str) -> Any:
         """Field ``name`` of :class:`SavedRunConfig` when every run has the same value, else ``None``."""
-        values = {json.dumps(getattr(r.saved, name), sort_keys=True, default=str) for r in self.runs}
+        values = {json_key(getattr(r.saved, name)) for r in self.runs}
         return getattr(self.runs[0].saved, name) if len(values) == 1 and self.runs else None
 
-    @property
-    def method(self) -> str | None:
-        """``method.name`` shared by every run (``None`` if they differ, possible only with ``group_by``)."""
-        return self._uniform("method")
-
-    @property
-    def backbone(self) -> str | None:
-        """``backbone.name`` shared by every run (else ``None``)."""
-        return self._uniform("backbone")
-
-    @property
-    def setting(self) -> str | None:
-        """``setting.name`` shared by every run (else ``None``)."""
-        return self._uniform("setting")
+    method = property(lambda self: self._uniform("method"), doc="``method.name`` shared by every run (``None`` if "
+                      "they differ, possible only with ``group_by``).")
+    backbone = property(lambda self: self._uniform("backbone"), doc="``backbone.name`` shared by every run (else "
+                        "``None``).")
+    setting = property(lambda self: self._uniform("setting"), doc="``setting.name`` shared by every run (else "
+                       "``None``).")
 
     @property
     def variant(self) -> str | None:
@@ -199,23 +164,16 @@ class Group:
         """The runs' seeds, sorted (``None`` for a run without one)."""
         return sorted((r.seed for r in self.runs), key=lambda s: (s is None, str(type(s)), s if s is not None else 0))
 
-    def stat(self, key: str) -> Stat:
-        """Aggregate of test column ``key`` (a task or ``avg``) or ``"dev"`` (STS-B dev), Spearman x 100."""
-        if key == "dev":
-            values = [r.dev_score() for r in self.runs]
-        else:
-            values = [r.score(key) for r in self.runs]
-        return Stat([v for v in values if v is not None])
-
-    def seed_stats(self, key: str, level: float = 0.95) -> SeedStats:
-        """Mean, sample std and t-based interval of the mean over the group's seeds for column ``key``
+    def stat(self, key: str, level: float = 0.95) -> SeedStats:
+        """Test column ``key`` (a task or ``avg``) or ``"dev"`` (STS-B dev) over the group's runs that have it,
+        Spearman x 100: n, mean, sample std (``ddof=1``; n > 1) and the t-interval of the mean
         (:func:`cselab.evaluation.stats.seed_statistics`; a warning when n < 3)."""
-        return seed_statistics(self.stat(key).values, level)
+        return seed_statistics([v for r in self.runs if (v := r.score(key)) is not None], level)
 
     def paper_inside(self, key: str, level: float = 0.95) -> bool | None:
         """Whether the published number of column ``key`` lies inside our t-interval over seeds; ``None``
         without a published number or with fewer than 2 seeds (no interval)."""
-        paper, interval = self.paper(key), self.seed_stats(key, level).interval
+        paper, interval = self.paper(key), self.stat(key, level).interval
         return None if paper is None or interval is None else interval.contains(paper)
 
     def paper(self, key: str) -> float | None:
@@ -251,7 +209,7 @@ def check_distinct_seeds(group: Group) -> None:
     by_seed: dict[tuple, list[Run]] = {}
     for run in group.runs:
         if run.seed is not None:  # the default key: with --group-by, runs of different configs may share a seed
-            by_seed.setdefault((json.dumps(run.seed, default=str), group_key(run)), []).append(run)
+            by_seed.setdefault((json_key(run.seed), group_key(run)), []).append(run)
     for (seed, _), runs in by_seed.items():
         if len(runs) > 1:
             where = ", ".join(str(r.path) for r in runs)
@@ -273,13 +231,16 @@ class Report:
 
 # ------------------------------------------------------------------------------------------- helpers
 
-def _finite(value: Any) -> float | None:
+def finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite int or float (not a bool), else ``None`` (a score read from JSON)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
 
 
-
+def json_key(value: Any) -> str:
+    """A hashable, type-exact key of a config value or seed (``1`` and ``"1"`` differ; dicts by sorted keys)."""
+    return json.dumps(value, sort_keys=True, default=str)
 
 def _split_override(item: str) -> tuple[str, str, str]:
     """``"+trainer.max_steps=20"`` -> ``("trainer.max_steps", "=", "20")`` (``+``, ``++``, ``~`` stripped)."""
@@ -302,9 +263,7 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _hashable(value: Any) -> Any:
-    if isinstance(value, list | tuple | dict):
-        return json.dumps(value, sort_keys=True, default=str)
-    return value
+    return json_key(value) if isinstance(value, list | tuple | dict) else value
 
 
 def _tail(path: Path, n: int) -> list[str]:
@@ -344,10 +303,11 @@ def _hydra_config(run_dir: Path) -> dict:
 
 
 def _overrides(run_dir: Path) -> list[str] | None:
-    data = _load_yaml(run_dir / HYDRA_DIR / "overrides.yaml")
-    if (run_dir / HYDRA_DIR / "overrides.yaml").is_file():
-        return [str(x) for x in data] if isinstance(data, list) else []
-    return None
+    path = run_dir / HYDRA_DIR / "overrides.yaml"
+    if not path.is_file():
+        return None
+    data = _load_yaml(path)
+    return [str(x) for x in data] if isinstance(data, list) else []
 
 
 # ---------------------------------------------------------------------------------------------- API
@@ -514,7 +474,7 @@ def group_runs(
     for siblings in by_base.values():
         items = [dict(g.key) for g in siblings]
         names = {n for it in items for n in it if n.startswith("config:")}
-        varying |= {n for n in names if len({json.dumps(it.get(n), default=str) for it in items}) > 1}
+        varying |= {n for n in names if len({json_key(it.get(n)) for it in items}) > 1}
     for g in groups.values():
         g.label = _label(g.key, varying)
         check_distinct_seeds(g)
@@ -543,6 +503,6 @@ def collect(
 
 
 __all__ = [
-    "BASE_KEYS", "Group", "Report", "Run", "SCORE_KEYS", "SameSeedError", "Stat", "check_distinct_seeds", "collect",
-    "find_runs", "group_key", "group_runs", "read_run",
+    "BASE_KEYS", "Group", "Report", "Run", "SameSeedError", "check_distinct_seeds", "collect",
+    "finite", "find_runs", "group_key", "group_runs", "json_key", "read_run",
 ]

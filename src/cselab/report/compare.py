@@ -23,9 +23,10 @@ from cselab.evaluation.stats import (
     seed_statistics,
 )
 from cselab.io.tables import Column, Table, csv_text, markdown
+from cselab.report.collect import json_key
 from cselab.report.published import COLUMN_NAMES
 
-__all__ = ["AUTO_MAX_PAIRS", "comparable_pairs", "compare_groups", "comparison_records", "load_pairs", "compare_runs", "comparison_rows", "render_comparison", "render_seed_difference",
+__all__ = ["AUTO_MAX_PAIRS", "comparable_pairs", "compare_groups", "comparison_records", "load_pairs", "compare_runs", "comparison_rows", "render_comparison",
            "seed_difference"]
 
 
@@ -76,23 +77,10 @@ def seed_difference(comparisons: Mapping[object, Comparison], level: float = 0.9
     return {t: seed_statistics([c.tasks[t].diff for c in comparisons.values()], level) for t in tasks}
 
 
-def _title(task: str) -> str:
-    return COLUMN_NAMES.get(task, task)
-
-
 def _p(p: float | None) -> str:
     if p is None:
         return ""
     return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
-
-
-def _interval(interval) -> str:
-    return f"[{interval.low:+.2f}, {interval.high:+.2f}]" if interval else "–"
-
-
-def _table(first: str, headers: Sequence[str], rows: list[list[str]]) -> list[str]:
-    """Markdown lines: the ``first`` column (the task) left-aligned, the numbers right-aligned."""
-    return markdown(Table([Column(first), *(Column(h, "right") for h in headers)], rows))
 
 
 def comparison_rows(cmp: Comparison) -> tuple[list[str], list[list[object]]]:
@@ -118,10 +106,12 @@ def render_comparison(cmp: Comparison, label_a: str, label_b: str, fmt: str = "m
         raise ValueError(f"unknown format {fmt!r}; expected markdown or csv")
     level = next(iter(cmp.tasks.values())).interval.level
     m = sum(1 for c in cmp.tasks.values() if c.p_holm is not None)
-    rows = [[_title(name), f"{c.a:.2f}", f"{c.b:.2f}", f"{c.diff:+.2f}", _interval(c.interval), _p(c.p),
+    rows = [[COLUMN_NAMES.get(name, name), f"{c.a:.2f}", f"{c.b:.2f}", f"{c.diff:+.2f}",
+             f"[{c.interval.low:+.2f}, {c.interval.high:+.2f}]", _p(c.p),
              (_p(c.p_holm) or "–") + (" *" if cmp.significant(name) else "")] for name, c in cmp.tasks.items()]
+    headers = ["A", "B", "A − B", f"{100 * level:g} % CI", "p", "p (Holm)"]
     lines = [f"A: {label_a}", f"B: {label_b}", "",
-             *_table("Task", ["A", "B", "A − B", f"{100 * level:g} % CI", "p", "p (Holm)"], rows)]
+             *markdown(Table([Column("Task"), *(Column(h, "right") for h in headers)], rows))]
     lines += ["", f"Difference in Spearman × 100 points on the same test pairs. CI: paired bootstrap "
               f"({cmp.method}, {cmp.n_resamples} resamples of the pairs, seed {cmp.seed}; the average's from the "
               f"same resamples of every task). p: two-sided paired permutation test ({cmp.n_resamples} random "
@@ -130,18 +120,6 @@ def render_comparison(cmp: Comparison, label_a: str, label_b: str, fmt: str = "m
               f"{cmp.alpha:g} after Holm. Test-pair variance only: another training seed can move either run "
               "by more than this interval."]
     lines += [f"Note: {n}" for n in cmp.notes]
-    return "\n".join(lines) + "\n"
-
-
-def render_seed_difference(diffs: Mapping[str, SeedStats], seeds: Sequence[object]) -> str:
-    """One Markdown row per task: the mean over seeds of A - B with its t-interval (or the warning)."""
-    rows = [[_title(task), f"{s.mean:+.2f}", "–" if s.std is None else f"{s.std:.2f}", _interval(s.interval)]
-            for task, s in diffs.items()]
-    lines = _table("Task", [f"mean A − B over seeds {', '.join(str(s) for s in seeds)}", "std", "95 % t-interval"],
-                   rows)
-    warning = next((s.warning for s in diffs.values() if s.warning), None)
-    if warning:
-        lines += ["", f"Warning: {warning}."]
     return "\n".join(lines) + "\n"
 
 
@@ -217,13 +195,6 @@ def compare_groups(groups: Sequence, pairs: str = "auto", n_resamples: int = DEF
                 skipped.append(f"seed {ra.seed}: {err}")
         out.append(GroupComparison(ga, gb, by_seed, skipped, level))
     return out
-
-
-def json_key(value: object) -> str:
-    """A hashable, type-exact key of a seed (``1`` and ``"1"`` differ)."""
-    import json
-
-    return json.dumps(value, sort_keys=True, default=str)
 
 
 def comparison_records(comparisons: Sequence[GroupComparison], name) -> tuple[list[str], list[list[object]]]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from cselab.report.collect import Group, Report, Run
+from cselab.report.collect import BASE_KEYS, Group, Report, Run, finite, json_key
 from cselab.report.published import COLUMN_NAMES, SCORE_KEYS
 from cselab.report.render import group_title
 
@@ -83,25 +82,19 @@ class WrittenFigure:
 # ------------------------------------------------------------------------------------------- helpers
 
 def _figure(width: float = 6.4, height: float = 4.2):
-    """A matplotlib Figure on an Agg canvas (no pyplot, no display)."""
+    """``(figure, axes)``: a matplotlib Figure on an Agg canvas (no pyplot, no display) and its one subplot."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
-    return fig
+    return fig, fig.add_subplot()
 
 
 def slug(text: str, limit: int = 100) -> str:
     """``text`` as a file-name piece: runs of characters other than letters, digits, ``.``, ``_`` and ``-`` become
     ``_`` (a name ``python -m http.server`` serves as it is), at most ``limit`` characters."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_.")[:limit] or "row"
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 def selected_step(run: Run) -> int | None:
@@ -118,7 +111,7 @@ def dev_curve(run: Run) -> list[tuple[int, float]]:
     """A run's ``val_curve`` as ``[(step, STS-B dev Spearman x 100)]`` (points without a finite score left out)."""
     points = []
     for p in (run.results or {}).get("val_curve") or []:
-        step, score = p.get("step"), _number(p.get("stsb_dev"))
+        step, score = p.get("step"), finite(p.get("stsb_dev"))
         if isinstance(step, int) and score is not None:
             points.append((step, score))
     return points
@@ -152,8 +145,7 @@ def row_names(groups: Sequence[Group]) -> dict[int, str]:
     names = {}
     for g in groups:
         kv = _key_values(g)
-        parts = [f"{k}={kv[k]}" for k in varying if k in kv and k not in ("method.name", "backbone.name",
-                                                                          "setting.name")]
+        parts = [f"{k}={kv[k]}" for k in varying if k in kv and k not in BASE_KEYS]
         if g.variant:
             parts.insert(0, g.variant)
         names[id(g)] = f"{g.method}/{g.backbone}/{g.setting}" + (f" ({'; '.join(parts)})" if parts else "")
@@ -176,12 +168,10 @@ def dev_curve_figure(group: Group, index: int = 0, name: str | None = None) -> F
     """Figure 1 for one row: every seed's STS-B dev curve, its selected checkpoint, the seeds' mean and band
     (module docstring); ``None`` when no run of the row has a curve (a run that trained nothing).  ``name``: the
     row's short name (:func:`row_names`; default its whole title)."""
-    runs = [(r, dev_curve(r)) for r in group.runs]
-    runs = [(r, c) for r, c in runs if c]
+    runs = [(r, c) for r in group.runs if (c := dev_curve(r))]
     if not runs:
         return None
-    fig = _figure()
-    ax = fig.add_subplot()
+    fig, ax = _figure()
     series: list[dict[str, Any]] = []
     for run, curve in runs:
         steps, scores = [p[0] for p in curve], [p[1] for p in curve]
@@ -242,14 +232,14 @@ def swept_keys(groups: Sequence[Group]) -> list[str]:
     """The keys whose value differs between the rows (in the grouping key's order)."""
     values = [_key_values(g) for g in groups]
     names = list(dict.fromkeys(n for v in values for n in v))
-    return [n for n in names if len({json.dumps(v.get(n), sort_keys=True, default=str) for v in values}) > 1]
+    return [n for n in names if len({json_key(v.get(n)) for v in values}) > 1]
 
 
 def sweep_x_key(groups: Sequence[Group]) -> str | None:
     """The default x of a sweep figure: the first swept key whose values are all numbers (``None`` if none)."""
     for name in swept_keys(groups):
         vals = [_key_values(g).get(name) for g in groups]
-        if all(_number(v) is not None for v in vals):
+        if all(finite(v) is not None for v in vals):
             return name
     return None
 
@@ -274,7 +264,7 @@ def sweep_figure(groups: Sequence[Group], x_key: str | None = None, col: str | N
     x_key = x_key or sweep_x_key(groups)
     if x_key is None:
         return None
-    rows = [g for g in groups if _number(_key_values(g).get(x_key)) is not None]
+    rows = [g for g in groups if finite(_key_values(g).get(x_key)) is not None]
     col = col or score_column(rows)
     if len(rows) < 2 or col is None:
         return None
@@ -284,15 +274,14 @@ def sweep_figure(groups: Sequence[Group], x_key: str | None = None, col: str | N
         kv = _key_values(g)
         name = ", ".join(f"{k}={kv.get(k)}" for k in others) or str(g.method)
         lines.setdefault(name, []).append(g)
-    fig = _figure()
-    ax = fig.add_subplot()
+    fig, ax = _figure()
     series: list[dict[str, Any]] = []
     paper_x, paper_y, paper_src = [], [], []
     paper_lines: dict[tuple[str, float], str] = {}
     for i, (name, members) in enumerate(lines.items()):
-        members.sort(key=lambda g: _number(_key_values(g)[x_key]))
+        members.sort(key=lambda g: finite(_key_values(g)[x_key]))
         xs = [_key_values(g)[x_key] for g in members]   # the swept values as written (int stays int)
-        stats = [g.seed_stats(col) for g in members]
+        stats = [g.stat(col) for g in members]
         ys = [st.mean for st in stats]
         low = [st.interval.low if st.interval else None for st in stats]
         high = [st.interval.high if st.interval else None for st in stats]
@@ -348,8 +337,7 @@ def task_scores_figure(groups: Sequence[Group]) -> FigureSpec | None:
         return None
     import numpy as np
 
-    fig = _figure(min(14.0, max(6.4, 2 + 0.45 * len(cols) * len(rows))), 4.8)
-    ax = fig.add_subplot()
+    fig, ax = _figure(min(14.0, max(6.4, 2 + 0.45 * len(cols) * len(rows))), 4.8)
     width = 0.8 / len(rows)
     series: list[dict[str, Any]] = []
     names = row_names(rows)
@@ -400,12 +388,10 @@ def task_scores_figure(groups: Sequence[Group]) -> FigureSpec | None:
 
 def align_uniform_figure(groups: Sequence[Group]) -> FigureSpec | None:
     """Figure 4 (module docstring); ``None`` when no run logged the trajectory."""
-    runs = [(g, r, align_uniform_trajectory(r.path)) for g in groups for r in g.runs]
-    runs = [(g, r, t) for g, r, t in runs if t]
+    runs = [(g, r, t) for g in groups for r in g.runs if (t := align_uniform_trajectory(r.path))]
     if not runs:
         return None
-    fig = _figure(5.6, 4.8)
-    ax = fig.add_subplot()
+    fig, ax = _figure(5.6, 4.8)
     series = []
     colours = {key: f"C{i}" for i, key in enumerate(dict.fromkeys(id(g) for g, _, _ in runs))}
     names = row_names([g for g in groups if g.runs])

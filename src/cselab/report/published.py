@@ -290,31 +290,21 @@ PROMPT_TYPE_VARIANTS: dict[str, str] = {
     "layer_shared": "layer-shared soft prompt",
     "input_layer": "input-layer soft prompt",
 }
-
-
 #: ``eval.whitening.fit_on`` -> its name in a variant (BERT-whitening, Su et al. 2021)
 WHITENING_FIT_NAMES: dict[str, str] = {"nli": "NLI", "target": "target", "wiki": "wiki"}
 
 
-def whitening_variant(config: Mapping[str, Any] | SavedRunConfig | None) -> str | None:
-    """``"whitening (<corpus>)"`` (``, k=<k>`` when it keeps fewer dimensions) for a run with ``eval.whitening``
-    enabled, else None.  ``config``: a saved run config or its :class:`SavedRunConfig`."""
-    saved = SavedRunConfig.from_config(config)
-    if not saved.whitening:
-        return None
-    fit_on, k = saved.whitening_fit_on, saved.whitening_k
-    return f"whitening ({WHITENING_FIT_NAMES.get(fit_on, fit_on)})" + (f", k={k}" if k else "")
-
-
 def variant_of(config: Mapping[str, Any] | SavedRunConfig | None) -> str | None:
     """The published ``variant`` a resolved run config (or its :class:`SavedRunConfig`) reproduces
-    (:func:`recipe_variant`), followed by ``" + whitening (<corpus>)"`` for a run with ``eval.whitening`` enabled
-    (BERT-whitening rows: ``"first-last avg. (layer 1) + whitening (NLI)"``; a whitened SimCSE run:
-    ``"whitening (NLI)"``)."""
+    (:func:`recipe_variant`), followed by ``" + whitening (<corpus>)"`` (``, k=<k>`` when it keeps fewer
+    dimensions) for a run with ``eval.whitening`` enabled (BERT-whitening rows: ``"first-last avg. (layer 1) +
+    whitening (NLI)"``; a whitened SimCSE run: ``"whitening (NLI)"``)."""
     saved = SavedRunConfig.from_config(config)
-    recipe, whitening = recipe_variant(saved), whitening_variant(saved)
-    if whitening is None:
+    recipe = recipe_variant(saved)
+    if not saved.whitening:
         return recipe
+    fit_on, k = saved.whitening_fit_on, saved.whitening_k
+    whitening = f"whitening ({WHITENING_FIT_NAMES.get(fit_on, fit_on)})" + (f", k={k}" if k else "")
     return whitening if recipe is None else f"{recipe} + {whitening}"
 
 

@@ -36,23 +36,11 @@ def _fmt(value: float | None, signed: bool = False) -> str:
     return f"{value:+.2f}" if signed else f"{value:.2f}"
 
 
-def cell_parts(group: Group, col: str) -> dict[str, str]:
-    """The pieces of one cell as text: ``ours`` ("75.27", "75.27 ± 0.40" or ""), ``paper``
-    ("76.25", "78.54 ± 0.15" or ""), ``diff`` ("-0.98" or "").  Spearman x 100, 2 decimals."""
-    stat = group.stat(col)
-    ours = _fmt(stat.mean)
-    if ours and stat.std is not None:
-        ours += f" ± {stat.std:.2f}"
-    paper = _fmt(group.paper(col))
-    if paper and group.paper_std(col) is not None:
-        paper += f" ± {group.paper_std(col):.2f}"
-    return {"ours": ours, "paper": paper, "diff": _fmt(group.diff(col), signed=True)}
-
-
 def _name(group: Group) -> dict[str, str]:
+    variant = group.variant or ""
     return {
         "method": group.method or "*", "backbone": group.backbone or "*", "setting": group.setting or "*",
-        "variant": group.variant or "", "label": group.label,
+        "variant": variant, "label": group.label, "what": "; ".join(x for x in (variant, group.label) if x),
     }
 
 
@@ -70,11 +58,13 @@ def _notes(groups: Sequence[Group]) -> list[str]:
         p = g.published
         if p is not None and (p.erratum or p.derived) and p.index not in seen:
             seen.add(p.index)
-            if p.erratum:
-                notes.append(f"{p.source} ({p.method}, {p.backbone}, {p.setting}): erratum: {p.erratum}")
-            if p.derived:
-                notes.append(f"{p.source} ({p.method}, {p.backbone}, {p.setting}): derived: {p.derived}")
+            notes += [f"{p.source} ({p.method}, {p.backbone}, {p.setting}): {part}" for part in _note_parts(p)]
     return notes
+
+
+def _note_parts(p) -> list[str]:
+    """A published row's ``erratum: ...`` and ``derived: ...`` (those it has)."""
+    return [f"{kind}: {text}" for kind, text in (("erratum", p.erratum), ("derived", p.derived)) if text]
 
 
 def _failed_title(run: Run) -> str:
@@ -85,20 +75,21 @@ def _failed_title(run: Run) -> str:
     return "/".join(names) + (f" [{extra}]" if extra else "")
 
 
-def _score_columns(titles: Sequence[str], align: str = "right") -> list[Column]:
-    """One column per score column (the tasks, Avg, STS-B dev), right-aligned (LaTeX: centred)."""
-    return [Column(t, align) for t in titles]
-
-
 # ------------------------------------------------------------------------------------------ markdown
 
 def _markdown_cell(g: Group, col: str) -> str:
-    part = cell_parts(g, col)
-    text = part["ours"]
-    if part["paper"] and text:
-        text += f" ({part['paper']}; {part['diff']})"
-    elif part["paper"]:
-        text = f"– ({part['paper']})"
+    """``ours (paper; ours - paper)``: "75.27 ± 0.40 (78.54 ± 0.15; -3.27)", "– (76.25)" or "–" (2 decimals)."""
+    stat = g.stat(col)
+    text = _fmt(stat.mean)
+    if text and stat.std is not None:
+        text += f" ± {stat.std:.2f}"
+    paper = _fmt(g.paper(col))
+    if paper and g.paper_std(col) is not None:
+        paper += f" ± {g.paper_std(col):.2f}"
+    if paper and text:
+        text += f" ({paper}; {_fmt(g.diff(col), signed=True)})"
+    elif paper:
+        text = f"– ({paper})"
     return text or "–"
 
 
@@ -124,7 +115,7 @@ def sts_table(report: Report, dev: bool = False, markup: str = "markdown") -> Ta
     escape = markdown_escape if markup == "markdown" else str
     return Table([Column("Method"), Column("Backbone"), Column("Setting"),
                   Column("Variant / overrides", format=escape), Column("n"),
-                  *_score_columns([COLUMN_TITLES[c] for c in cols]), Column("Paper")], rows)
+                  *(Column(COLUMN_TITLES[c], "right") for c in cols), Column("Paper")], rows)
 
 
 def render_markdown(report: Report, dev: bool = False, comparisons: Sequence | None = None) -> str:
@@ -158,19 +149,10 @@ def render_markdown(report: Report, dev: bool = False, comparisons: Sequence | N
 
 # ------------------------------------------------------------------------------------------ intervals
 
-def _interval_text(interval) -> str:
-    return f"[{interval.low:.2f}, {interval.high:.2f}]"
-
-
 def group_title(g: Group) -> str:
     """``method/backbone/setting (variant; label)``: a row's name in the interval sections."""
-    return _group_title(g)
-
-
-def _group_title(g: Group) -> str:
     name = _name(g)
-    what = "; ".join(x for x in (name["variant"], name["label"]) if x)
-    return f"{name['method']}/{name['backbone']}/{name['setting']}" + (f" ({what})" if what else "")
+    return f"{name['method']}/{name['backbone']}/{name['setting']}" + (f" ({name['what']})" if name["what"] else "")
 
 
 def interval_sections(report: Report, cols: Sequence[str], comparisons: Sequence | None = None) -> list[str]:
@@ -183,8 +165,8 @@ def interval_sections(report: Report, cols: Sequence[str], comparisons: Sequence
     * the paired comparisons (:func:`cselab.report.compare.compare_groups`), seed by seed and over seeds.
     """
     test_cols = [c for c in cols if c != DEV_COLUMN]
-    scores = _score_columns([COLUMN_TITLES[c] for c in test_cols])
-    row_title = Column("Row", format=lambda g: markdown_escape(_group_title(g)))
+    scores = [Column(COLUMN_TITLES[c], "right") for c in test_cols]
+    row_title = Column("Row", format=lambda g: markdown_escape(group_title(g)))
     out: list[str] = []
     runs = [(g, r) for g in report.groups for r in g.runs if any(r.interval(c) for c in test_cols)]
     if runs:
@@ -203,10 +185,10 @@ def interval_sections(report: Report, cols: Sequence[str], comparisons: Sequence
         for g in multi:
             # the warning of a column the row has scores in (a run that tested a subset of the tasks has no avg:
             # its n=0 there is not the row's n)
-            scored = [st for st in (g.seed_stats(c) for c in ("avg", *test_cols)) if st.n]
+            scored = [st for st in (g.stat(c) for c in ("avg", *test_cols)) if st.n]
             warning = scored[0].warning if scored else seed_statistics([]).warning
             if warning:
-                warnings.append(f"- {markdown_escape(_group_title(g))}: {warning}")
+                warnings.append(f"- {markdown_escape(group_title(g))}: {warning}")
         rows = [[g, g.n, _seeds(g), *(_seed_cell(g, c) for c in test_cols)] for g in multi]
         out += ["", "### Per row: seed statistics (mean ± std [95 % t-interval of the mean])", "",
                 *markdown(Table([row_title, Column("n", "right"), Column("Seeds"), *scores], rows)),
@@ -221,8 +203,8 @@ def interval_sections(report: Report, cols: Sequence[str], comparisons: Sequence
         out += ["", "### Against the paper: is the published number inside our seed interval?", "",
                 *markdown(Table([row_title, Column("Paper"), Column("n", "right"), *scores], rows))]
     for gc in comparisons or []:
-        out += ["", f"### Paired comparison: A = {markdown_escape(_group_title(gc.a))} vs B = "
-                    f"{markdown_escape(_group_title(gc.b))}", ""]
+        out += ["", f"### Paired comparison: A = {markdown_escape(group_title(gc.a))} vs B = "
+                    f"{markdown_escape(group_title(gc.b))}", ""]
         if not gc.by_seed:
             out += [f"_not compared: {'; '.join(gc.skipped) or 'no seed in common'}_"]
             continue
@@ -230,7 +212,7 @@ def interval_sections(report: Report, cols: Sequence[str], comparisons: Sequence
         rows = [[seed, *(_paired_cell(cmp, t) for t in tasks)] for seed, cmp in gc.by_seed.items()]
         rows.append([f"mean over {len(gc.by_seed)} seeds", *(_over_seeds_cell(gc.over_seeds.get(t)) for t in tasks)])
         cmp0 = next(iter(gc.by_seed.values()))
-        out += [*markdown(Table([Column("Seed", format=str), *_score_columns([COLUMN_TITLES.get(t, t) for t in tasks])],
+        out += [*markdown(Table([Column("Seed", format=str), *(Column(COLUMN_TITLES.get(t, t), "right") for t in tasks)],
                                 rows)),
                 "", f"Per seed: A − B (Spearman × 100 points) on the same test pairs, [paired bootstrap "
                     f"{cmp0.method} interval, {cmp0.n_resamples} resamples], p = paired permutation test, "
@@ -249,10 +231,11 @@ def _pairs_cell(run: Run, col: str) -> str:
 
 def _seed_cell(g: Group, col: str) -> str:
     """``mean ± std [low, high]`` over a row's seeds (the mean alone for one seed)."""
-    st = g.seed_stats(col)
+    st = g.stat(col)
     if st.mean is None:
         return "–"
-    return f"{st.mean:.2f}" + (f" ± {st.std:.2f} {_interval_text(st.interval)}" if st.std is not None else "")
+    return f"{st.mean:.2f}" + (f" ± {st.std:.2f} [{st.interval.low:.2f}, {st.interval.high:.2f}]"
+                               if st.std is not None else "")
 
 
 def _inside_cell(g: Group, col: str) -> str:
@@ -284,10 +267,7 @@ def _over_seeds_cell(st) -> str:
 
 def _latex_cell(g: Group, col: str) -> str:
     stat = g.stat(col)
-    if stat.mean is None:
-        text = "--"
-    else:
-        text = f"{stat.mean:.2f}" + (f"$\\pm${stat.std:.2f}" if stat.std is not None else "")
+    text = "--" if stat.mean is None else f"{stat.mean:.2f}" + (f"$\\pm${stat.std:.2f}" if stat.std is not None else "")
     paper = g.paper(col)
     if paper is not None:
         diff = g.diff(col)
@@ -302,16 +282,14 @@ def render_latex(report: Report, dev: bool = False) -> str:
     rows = []
     for g in report.groups:
         name = _name(g)
-        what = "; ".join(x for x in (name["variant"], name["label"]) if x)
-        rows.append([name["method"], name["backbone"], name["setting"], what, g.n, *[_latex_cell(g, c) for c in cols],
-                     _source(g)])
+        rows.append([name["method"], name["backbone"], name["setting"], name["what"], g.n,
+                     *[_latex_cell(g, c) for c in cols], _source(g)])
     plain = [Column(h, format=latex_escape) for h in ("Method", "Backbone", "Setting", "Variant")]
-    table = Table([*plain, Column("$n$"), *_score_columns([latex_escape(COLUMN_TITLES[c]) for c in cols], "center"),
+    table = Table([*plain, Column("$n$"), *(Column(latex_escape(COLUMN_TITLES[c]), "center") for c in cols),
                    Column("Paper", format=latex_escape)], rows)
     out = ["% STS results, Spearman x 100: ours = mean $\\pm$ sample std (ddof=1) over n seeds;",
            "% (paper; ours - paper) in small type when the paper reports the column.", *latex(table)]
-    for note in _notes(report.groups):
-        out.append(f"% paper note: {note}")
+    out += [f"% paper note: {note}" for note in _notes(report.groups)]
     for run in report.failed:
         out.append(f"% {run.status.upper()}: {run.path} ({_failed_title(run)}): {run.error}")
         for log_name, tail in run.log_tail.items():
@@ -345,11 +323,10 @@ def table_records(report: Report) -> tuple[list[str], list[list[Any]]]:
             stat = g.stat(c)
             row += [stat.mean, stat.std, stat.n, g.paper(c), g.paper_std(c), g.diff(c)]
         p = g.published
-        note = "" if p is None else "; ".join(x for x in (p.erratum and f"erratum: {p.erratum}",
-                                                          p.derived and f"derived: {p.derived}") if x)
+        note = "" if p is None else "; ".join(_note_parts(p))
         row += [_source(g), note, " ".join(str(r.path) for r in g.runs), "", ""]
         for c in cols:
-            interval = g.seed_stats(c).interval
+            interval = g.stat(c).interval
             pairs = g.runs[0].interval(c) if g.n == 1 and c != DEV_COLUMN else None
             row += [interval.low if interval else None, interval.high if interval else None, g.paper_inside(c),
                     *(pairs or [None, None])]
@@ -390,5 +367,5 @@ def render(report: Report, fmt: str = "markdown", dev: bool = False, comparisons
     raise ValueError(f"unknown format {fmt!r}; expected one of {list(FORMATS)}")
 
 
-__all__ = ["FORMATS", "cell_parts", "group_title", "interval_sections", "latex_escape", "render", "render_csv", "render_latex",
+__all__ = ["FORMATS", "group_title", "interval_sections", "render", "render_csv", "render_latex",
            "render_markdown", "sts_table", "table_records"]
