@@ -7,8 +7,7 @@ The notebooks only load, call these and draw; every statistic lives here (and is
 * geometry of representations: :func:`geometry_summary` (anisotropy on corpus sentences, alignment and
   uniformity on STS pairs, as :mod:`cselab.analysis.geometry` defines them) and :func:`representation_encoders`;
 * STS-B scatter / densities (CoT-BERT Fig. 3, PromCSE Fig. 3): :func:`pair_cosines`, :func:`subsample_pairs`,
-  :func:`cosine_density_by_gold_bin`, :func:`similarity_vs_gold` (the bins: :mod:`cselab.evaluation.gold_bins`,
-  re-exported here);
+  :func:`cosine_density_by_gold_bin`, :func:`similarity_vs_gold` (the bins: :mod:`cselab.evaluation.gold_bins`);
 * top-k [MASK] tokens with and without template denoising (PromptBERT Table 7): :func:`topk_comparison`;
 * inputs: :func:`wiki_sample_sentences` (the wiki1m sample shipped in ``data/wiki1m_sample``).
 """
@@ -24,19 +23,16 @@ import numpy as np
 import torch
 
 from cselab.data.sts import STSPairs
-from cselab.evaluation.gold_bins import DEFAULT_GOLD_EDGES, cosine_by_gold_bin, gold_bin_labels
+from cselab.evaluation.gold_bins import DEFAULT_GOLD_EDGES, cosine_by_gold_bin
 
 __all__ = [
     "WIKI_SAMPLE",
-    "DEFAULT_GOLD_EDGES",
     "wiki_sample_sentences",
     "token_frequencies",
     "token_embedding_pca",
     "token_bias_pca",
     "subsample_pairs",
     "pair_cosines",
-    "gold_bin_labels",
-    "cosine_by_gold_bin",
     "cosine_density_by_gold_bin",
     "similarity_vs_gold",
     "geometry_summary",
@@ -139,7 +135,7 @@ def token_bias_pca(
         embeddings: (V, D) word-embedding matrix (``encoder.model.get_input_embeddings().weight``).
         frequencies: (V,) counts (:func:`token_frequencies`).
         tokens: (V,) vocabulary strings (``tokenizer.convert_ids_to_tokens(range(V))``).
-        family: ``bert`` (subword = ``##`` prefix) or ``roberta`` (no ``Ġ``), :func:`cselab.analysis.is_subword`.
+        family: ``bert`` (subword = ``##`` prefix) or ``roberta`` (no ``Ġ``), :func:`cselab.representations.static.is_subword`.
 
     Returns:
         ``{"token_ids", "coords" (n, 2), "frequency", "log_frequency" (log10(1 + count)), "is_subword" (bool),
@@ -367,7 +363,7 @@ def topk_comparison(encoder, tokenizer, sentences: Sequence[str] | None = None, 
 
     Args:
         encoder: an Encoder loaded with ``mlm_head=True`` (e.g. ``package:cognition``).
-        sentences: default :data:`cselab.analysis.TABLE7_SENTENCES`.
+        sentences: default :data:`cselab.representations.topk.TABLE7_SENTENCES`.
         k: tokens per sentence.
         template: default the manual template of the encoder's family.
 
@@ -376,7 +372,7 @@ def topk_comparison(encoder, tokenizer, sentences: Sequence[str] | None = None, 
         "changed": [number of tokens of "with" not in "without", per sentence]}``.
 
     Raises:
-        ValueError: no MLM head (see :func:`cselab.analysis.mlm_head`), or bad ``k``.
+        ValueError: no MLM head (see :func:`cselab.representations.topk.mlm_head`), or bad ``k``.
     """
     from cselab.representations.topk import TABLE7_SENTENCES, manual_template, topk_mask_tokens
 

@@ -1,6 +1,6 @@
 """One ``encode(sentences) -> Tensor[N, D]`` per representation of a raw backbone (no training): SimCSE's
 poolers, PromptBERT's template [MASK] state, the static token average and the top-k token representation
-(``cselab analysis --pooler``, :func:`cselab.analysis.representation_encoders`)."""
+(``cselab analysis --pooler``, :func:`cselab.analysis.plots_data.representation_encoders`)."""
 
 from __future__ import annotations
 
