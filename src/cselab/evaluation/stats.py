@@ -208,11 +208,11 @@ def _average_ranks(codes: np.ndarray, k: int) -> np.ndarray:
     return twice[flat].reshape(codes.shape) * 0.5
 
 
-def _pearson_centered(rx: np.ndarray, ry: np.ndarray, mean: float) -> np.ndarray:
-    rx = rx - mean
-    ry = ry - mean
+def _correlation(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Pearson correlation of centred rows: Float[B, n] with Float[B, n] or Float[n] -> Float[B] (``nan`` for a
+    constant row)."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (rx * ry).sum(-1) / np.sqrt((rx * rx).sum(-1) * (ry * ry).sum(-1))
+        return (x * y).sum(-1) / np.sqrt((x * x).sum(-1) * (y * y).sum(-1))
 
 
 def spearman_rows(x_codes: np.ndarray, kx: int, y_codes: np.ndarray, ky: int) -> np.ndarray:
@@ -225,9 +225,8 @@ def spearman_rows(x_codes: np.ndarray, kx: int, y_codes: np.ndarray, ky: int) ->
         Float64[B] in [-1, 1] (``nan`` for a constant row), equal to ``scipy.stats.spearmanr`` row by row up to
         floating-point rounding (average ranks, Pearson of the ranks).
     """
-    rx = _average_ranks(x_codes, kx)
-    ry = _average_ranks(y_codes, ky)
-    return _pearson_centered(rx, ry, (rx.shape[-1] + 1) / 2.0)
+    mid = (np.shape(x_codes)[-1] + 1) / 2.0
+    return _correlation(_average_ranks(x_codes, kx) - mid, _average_ranks(y_codes, ky) - mid)
 
 
 def _segments(tasks: Mapping[str, TaskPairs]) -> list[tuple[int, float, int, int]]:
@@ -246,10 +245,25 @@ def _check_bootstrap_args(n_resamples: int, level: float, method: str) -> None:
         raise ValueError("n_resamples=0: nothing to resample (0 turns the intervals off in eval.bootstrap.n_resamples)")
 
 
-def _bootstrap(statistic, sizes: list[int], n_resamples: int, seed: int, level: float, method: str,
-               batch: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """``scipy.stats.bootstrap`` over independent index arrays, one per segment; returns (low, high) per output."""
-    data = tuple(np.arange(n) for n in sizes)
+def _bootstrap(segs: list[tuple[int, float, int, int]], n_tasks: int, with_avg: bool, segment, n_resamples: int,
+               seed: int, level: float, method: str, batch: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """``scipy.stats.bootstrap`` over independent index arrays, one per segment of ``segs`` (:func:`_segments`);
+    returns (low, high) per task, then of the tasks' mean when ``with_avg``.
+
+    The statistic of a resample: ``segment(j, idx)`` (Float[B], segment j's value on the resampled rows
+    ``idx``, Int[B, n]) weighted into its task's score, x 100; with ``with_avg`` the tasks' mean as a last row.
+    """
+    def statistic(*idx, axis=-1):
+        rows = idx[0].shape[:-1]
+        scores = np.zeros((n_tasks, *rows))
+        for j, ((t, w, _, _), i) in enumerate(zip(segs, idx, strict=True)):
+            scores[t] += w * segment(j, i.reshape(-1, i.shape[-1])).reshape(rows)
+        scores *= 100.0
+        if with_avg:
+            scores = np.concatenate([scores, scores.mean(axis=0, keepdims=True)])
+        return scores
+
+    data = tuple(np.arange(b - a) for _, _, a, b in segs)
     with warnings.catch_warnings():  # a constant statistic (two identical runs) gives a degenerate distribution
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
         res = stats.bootstrap(data, statistic, n_resamples=n_resamples, batch=batch, vectorized=True,
@@ -301,18 +315,11 @@ def bootstrap_scores(
     n_tasks = len(pairs)
     with_avg = average and n_tasks > 1
 
-    def statistic(*idx, axis=-1):
-        rows = idx[0].shape[:-1]
-        scores = np.zeros((n_tasks, *rows))
-        for (t, w, _, _), ((sc, sk), (gc, gk)), i in zip(segs, codes, idx, strict=True):
-            scores[t] += w * spearman_rows(sc[i].reshape(-1, i.shape[-1]), sk,
-                                           gc[i].reshape(-1, i.shape[-1]), gk).reshape(rows)
-        scores *= 100.0
-        if with_avg:
-            scores = np.concatenate([scores, scores.mean(axis=0, keepdims=True)])
-        return scores
+    def segment(j, i):
+        (sc, sk), (gc, gk) = codes[j]
+        return spearman_rows(sc[i], sk, gc[i], gk)
 
-    low, high = _bootstrap(statistic, [b - a for _, _, a, b in segs], n_resamples, seed, level, method, batch)
+    low, high = _bootstrap(segs, n_tasks, with_avg, segment, n_resamples, seed, level, method, batch)
     names = list(tasks) + (["avg"] if with_avg else [])
     return {name: Interval(float(lo), float(hi), level, f"bootstrap {method}")
             for name, lo, hi in zip(names, low, high, strict=True)}
@@ -446,24 +453,13 @@ def paired_comparison(
     n_tasks = len(common)
     with_avg = n_tasks > 1
 
-    def statistic(*idx, axis=-1):
-        rows = idx[0].shape[:-1]
-        diff = np.zeros((n_tasks, *rows))
-        for (t, w, _, _), ((ac, ak), (bc, bk), (gc, gk)), i in zip(segs, codes, idx, strict=True):
-            n = i.shape[-1]
-            gi = gc[i].reshape(-1, n)
-            ry = _average_ranks(gi, gk)
-            ra = _average_ranks(ac[i].reshape(-1, n), ak)
-            rb = _average_ranks(bc[i].reshape(-1, n), bk)
-            mid = (n + 1) / 2.0
-            d = _pearson_centered(ra, ry, mid) - _pearson_centered(rb, ry, mid)
-            diff[t] += w * d.reshape(rows)
-        diff *= 100.0
-        if with_avg:
-            diff = np.concatenate([diff, diff.mean(axis=0, keepdims=True)])
-        return diff
+    def segment(j, i):  # Spearman(A) - Spearman(B) on the same resampled pairs
+        (ac, ak), (bc, bk), (gc, gk) = codes[j]
+        mid = (i.shape[-1] + 1) / 2.0
+        ry = _average_ranks(gc[i], gk) - mid
+        return _correlation(_average_ranks(ac[i], ak) - mid, ry) - _correlation(_average_ranks(bc[i], bk) - mid, ry)
 
-    low, high = _bootstrap(statistic, [e - s for _, _, s, e in segs], n_resamples, seed, level, method, 250)
+    low, high = _bootstrap(segs, n_tasks, with_avg, segment, n_resamples, seed, level, method, 250)
 
     # permutation test: per task (and the average, over all pairs at once)
     seg_ranks = []  # (task, weight, rank codes of A, of B, gold ranks centred, n)
@@ -486,7 +482,7 @@ def paired_comparison(
                 rx = _average_ranks(xs, 2 * n)
                 rz = _average_ranks(ys, 2 * n)
                 mid = (n + 1) / 2.0
-                d = (_corr_with(rx - mid, ryc) - _corr_with(rz - mid, ryc)) * w
+                d = (_correlation(rx - mid, ryc) - _correlation(rz - mid, ryc)) * w
                 total += d.reshape(rows)
             return 100.0 * scale * total
         return stat
@@ -517,11 +513,6 @@ def paired_comparison(
         out["avg"] = TaskComparison("avg", sa, sb, sa - sb, Interval(float(low[-1]), float(high[-1]), level,
                                                                       f"paired bootstrap {method}"), p_avg, None)
     return Comparison(out, n_resamples, seed, method, alpha, notes)
-
-
-def _corr_with(rx_centred: np.ndarray, ry_centred: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (rx_centred * ry_centred).sum(-1) / np.sqrt((rx_centred ** 2).sum(-1) * (ry_centred ** 2).sum())
 
 
 def _score(pairs: TaskPairs) -> float:

@@ -36,6 +36,7 @@ __all__ = [
     "EncodeFn",
     "spearman",
     "cosine_scores",
+    "encode_sentences",
     "SubsetScore",
     "TaskScore",
     "STSReport",
@@ -255,17 +256,7 @@ class STSEvaluator:
         if not sentences:
             raise ValueError("no sentences to encode")
         size = self.batch_size or (self.PROGRESS_CHUNK if progress is not None else len(sentences))
-        chunks = []
-        for start in range(0, len(sentences), size):
-            batch = sentences[start : start + size]
-            out = encode(batch)
-            chunks.append(_check_encoded(out, len(batch)))
-            if progress is not None:
-                progress(start + len(batch), len(sentences))
-        dims = {c.shape[1] for c in chunks}
-        if len(dims) != 1:
-            raise ValueError(f"encode returned embeddings of different sizes across calls: {sorted(dims)}")
-        return torch.cat(chunks, dim=0)
+        return encode_sentences(encode, sentences, size, progress)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate_detailed(
@@ -364,6 +355,39 @@ class STSEvaluator:
         return dict(self.evaluate_detailed(encode, tasks, split, aggregation, progress).scores)
 
 
+def encode_sentences(encode: EncodeFn, sentences: list[str], size: int | None = None,
+                     progress: Callable[[int, int], None] | None = None,
+                     dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """``encode`` of ``sentences`` in consecutive calls of ``size`` sentences, checked and concatenated (the one
+    encoding loop of the STS, CxC and transfer evaluators).
+
+    Args:
+        encode: ``encode(list[str]) -> Tensor[n, D]`` (or a numpy array) of floats, rows in the order given.
+        sentences: each passed to ``encode`` once, in this order.
+        size: sentences per call (None: all in one call).
+        progress: ``progress(done, total)`` after each call.
+        dtype: the result's dtype.
+
+    Returns:
+        Tensor[len(sentences), D] of ``dtype`` on CPU (``(0, 0)`` for no sentences).
+
+    Raises:
+        ValueError: ``encode`` does not return a 2-D float tensor with one row per sentence, or its D differs
+            between calls.
+    """
+    size = size or max(len(sentences), 1)
+    chunks = []
+    for start in range(0, len(sentences), size):
+        batch = sentences[start : start + size]
+        chunks.append(_check_encoded(encode(batch), len(batch)).to("cpu", dtype))
+        if progress is not None:
+            progress(start + len(batch), len(sentences))
+    dims = {c.shape[1] for c in chunks}
+    if len(dims) > 1:
+        raise ValueError(f"encode returned embeddings of different sizes across calls: {sorted(dims)}")
+    return torch.cat(chunks, dim=0) if chunks else torch.zeros(0, 0, dtype=dtype)
+
+
 def _check_encoded(out: object, n: int) -> torch.Tensor:
     what = (
         "encode(sentences) must return a 2-D torch.Tensor [len(sentences), D] of floats, one row per sentence "
@@ -377,7 +401,7 @@ def _check_encoded(out: object, n: int) -> torch.Tensor:
         raise ValueError(f"{what}; got shape {tuple(out.shape)} for {n} sentences")
     if not out.is_floating_point():
         raise ValueError(f"{what}; got dtype {out.dtype}")
-    return out.detach().to("cpu", torch.float64)
+    return out.detach()
 
 
 def format_table(scores: Mapping[str, float], intervals: Mapping[str, Sequence[float]] | None = None) -> str:
