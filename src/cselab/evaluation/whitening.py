@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from cselab.io.files import staged
 from cselab.model.spec import ConfigError
 from cselab.model.whitening import Whitening
 
@@ -241,7 +242,8 @@ def add_to_checkpoint(path: str | os.PathLike, model) -> None:
         del ckpt["state_dict"][key]
     ckpt["state_dict"].update(state)
     ckpt["cselab_whitening"] = True
-    _atomic_save(ckpt, Path(path))
+    with staged(path) as f:
+        torch.save(ckpt, f)
 
 
 def save_untrained_checkpoint(path: str | os.PathLike, method) -> Path:
@@ -256,11 +258,6 @@ def save_untrained_checkpoint(path: str | os.PathLike, method) -> Path:
     method.on_save_checkpoint(ckpt)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_save(ckpt, path)
+    with staged(path) as f:
+        torch.save(ckpt, f)
     return path
-
-
-def _atomic_save(obj: dict, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
