@@ -25,21 +25,6 @@ import torch
 from cselab.data.sts import STSPairs
 from cselab.evaluation.gold_bins import DEFAULT_GOLD_EDGES, cosine_by_gold_bin
 
-__all__ = [
-    "WIKI_SAMPLE",
-    "wiki_sample_sentences",
-    "token_frequencies",
-    "token_embedding_pca",
-    "token_bias_pca",
-    "subsample_pairs",
-    "pair_cosines",
-    "cosine_density_by_gold_bin",
-    "similarity_vs_gold",
-    "geometry_summary",
-    "representation_encoders",
-    "topk_comparison",
-]
-
 #: the real wiki1m sample under the data directory (``data/wiki1m_sample``)
 WIKI_SAMPLE = Path("wiki1m_sample") / "wiki1m_for_simcse.head11914.txt"
 

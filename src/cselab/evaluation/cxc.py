@@ -32,14 +32,6 @@ import torch
 from cselab.data.cxc import CxCPairs
 from cselab.evaluation.sts import EncodeFn, cosine_scores, encode_sentences, spearman
 
-__all__ = [
-    "query_groups",
-    "iter_bootstrap_samples",
-    "bootstrap_spearman_from_scores",
-    "encode_pairs",
-    "cxc_bootstrap_spearman",
-]
-
 
 def query_groups(query_ids: Sequence[int] | np.ndarray) -> list[np.ndarray]:
     """Row indices of each query.

@@ -38,8 +38,6 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["ClassifierConfig", "Problem", "Fitted", "fit_grid", "fit_one", "predict", "initial_weights"]
-
 #: torch's defaults that SentEval's ``get_optimizer("adam" | "rmsprop")`` uses (no arguments given)
 _ADAM = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
 _RMSPROP = {"lr": 1e-2, "alpha": 0.99, "eps": 1e-8}

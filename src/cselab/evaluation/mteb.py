@@ -41,8 +41,6 @@ from mteb.models.model_meta import ModelMeta, ScoringFunction
 
 from cselab.data.sts import STS_SUBSETS, canonical_task, load_task
 
-__all__ = ["CselabMTEBEncoder", "LOCAL_TASK_NAMES", "local_sts_task"]
-
 #: cselab task -> the name of the local MTEB task (MTEB's own task name with a ``SentEval`` prefix)
 LOCAL_TASK_NAMES: dict[str, str] = {
     "sts12": "SentEval-STS12", "sts13": "SentEval-STS13", "sts14": "SentEval-STS14", "sts15": "SentEval-STS15",

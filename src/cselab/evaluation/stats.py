@@ -37,22 +37,6 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-__all__ = [
-    "METHODS",
-    "Interval",
-    "TaskPairs",
-    "TaskComparison",
-    "Comparison",
-    "SeedStats",
-    "dense_codes",
-    "spearman_rows",
-    "bootstrap_scores",
-    "paired_comparison",
-    "holm",
-    "seed_statistics",
-    "binomial_interval",
-]
-
 #: the bootstrap interval methods offered (``scipy.stats.bootstrap``'s ``method``).  BCa is not offered: its
 #: jackknife costs one Spearman per pair (~20 s for the 7 tasks here, far beyond 5 % of the test phase).
 METHODS: tuple[str, ...] = ("percentile", "basic")

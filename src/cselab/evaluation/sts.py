@@ -29,21 +29,6 @@ from scipy.stats import spearmanr
 from cselab.data.sts import STSPairs, canonical_task, load_task, task_splits
 from cselab.io.tables import Column, Table, text_lines
 
-__all__ = [
-    "TEST_TASKS",
-    "PAPER_NAMES",
-    "AGGREGATIONS",
-    "EncodeFn",
-    "spearman",
-    "cosine_scores",
-    "encode_sentences",
-    "SubsetScore",
-    "TaskScore",
-    "STSReport",
-    "STSEvaluator",
-    "format_table",
-]
-
 #: the seven tasks of the papers' STS table, in column order.
 TEST_TASKS: tuple[str, ...] = ("sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr")
 

@@ -46,9 +46,6 @@ from cselab.evaluation.stats import binomial_interval
 from cselab.evaluation.sts import EncodeFn, encode_sentences
 from cselab.io.tables import Column, Table, text_lines
 
-__all__ = ["SENTEVAL_COMMIT", "TRANSFER_NAMES", "TRANSFER_TASKS", "TransferProtocol", "PROTOCOLS", "TransferEvaluator",
-           "format_transfer_table", "run_classifier", "tqdm_progress"]
-
 log = logging.getLogger(__name__)
 
 #: task -> the papers' column name (MR ... MRPC)

@@ -51,17 +51,6 @@ from pathlib import PurePath
 
 import torch
 
-__all__ = [
-    "BIASED_TOKENS",
-    "BERT_PUNCTUATION",
-    "biased_tokens_for",
-    "is_subword",
-    "is_punctuation",
-    "static_token_ids",
-    "static_avg",
-    "static_avg_encoder",
-]
-
 _BERT_TABLE11: tuple[str, ...] = (
     ".", "a", "the", "in", ",", "is", "to", "of", "and", "'", "on", "man", "-", "s", "with", "for", '"', "at",
     "##s", "woman", "are", "it", "two", "that", "you", "dog", "said", "playing", "i", "an", "as", "was",

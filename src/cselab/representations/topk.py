@@ -40,19 +40,6 @@ import torch
 from cselab.model.embedding import EmbeddingModel
 from cselab.model.spec import EmbeddingSpec
 
-__all__ = [
-    "MANUAL_TEMPLATES",
-    "TABLE7_SENTENCES",
-    "manual_template",
-    "mlm_head",
-    "mask_model",
-    "mask_states",
-    "mask_logits",
-    "topk_weights",
-    "topk_token_encoder",
-    "topk_mask_tokens",
-]
-
 #: PromptBERT's manual template without fine-tuning (Table 4 best, Table 5 "manual", Table 7, Table 9), in the
 #: official mini-language so the token ids equal the official ones (RoBERTa quotes with ').
 MANUAL_TEMPLATES: dict[str, str] = {
