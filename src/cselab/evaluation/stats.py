@@ -429,11 +429,8 @@ def paired_comparison(
     ta = {t: a[t] for t in common}
     tb = {t: b[t] for t in common}
     segs = _segments(ta)
-    codes = []
-    for t, _, s, e in segs:
-        name = common[t]
-        codes.append((dense_codes(ta[name].system[s:e]), dense_codes(tb[name].system[s:e]),
-                      dense_codes(ta[name].gold[s:e])))
+    codes = [(dense_codes(ta[common[t]].system[s:e]), dense_codes(tb[common[t]].system[s:e]),
+              dense_codes(ta[common[t]].gold[s:e])) for t, _, s, e in segs]
     n_tasks = len(common)
     with_avg = n_tasks > 1
 

@@ -48,9 +48,6 @@ from cselab.io.tables import Column, Table, text_lines
 
 log = logging.getLogger(__name__)
 
-#: task -> the papers' column name (MR ... MRPC)
-TRANSFER_NAMES = PAPER_NAMES
-
 #: the SentEval commit whose protocol is transcribed (recorded in results.json)
 SENTEVAL_COMMIT = "5d6dc117d1ac30357ddaeb7347fb5684e9b87015"
 

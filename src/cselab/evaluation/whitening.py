@@ -105,11 +105,6 @@ class WhiteningOptions:
         ``wiki`` (:data:`DEFAULT_FILES`); None for ``target`` (the test tasks' files, checked with them)."""
         return None if self.fit_on == "target" else (self.file or DEFAULT_FILES[self.fit_on])
 
-    def describe(self) -> dict[str, Any]:
-        """A plain dict of the options (results, logs)."""
-        return {"fit_on": self.fit_on, "file": self.file, "n_sentences": self.n_sentences, "k": self.k,
-                "normalize": self.normalize}
-
 
 def read_sentences(path: str | os.PathLike) -> list[str]:
     """The sentences of a corpus file: ``.csv`` / ``.tsv`` with a header -- every cell of the columns of
@@ -221,26 +216,20 @@ class WhiteningFit:
         return whitening
 
 
-def whitening_state(model) -> dict[str, torch.Tensor]:
-    """The whitening buffers of a method (or embedding model) under their state-dict names (e.g.
-    ``model.whitening.kernel``), on CPU; empty without a whitening transform."""
-    return {name: buf.detach().cpu() for name, buf in model.state_dict().items() if is_whitening_key(name)}
-
-
 def is_whitening_key(name: str) -> bool:
     """A state-dict key of the whitening transform (``[model.]whitening.<buffer>``)."""
     return name.rpartition(".")[0].rpartition(".")[2] == "whitening"
 
 
 def add_to_checkpoint(path: str | os.PathLike, model) -> None:
-    """Write ``model``'s whitening buffers into the checkpoint at ``path`` (its ``state_dict``), atomically: the
-    tested checkpoint then loads (``cselab.load``, ``cselab export``) as the whitened encoder that was tested."""
-    state = whitening_state(model)
+    """Write ``model``'s whitening buffers (state-dict names, e.g. ``model.whitening.kernel``, on CPU) into the
+    checkpoint at ``path`` (its ``state_dict``, replacing any), atomically: the tested checkpoint then loads
+    (``cselab.load``, ``cselab export``) as the whitened encoder that was tested."""
     ckpt = torch.load(path, map_location="cpu", weights_only=False)
     ckpt.setdefault("state_dict", {})
     for key in [k for k in ckpt["state_dict"] if is_whitening_key(k)]:
         del ckpt["state_dict"][key]
-    ckpt["state_dict"].update(state)
+    ckpt["state_dict"].update({k: v.detach().cpu() for k, v in model.state_dict().items() if is_whitening_key(k)})
     ckpt["cselab_whitening"] = True
     with staged(path) as f:
         torch.save(ckpt, f)
