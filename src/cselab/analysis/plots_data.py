@@ -21,9 +21,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy.stats import gaussian_kde, pearsonr, spearmanr
 
+from cselab.analysis.corpus import read_corpus
+from cselab.analysis.geometry import anisotropy
+from cselab.analysis.representations import make_encode_fn
 from cselab.data.sts import STSPairs
+from cselab.evaluation.align_uniform import AlignUniformInputs
 from cselab.evaluation.gold_bins import DEFAULT_GOLD_EDGES, cosine_by_gold_bin
+from cselab.evaluation.sts import cosine_scores, spearman
+from cselab.representations.static import is_subword
+from cselab.representations.topk import TABLE7_SENTENCES, manual_template, topk_mask_tokens
 
 #: the real wiki1m sample under the data directory (``data/wiki1m_sample``)
 WIKI_SAMPLE = Path("wiki1m_sample") / "wiki1m_for_simcse.head11914.txt"
@@ -39,8 +47,6 @@ def wiki_sample_sentences(data_dir: str | os.PathLike, sample: int | None = None
     Raises:
         FileNotFoundError: the sample is missing (names the path).
     """
-    from cselab.analysis.corpus import read_corpus
-
     return read_corpus(Path(data_dir) / WIKI_SAMPLE, sample, seed, lower=lower, max_words=max_words)
 
 
@@ -131,10 +137,6 @@ def token_bias_pca(
     Raises:
         ValueError: sizes differ, or fewer than 2 tokens are kept.
     """
-    from scipy.stats import spearmanr
-
-    from cselab.representations.static import is_subword
-
     emb = embeddings.detach().cpu().double().numpy() if isinstance(embeddings, torch.Tensor) else \
         np.asarray(embeddings, dtype=np.float64)
     freq = np.asarray(frequencies, dtype=np.int64)
@@ -188,8 +190,6 @@ def pair_cosines(encode: Callable[[list[str]], torch.Tensor], pairs: STSPairs) -
     Raises:
         ValueError: ``encode`` returned the wrong number of rows.
     """
-    from cselab.evaluation.sts import cosine_scores
-
     sentences = list(dict.fromkeys([*pairs.sent1, *pairs.sent2]))
     where = {s: i for i, s in enumerate(sentences)}
     emb = encode(sentences) if sentences else torch.zeros(0, 1)
@@ -221,8 +221,6 @@ def cosine_density_by_gold_bin(
         ``{"grid": (G,), "density": {label: (G,)}, "count": {label: int}, "mean": {label: float}}``; a bin with
         fewer than 2 distinct values gets a zero density (and a NaN mean when empty).
     """
-    from scipy.stats import gaussian_kde
-
     if isinstance(grid, str):
         if grid != "data":
             raise ValueError(f"grid={grid!r}: expected points, None or 'data'")
@@ -255,10 +253,6 @@ def similarity_vs_gold(cosine: Sequence[float] | np.ndarray, gold: Sequence[floa
     Raises:
         ValueError: lengths differ, or fewer than 2 pairs.
     """
-    from scipy.stats import pearsonr
-
-    from cselab.evaluation.sts import spearman
-
     cos, g = np.asarray(cosine, dtype=np.float64), np.asarray(gold, dtype=np.float64)
     if cos.shape != g.shape or cos.size < 2:
         raise ValueError(f"similarity_vs_gold: need >= 2 pairs of equal length, got {cos.shape} and {g.shape}")
@@ -293,9 +287,6 @@ def geometry_summary(encode: Callable[[list[str]], torch.Tensor], pairs: STSPair
         ValueError: no pair above the threshold, fewer than 2 corpus sentences, or ``encode`` returned the wrong
         number of rows.
     """
-    from cselab.analysis.geometry import anisotropy
-    from cselab.evaluation.align_uniform import AlignUniformInputs
-
     inputs = AlignUniformInputs.from_pairs(pairs, threshold)
     measured = inputs.measure(encode)
     corpus_emb = encode(list(corpus))
@@ -324,7 +315,6 @@ def representation_encoders(
     Raises:
         ValueError: unknown representation.  BackboneUnavailableError: the backbone cannot be loaded.
     """
-    from cselab.analysis.representations import make_encode_fn
     from cselab.model.loading import load_backbone
 
     encoder, tokenizer = load_backbone(backbone, family, mlm_head="topk" in representations)
@@ -359,8 +349,6 @@ def topk_comparison(encoder, tokenizer, sentences: Sequence[str] | None = None, 
     Raises:
         ValueError: no MLM head (see :func:`cselab.representations.topk.mlm_head`), or bad ``k``.
     """
-    from cselab.representations.topk import TABLE7_SENTENCES, manual_template, topk_mask_tokens
-
     sents = list(TABLE7_SENTENCES if sentences is None else sentences)
     tpl = template or manual_template(encoder.family)
     plain = topk_mask_tokens(encoder, tokenizer, tpl, sents, k=k, denoise=False)

@@ -30,7 +30,12 @@ import lightning as L
 from cselab.evaluation.encoder import SentenceEncoder
 from cselab.evaluation.results import papers_avg
 from cselab.evaluation.sts import TEST_TASKS, STSEvaluator
-from cselab.evaluation.whitening import WhiteningFit, WhiteningOptions
+from cselab.evaluation.whitening import (
+    WhiteningFit,
+    WhiteningOptions,
+    add_to_checkpoint,
+    save_untrained_checkpoint,
+)
 from cselab.io.progress import EvalProgress
 
 log = logging.getLogger(__name__)
@@ -187,8 +192,6 @@ class STSCallback(L.Callback):
             return
         self.whitening(pl_module, batch_size=self.batch_size)
         if trainer.ckpt_path and os.path.isfile(trainer.ckpt_path):
-            from cselab.evaluation.whitening import add_to_checkpoint
-
             add_to_checkpoint(trainer.ckpt_path, pl_module)
             log.info("whitening written into %s", trainer.ckpt_path)
 
@@ -198,8 +201,6 @@ class STSCallback(L.Callback):
         hparams = getattr(model, "hparams", None)
         if self.run_dir is None or hparams is None or hparams.get("train", True):
             return  # eval.test_backbone's reloaded model of a trained run: its best checkpoint is the run's
-        from cselab.evaluation.whitening import save_untrained_checkpoint
-
         path = save_untrained_checkpoint(os.path.join(self.run_dir, "checkpoints", "best-step0.ckpt"), model)
         log.info("the whitened model: %s", path)
 
