@@ -21,6 +21,7 @@ import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -212,11 +213,6 @@ class STSEvaluator:
             ValueError: unknown / duplicated task, no tasks, or a task without ``split``.
             FileNotFoundError, cselab.data.sts.STSFormatError: from the readers.
         """
-        names = self._check_tasks(tasks, split)
-        return {t: load_task(self.data_dir, t, split) for t in names}
-
-    @staticmethod
-    def _check_tasks(tasks: Iterable[str], split: str) -> list[str]:
         if isinstance(tasks, str):
             tasks = (tasks,)
         names = [canonical_task(t) for t in tasks]
@@ -230,7 +226,7 @@ class STSEvaluator:
                     f"task {t!r} has no split {split!r} (valid: {', '.join(task_splits(t))}); "
                     f"STS12-16 only have 'test', use split='dev' with tasks=('stsb',) or ('stsb', 'sickr')"
                 )
-        return names
+        return {t: load_task(self.data_dir, t, split) for t in names}
 
     # ------------------------------------------------------------------ encoding
     #: sentences per ``encode`` call when progress is reported (and no ``batch_size`` is set): a progress update
@@ -324,20 +320,14 @@ class STSEvaluator:
             )
         return STSReport(tasks=results, aggregation=aggregation, n_sentences=len(sentences))
 
-    def evaluate(
-        self,
-        encode: EncodeFn,
-        tasks: Iterable[str] = TEST_TASKS,
-        split: str = "test",
-        aggregation: str = "all",
-        progress: Callable[[str, int, int], None] | None = None,
-    ) -> dict[str, float]:
+    def evaluate(self, encode: EncodeFn, *args: Any, **kwargs: Any) -> dict[str, float]:
         """Evaluate ``encode``: ``{task: Spearman x 100, ..., "avg": mean over the requested tasks}``.
 
-        See :meth:`evaluate_detailed` for the arguments and errors; this returns its ``scores`` dict
-        (tasks in requested order, then ``"avg"``; python floats, unrounded).
+        Takes :meth:`evaluate_detailed`'s arguments (``tasks``, ``split``, ``aggregation``, ``progress``) and
+        raises its errors; returns its ``scores`` dict (tasks in requested order, then ``"avg"``; python floats,
+        unrounded).
         """
-        return dict(self.evaluate_detailed(encode, tasks, split, aggregation, progress).scores)
+        return dict(self.evaluate_detailed(encode, *args, **kwargs).scores)
 
 
 def encode_sentences(encode: EncodeFn, sentences: list[str], size: int | None = None,

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from cselab.data.sts import load_task, task_splits
 from cselab.io.files import staged
 from cselab.model.spec import ConfigError
 from cselab.model.whitening import Whitening
@@ -136,8 +137,6 @@ def read_sentences(path: str | os.PathLike) -> list[str]:
 def target_sentences(data_dir: str | os.PathLike, tasks: Sequence[str]) -> list[str]:
     """Both sentences of every pair of every split of ``tasks`` (official ``fit_on=target``: STS-B and SICK-R
     train, dev and test; STS12-16 all subsets), in task order, duplicates kept."""
-    from cselab.data.sts import load_task, task_splits
-
     out: list[str] = []
     for task in tasks:
         for split in task_splits(task):
