@@ -316,10 +316,7 @@ def fit_one(X: torch.Tensor, y: torch.Tensor, nclasses: int, problem: Problem, c
     with torch.no_grad():
         model.weight.copy_(w0)
         model.bias.copy_(b0)
-    if config.optim == "adam":
-        opt = torch.optim.Adam(model.parameters(), foreach=False)
-    else:
-        opt = torch.optim.RMSprop(model.parameters(), foreach=False)
+    opt = (torch.optim.Adam if config.optim == "adam" else torch.optim.RMSprop)(model.parameters(), foreach=False)
     opt.param_groups[0]["weight_decay"] = problem.l2
     loss_fn = nn.CrossEntropyLoss()
     Xtr, ytr, Xdev, ydev = X[train], y[train], X[dev], y[dev]

@@ -451,7 +451,7 @@ def paired_comparison(
         ry = _average_ranks(gc[None], gk)[0]
         seg_ranks.append((t, w, ra2, rb2, ry - (e - s + 1) / 2.0, e - s))
 
-    def perm_stat(members, scale):
+    def run_perm(members, rng_seed, scale=1.0):
         def stat(x, y, axis=-1):
             rows = x.shape[:-1]
             total = np.zeros(rows)
@@ -466,33 +466,28 @@ def paired_comparison(
                 d = (_correlation(rx - mid, ryc) - _correlation(rz - mid, ryc)) * w
                 total += d.reshape(rows)
             return 100.0 * scale * total
-        return stat
 
-    def run_perm(members, rng_seed, scale=1.0):
         x = np.concatenate([m[2] for m in members]).astype(np.float64)
         y = np.concatenate([m[3] for m in members]).astype(np.float64)
-        res = stats.permutation_test((x, y), perm_stat(members, scale), permutation_type="samples",
+        res = stats.permutation_test((x, y), stat, permutation_type="samples",
                                      n_resamples=n_resamples, vectorized=True, alternative="two-sided",
                                      rng=np.random.default_rng(rng_seed))
         return float(min(1.0, res.pvalue))
 
-    pvals = []
-    for t in range(n_tasks):
-        pvals.append(run_perm([m for m in seg_ranks if m[0] == t], seed + 1 + t))
+    pvals = [run_perm([m for m in seg_ranks if m[0] == t], seed + 1 + t) for t in range(n_tasks)]
     adjusted = holm(pvals)
+    intervals = [Interval(float(lo), float(hi), level, f"paired bootstrap {method}")
+                 for lo, hi in zip(low, high, strict=True)]
     out: dict[str, TaskComparison] = {}
     for t, name in enumerate(common):
         sa = _score(ta[name])
         sb = _score(tb[name])
-        out[name] = TaskComparison(name, sa, sb, sa - sb, Interval(float(low[t]), float(high[t]), level,
-                                                                     f"paired bootstrap {method}"),
-                                   pvals[t], adjusted[t])
+        out[name] = TaskComparison(name, sa, sb, sa - sb, intervals[t], pvals[t], adjusted[t])
     if with_avg:
         sa = float(np.mean([c.a for c in out.values()]))
         sb = float(np.mean([c.b for c in out.values()]))
         p_avg = run_perm(seg_ranks, seed + 1 + n_tasks, 1.0 / n_tasks)
-        out["avg"] = TaskComparison("avg", sa, sb, sa - sb, Interval(float(low[-1]), float(high[-1]), level,
-                                                                      f"paired bootstrap {method}"), p_avg, None)
+        out["avg"] = TaskComparison("avg", sa, sb, sa - sb, intervals[-1], p_avg, None)
     return Comparison(out, n_resamples, seed, method, alpha, notes)
 
 
