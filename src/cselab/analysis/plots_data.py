@@ -30,6 +30,7 @@ from cselab.data.sts import STSPairs
 from cselab.evaluation.align_uniform import AlignUniformInputs
 from cselab.evaluation.gold_bins import DEFAULT_GOLD_EDGES, cosine_by_gold_bin
 from cselab.evaluation.sts import cosine_scores, spearman
+from cselab.model.loading import load_backbone
 from cselab.representations.static import is_subword
 from cselab.representations.topk import TABLE7_SENTENCES, manual_template, topk_mask_tokens
 
@@ -315,8 +316,6 @@ def representation_encoders(
     Raises:
         ValueError: unknown representation.  BackboneUnavailableError: the backbone cannot be loaded.
     """
-    from cselab.model.loading import load_backbone
-
     encoder, tokenizer = load_backbone(backbone, family, mlm_head="topk" in representations)
     encoder.eval()
     out: dict[str, Callable[[list[str]], torch.Tensor]] = {

@@ -274,12 +274,8 @@ class STSEvaluator:
         data = self.load(tasks, split)
 
         if progress is None:
-            distinct: set[str] = set()
-            for subsets in data.values():
-                for pairs in subsets.values():
-                    distinct.update(pairs.sent1)
-                    distinct.update(pairs.sent2)
-            sentences = sorted(distinct)
+            sentences = sorted({s for subsets in data.values() for pairs in subsets.values()
+                                for s in (*pairs.sent1, *pairs.sent2)})
             emb = self._encode_all(encode, sentences)
         else:  # task by task, so that the progress is per task; a sentence seen in an earlier task is not redone
             sentences, parts = [], []

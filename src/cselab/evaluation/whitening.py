@@ -185,7 +185,7 @@ class WhiteningFit:
         if opts.fit_on == "target":
             sentences = target_sentences(self.data_dir, self.test_tasks)
         else:
-            sentences = read_sentences(self.data_dir / (opts.file or DEFAULT_FILES[opts.fit_on]))
+            sentences = read_sentences(self.data_dir / opts.corpus_file())
         if opts.n_sentences is not None:
             sentences = sentences[: opts.n_sentences]
         if not sentences:

@@ -212,7 +212,7 @@ def topk_token_encoder(
     Raises:
         ValueError: no MLM head (names the backbone, suggests an MLM-capable checkpoint), or bad ``k``.
     """
-    mlm_head(encoder)  # fail at construction, not at the first call
+    head = mlm_head(encoder)  # fail at construction, not at the first call
     tpl = template or manual_template(encoder.family)
     weight = encoder.model.embeddings.word_embeddings.weight
     if not 1 <= k <= weight.shape[0]:
@@ -220,7 +220,6 @@ def topk_token_encoder(
 
     @torch.no_grad()
     def encode(sentences: list[str]) -> torch.Tensor:
-        head = mlm_head(encoder)
         static = weight.detach().float()
         parts = []
         h = mask_states(encoder, tokenizer, tpl, sentences, denoise, batch_size, add_period)
