@@ -215,11 +215,8 @@ def spearman_rows(x_codes: np.ndarray, kx: int, y_codes: np.ndarray, ky: int) ->
 
 def _segments(tasks: Mapping[str, TaskPairs]) -> list[tuple[int, float, int, int]]:
     """``[(task index, weight, start, stop)]`` of every segment of every task, in order."""
-    out = []
-    for t, pairs in enumerate(tasks.values()):
-        for (a, b), w in zip(pairs.bounds(), pairs.weights, strict=True):
-            out.append((t, w, a, b))
-    return out
+    return [(t, w, a, b) for t, pairs in enumerate(tasks.values())
+            for (a, b), w in zip(pairs.bounds(), pairs.weights, strict=True)]
 
 
 def _check_bootstrap_args(n_resamples: int, level: float, method: str) -> None:
@@ -493,10 +490,8 @@ def paired_comparison(
 
 def _score(pairs: TaskPairs) -> float:
     """A task's score (Spearman x 100) from its pairs, with ``scipy.stats.spearmanr`` per segment."""
-    total = 0.0
-    for (a, b), w in zip(pairs.bounds(), pairs.weights, strict=True):
-        total += w * float(stats.spearmanr(pairs.system[a:b], pairs.gold[a:b])[0])
-    return 100.0 * total
+    return 100.0 * sum(w * float(stats.spearmanr(pairs.system[a:b], pairs.gold[a:b])[0])
+                       for (a, b), w in zip(pairs.bounds(), pairs.weights, strict=True))
 
 
 # ------------------------------------------------------------------------------------------ seeds
