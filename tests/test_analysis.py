@@ -13,24 +13,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from cselab.analysis import (
-    BIASED_TOKENS,
-    align_uniform_stsb,
-    alignment,
-    anisotropy,
-    mask_logits,
-    static_avg_encoder,
-    static_token_ids,
-    topk_mask_tokens,
-    topk_token_encoder,
-    topk_weights,
-    uniformity,
-)
 from cselab.analysis.corpus import read_corpus
+from cselab.analysis.geometry import anisotropy
 from cselab.analysis.representations import make_encode_fn
 from cselab.cli.analysis import main
+from cselab.evaluation.align_uniform import align_uniform_stsb, alignment, uniformity
 from cselab.model.loading import load_backbone
-from cselab.representations.static import biased_tokens_for
+from cselab.representations.static import (
+    BIASED_TOKENS,
+    biased_tokens_for,
+    static_avg_encoder,
+    static_token_ids,
+)
+from cselab.representations.topk import mask_logits, topk_mask_tokens, topk_token_encoder, topk_weights
 
 #: every word is in the tiny BERT vocabulary and the tiny RoBERTa corpus (tests/conftest.py)
 SENTENCES = [

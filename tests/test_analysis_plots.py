@@ -8,13 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from cselab.analysis import (
-    alignment,
-    anisotropy,
-    cosine_by_gold_bin,
+from cselab.analysis.geometry import anisotropy
+from cselab.analysis.plots_data import (
     cosine_density_by_gold_bin,
     geometry_summary,
-    gold_bin_labels,
     pair_cosines,
     representation_encoders,
     similarity_vs_gold,
@@ -23,10 +20,11 @@ from cselab.analysis import (
     token_embedding_pca,
     token_frequencies,
     topk_comparison,
-    uniformity,
     wiki_sample_sentences,
 )
 from cselab.data.sts import STSPairs
+from cselab.evaluation.align_uniform import alignment, uniformity
+from cselab.evaluation.gold_bins import cosine_by_gold_bin, gold_bin_labels
 from cselab.model.loading import load_backbone
 from tests.conftest import SENTENCES
 

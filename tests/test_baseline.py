@@ -7,8 +7,9 @@ import copy
 import pytest
 import torch
 
-from cselab.analysis import static_avg_encoder, topk_token_encoder
 from cselab.methods.registry import method_class
+from cselab.representations.static import static_avg_encoder
+from cselab.representations.topk import topk_token_encoder
 from tests.conftest import PROMPTBERT_PROMPT
 
 SENTS = ["a man is playing a guitar", "the dog ran to the park", "A Woman is slicing an onion ."]

@@ -19,8 +19,7 @@ def read_corpus(path: str | Path, sample: int | None, seed: int, lower: bool = T
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"corpus file not found: {p.resolve()}")
-    lines = [ln.strip() for ln in p.read_text(encoding="utf-8").splitlines()]
-    lines = [ln for ln in lines if ln]
+    lines = [ln.strip() for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip()]
     if not lines:
         raise ValueError(f"corpus {p} has no non-empty line")
     if sample is not None and sample < len(lines):

@@ -22,8 +22,6 @@ import torch.nn.functional as F
 
 from cselab.evaluation.align_uniform import check_2d
 
-__all__ = ["anisotropy"]
-
 
 def anisotropy(embeddings: torch.Tensor, include_self: bool = False) -> float:
     """Sentence-level anisotropy, PromptBERT Eq. 1: mean cosine over pairs i != j (absolute value).

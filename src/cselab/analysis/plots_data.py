@@ -7,8 +7,7 @@ The notebooks only load, call these and draw; every statistic lives here (and is
 * geometry of representations: :func:`geometry_summary` (anisotropy on corpus sentences, alignment and
   uniformity on STS pairs, as :mod:`cselab.analysis.geometry` defines them) and :func:`representation_encoders`;
 * STS-B scatter / densities (CoT-BERT Fig. 3, PromCSE Fig. 3): :func:`pair_cosines`, :func:`subsample_pairs`,
-  :func:`cosine_density_by_gold_bin`, :func:`similarity_vs_gold` (the bins: :mod:`cselab.evaluation.gold_bins`,
-  re-exported here);
+  :func:`cosine_density_by_gold_bin`, :func:`similarity_vs_gold` (the bins: :mod:`cselab.evaluation.gold_bins`);
 * top-k [MASK] tokens with and without template denoising (PromptBERT Table 7): :func:`topk_comparison`;
 * inputs: :func:`wiki_sample_sentences` (the wiki1m sample shipped in ``data/wiki1m_sample``).
 """
@@ -22,27 +21,18 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy.stats import gaussian_kde, pearsonr, spearmanr
 
+from cselab.analysis.corpus import read_corpus
+from cselab.analysis.geometry import anisotropy
+from cselab.analysis.representations import make_encode_fn
 from cselab.data.sts import STSPairs
-from cselab.evaluation.gold_bins import DEFAULT_GOLD_EDGES, cosine_by_gold_bin, gold_bin_labels
-
-__all__ = [
-    "WIKI_SAMPLE",
-    "DEFAULT_GOLD_EDGES",
-    "wiki_sample_sentences",
-    "token_frequencies",
-    "token_embedding_pca",
-    "token_bias_pca",
-    "subsample_pairs",
-    "pair_cosines",
-    "gold_bin_labels",
-    "cosine_by_gold_bin",
-    "cosine_density_by_gold_bin",
-    "similarity_vs_gold",
-    "geometry_summary",
-    "representation_encoders",
-    "topk_comparison",
-]
+from cselab.evaluation.align_uniform import AlignUniformInputs
+from cselab.evaluation.gold_bins import DEFAULT_GOLD_EDGES, cosine_by_gold_bin
+from cselab.evaluation.sts import cosine_scores, spearman
+from cselab.model.loading import load_backbone
+from cselab.representations.static import is_subword
+from cselab.representations.topk import TABLE7_SENTENCES, manual_template, topk_mask_tokens
 
 #: the real wiki1m sample under the data directory (``data/wiki1m_sample``)
 WIKI_SAMPLE = Path("wiki1m_sample") / "wiki1m_for_simcse.head11914.txt"
@@ -58,8 +48,6 @@ def wiki_sample_sentences(data_dir: str | os.PathLike, sample: int | None = None
     Raises:
         FileNotFoundError: the sample is missing (names the path).
     """
-    from cselab.analysis.corpus import read_corpus
-
     return read_corpus(Path(data_dir) / WIKI_SAMPLE, sample, seed, lower=lower, max_words=max_words)
 
 
@@ -139,7 +127,7 @@ def token_bias_pca(
         embeddings: (V, D) word-embedding matrix (``encoder.model.get_input_embeddings().weight``).
         frequencies: (V,) counts (:func:`token_frequencies`).
         tokens: (V,) vocabulary strings (``tokenizer.convert_ids_to_tokens(range(V))``).
-        family: ``bert`` (subword = ``##`` prefix) or ``roberta`` (no ``Ġ``), :func:`cselab.analysis.is_subword`.
+        family: ``bert`` (subword = ``##`` prefix) or ``roberta`` (no ``Ġ``), :func:`cselab.representations.static.is_subword`.
 
     Returns:
         ``{"token_ids", "coords" (n, 2), "frequency", "log_frequency" (log10(1 + count)), "is_subword" (bool),
@@ -150,10 +138,6 @@ def token_bias_pca(
     Raises:
         ValueError: sizes differ, or fewer than 2 tokens are kept.
     """
-    from scipy.stats import spearmanr
-
-    from cselab.representations.static import is_subword
-
     emb = embeddings.detach().cpu().double().numpy() if isinstance(embeddings, torch.Tensor) else \
         np.asarray(embeddings, dtype=np.float64)
     freq = np.asarray(frequencies, dtype=np.int64)
@@ -207,8 +191,6 @@ def pair_cosines(encode: Callable[[list[str]], torch.Tensor], pairs: STSPairs) -
     Raises:
         ValueError: ``encode`` returned the wrong number of rows.
     """
-    from cselab.evaluation.sts import cosine_scores
-
     sentences = list(dict.fromkeys([*pairs.sent1, *pairs.sent2]))
     where = {s: i for i, s in enumerate(sentences)}
     emb = encode(sentences) if sentences else torch.zeros(0, 1)
@@ -240,8 +222,6 @@ def cosine_density_by_gold_bin(
         ``{"grid": (G,), "density": {label: (G,)}, "count": {label: int}, "mean": {label: float}}``; a bin with
         fewer than 2 distinct values gets a zero density (and a NaN mean when empty).
     """
-    from scipy.stats import gaussian_kde
-
     if isinstance(grid, str):
         if grid != "data":
             raise ValueError(f"grid={grid!r}: expected points, None or 'data'")
@@ -274,10 +254,6 @@ def similarity_vs_gold(cosine: Sequence[float] | np.ndarray, gold: Sequence[floa
     Raises:
         ValueError: lengths differ, or fewer than 2 pairs.
     """
-    from scipy.stats import pearsonr
-
-    from cselab.evaluation.sts import spearman
-
     cos, g = np.asarray(cosine, dtype=np.float64), np.asarray(gold, dtype=np.float64)
     if cos.shape != g.shape or cos.size < 2:
         raise ValueError(f"similarity_vs_gold: need >= 2 pairs of equal length, got {cos.shape} and {g.shape}")
@@ -312,9 +288,6 @@ def geometry_summary(encode: Callable[[list[str]], torch.Tensor], pairs: STSPair
         ValueError: no pair above the threshold, fewer than 2 corpus sentences, or ``encode`` returned the wrong
         number of rows.
     """
-    from cselab.analysis.geometry import anisotropy
-    from cselab.evaluation.align_uniform import AlignUniformInputs
-
     inputs = AlignUniformInputs.from_pairs(pairs, threshold)
     measured = inputs.measure(encode)
     corpus_emb = encode(list(corpus))
@@ -343,9 +316,6 @@ def representation_encoders(
     Raises:
         ValueError: unknown representation.  BackboneUnavailableError: the backbone cannot be loaded.
     """
-    from cselab.analysis.representations import make_encode_fn
-    from cselab.model.loading import load_backbone
-
     encoder, tokenizer = load_backbone(backbone, family, mlm_head="topk" in representations)
     encoder.eval()
     out: dict[str, Callable[[list[str]], torch.Tensor]] = {
@@ -367,7 +337,7 @@ def topk_comparison(encoder, tokenizer, sentences: Sequence[str] | None = None, 
 
     Args:
         encoder: an Encoder loaded with ``mlm_head=True`` (e.g. ``package:cognition``).
-        sentences: default :data:`cselab.analysis.TABLE7_SENTENCES`.
+        sentences: default :data:`cselab.representations.topk.TABLE7_SENTENCES`.
         k: tokens per sentence.
         template: default the manual template of the encoder's family.
 
@@ -376,10 +346,8 @@ def topk_comparison(encoder, tokenizer, sentences: Sequence[str] | None = None, 
         "changed": [number of tokens of "with" not in "without", per sentence]}``.
 
     Raises:
-        ValueError: no MLM head (see :func:`cselab.analysis.mlm_head`), or bad ``k``.
+        ValueError: no MLM head (see :func:`cselab.representations.topk.mlm_head`), or bad ``k``.
     """
-    from cselab.representations.topk import TABLE7_SENTENCES, manual_template, topk_mask_tokens
-
     sents = list(TABLE7_SENTENCES if sentences is None else sentences)
     tpl = template or manual_template(encoder.family)
     plain = topk_mask_tokens(encoder, tokenizer, tpl, sents, k=k, denoise=False)

@@ -1,6 +1,6 @@
 """One ``encode(sentences) -> Tensor[N, D]`` per representation of a raw backbone (no training): SimCSE's
 poolers, PromptBERT's template [MASK] state, the static token average and the top-k token representation
-(``cselab analysis --pooler``, :func:`cselab.analysis.representation_encoders`)."""
+(``cselab analysis --pooler``, :func:`cselab.analysis.plots_data.representation_encoders`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from cselab.model.embedding import EmbeddingModel
 from cselab.model.pooling import POOLERS
 from cselab.model.spec import EmbeddingSpec
 from cselab.representations.static import static_avg_encoder
-from cselab.representations.topk import manual_template, mask_states, topk_token_encoder
+from cselab.representations.topk import manual_template, mask_model, topk_token_encoder
 
 #: every ``--pooler`` value
 REPRESENTATIONS: tuple[str, ...] = (*POOLERS, "static_avg", "topk")
@@ -47,19 +47,9 @@ def make_encode_fn(
     if pooler == "topk":
         return topk_token_encoder(encoder, tokenizer, template, k=k, denoise=denoise, batch_size=batch_size)
     if pooler == "mask":
-        tpl = template or manual_template(encoder.family)
-
-        def encode_mask(sentences: list[str]) -> torch.Tensor:
-            return mask_states(encoder, tokenizer, tpl, sentences, denoise=denoise, batch_size=batch_size).cpu()
-
-        return encode_mask
+        return mask_model(encoder, tokenizer, template or manual_template(encoder.family), denoise, batch_size).encode
 
     # the layer poolers ARE the embedding model without a head or template ([CLS] s [SEP], no truncation)
     spec = EmbeddingSpec(family=encoder.family, pooler=pooler, head="none", train_views=[("text", None)],
                          eval_batch_size=batch_size, eval_precision="32")
-    model = EmbeddingModel(encoder, tokenizer, None, spec, apply_tuning=False)
-
-    def encode_layers(sentences: list[str]) -> torch.Tensor:
-        return model.encode(list(sentences))
-
-    return encode_layers
+    return EmbeddingModel(encoder, tokenizer, None, spec, apply_tuning=False).encode

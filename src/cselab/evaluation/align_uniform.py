@@ -29,8 +29,6 @@ import torch.nn.functional as F
 
 from cselab.data.sts import STSPairs, load_task
 
-__all__ = ["AlignUniformInputs", "align_uniform_stsb", "alignment", "check_2d", "uniformity"]
-
 
 def check_2d(x: torch.Tensor, what: str, min_rows: int) -> torch.Tensor:
     """``x`` when it is a 2-D tensor (N, D) with at least ``min_rows`` rows.

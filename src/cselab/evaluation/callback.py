@@ -30,7 +30,12 @@ import lightning as L
 from cselab.evaluation.encoder import SentenceEncoder
 from cselab.evaluation.results import papers_avg
 from cselab.evaluation.sts import TEST_TASKS, STSEvaluator
-from cselab.evaluation.whitening import WhiteningFit, WhiteningOptions
+from cselab.evaluation.whitening import (
+    WhiteningFit,
+    WhiteningOptions,
+    add_to_checkpoint,
+    save_untrained_checkpoint,
+)
 from cselab.io.progress import EvalProgress
 
 log = logging.getLogger(__name__)
@@ -120,12 +125,6 @@ class STSCallback(L.Callback):
         if self._loaded_elapsed is not None:
             self.elapsed_before, self._loaded_elapsed = self._loaded_elapsed, None
 
-    def _encode(self, pl_module: SentenceEncoder, split: str, encoder: str | None = None):
-        """``encode`` for ``split``: the module's dev encoder on ``dev``, its test encoder otherwise (or
-        ``encoder``)."""
-        encoder = encoder or ("dev" if split == "dev" else "test")
-        return lambda sentences: pl_module.encode(sentences, batch_size=self.batch_size, encoder=encoder)
-
     def evaluate_encoder(self, model: SentenceEncoder, dev_encoder: str = "test") -> None:
         """Without a Trainer: the test tasks and the dev task on ``model.encode`` (a method or any object with
         ``encode(sentences, batch_size, encoder=)``), kept in :attr:`test_scores`, :attr:`dev_scores` and
@@ -143,14 +142,18 @@ class STSCallback(L.Callback):
         self.dev_scores = {self.dev_task: self._score(None, model, (self.dev_task,), "dev",
                                                       encoder=dev_encoder)[self.dev_task]}
 
-    def _score(self, trainer, pl_module, tasks, split, keep_pairs: bool = False,
+    def _score(self, trainer, pl_module: SentenceEncoder, tasks, split, keep_pairs: bool = False,
                encoder: str | None = None) -> dict[str, float]:
+        """``tasks`` on ``split`` with the module's dev encoder on ``dev``, its test encoder otherwise (or
+        ``encoder``); rank 0 evaluates, the scores are broadcast."""
+        encoder = encoder or ("dev" if split == "dev" else "test")
         scores = None
         if trainer is None or trainer.is_global_zero:
             progress = EvalProgress(trainer, split, every_s=self.progress_every_s)
             try:
-                report = self.evaluator.evaluate_detailed(self._encode(pl_module, split, encoder), tasks=tasks, split=split,
-                                                          aggregation=self.aggregation, progress=progress)
+                report = self.evaluator.evaluate_detailed(
+                    lambda sentences: pl_module.encode(sentences, batch_size=self.batch_size, encoder=encoder),
+                    tasks=tasks, split=split, aggregation=self.aggregation, progress=progress)
             finally:
                 progress.close()
             scores = dict(report.scores)
@@ -189,8 +192,6 @@ class STSCallback(L.Callback):
             return
         self.whitening(pl_module, batch_size=self.batch_size)
         if trainer.ckpt_path and os.path.isfile(trainer.ckpt_path):
-            from cselab.evaluation.whitening import add_to_checkpoint
-
             add_to_checkpoint(trainer.ckpt_path, pl_module)
             log.info("whitening written into %s", trainer.ckpt_path)
 
@@ -200,8 +201,6 @@ class STSCallback(L.Callback):
         hparams = getattr(model, "hparams", None)
         if self.run_dir is None or hparams is None or hparams.get("train", True):
             return  # eval.test_backbone's reloaded model of a trained run: its best checkpoint is the run's
-        from cselab.evaluation.whitening import save_untrained_checkpoint
-
         path = save_untrained_checkpoint(os.path.join(self.run_dir, "checkpoints", "best-step0.ckpt"), model)
         log.info("the whitened model: %s", path)
 

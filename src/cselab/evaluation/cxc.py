@@ -30,15 +30,7 @@ import numpy as np
 import torch
 
 from cselab.data.cxc import CxCPairs
-from cselab.evaluation.sts import EncodeFn, cosine_scores, spearman
-
-__all__ = [
-    "query_groups",
-    "iter_bootstrap_samples",
-    "bootstrap_spearman_from_scores",
-    "encode_pairs",
-    "cxc_bootstrap_spearman",
-]
+from cselab.evaluation.sts import EncodeFn, cosine_scores, encode_sentences, spearman
 
 
 def query_groups(query_ids: Sequence[int] | np.ndarray) -> list[np.ndarray]:
@@ -162,23 +154,7 @@ def encode_pairs(
     texts = sorted(set(text1) | set(text2))
     if not texts:
         raise ValueError("no texts to encode")
-    size = batch_size or len(texts)
-    chunks = []
-    for start in range(0, len(texts), size):
-        batch = texts[start : start + size]
-        out = encode(batch)
-        if isinstance(out, np.ndarray):
-            out = torch.from_numpy(out)
-        if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != len(batch):
-            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise ValueError(
-                f"encode(sentences) must return a 2-D tensor [len(sentences), D], one row per sentence in the "
-                f"order given; got {got} for {len(batch)} sentences"
-            )
-        if not out.is_floating_point():
-            raise ValueError(f"encode(sentences) must return floats, got {out.dtype}")
-        chunks.append(out.detach().to("cpu", torch.float64))
-    emb = torch.cat(chunks, dim=0)
+    emb = encode_sentences(encode, texts, batch_size)
     row = {t: i for i, t in enumerate(texts)}
     i1 = torch.tensor([row[t] for t in text1], dtype=torch.long)
     i2 = torch.tensor([row[t] for t in text2], dtype=torch.long)

@@ -13,10 +13,7 @@ DEFAULT_GOLD_EDGES: tuple[float, ...] = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)
 
 def gold_bin_labels(edges: Sequence[float] = DEFAULT_GOLD_EDGES) -> list[str]:
     """``["0-1", "1-2", ...]`` for the bins of ``edges`` (integers printed without decimals)."""
-    def fmt(x: float) -> str:
-        return f"{x:g}"
-
-    return [f"{fmt(lo)}-{fmt(hi)}" for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+    return [f"{lo:g}-{hi:g}" for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
 
 
 def _bin_index(gold: np.ndarray, edges: Sequence[float]) -> np.ndarray:

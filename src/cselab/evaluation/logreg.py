@@ -38,8 +38,6 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["ClassifierConfig", "Problem", "Fitted", "fit_grid", "fit_one", "predict", "initial_weights"]
-
 #: torch's defaults that SentEval's ``get_optimizer("adam" | "rmsprop")`` uses (no arguments given)
 _ADAM = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
 _RMSPROP = {"lr": 1e-2, "alpha": 0.99, "eps": 1e-8}
@@ -140,25 +138,6 @@ def _split(problem: Problem, rs: np.random.RandomState) -> tuple[np.ndarray, np.
 def fit_grid(X: torch.Tensor, y: torch.Tensor, nclasses: int, problems: Sequence[Problem], config: ClassifierConfig,
              progress: Callable[[int, int], None] | None = None, chunk: int = 64, threads: int | None = 1
              ) -> list[Fitted]:
-    """Train every problem of a grid together (see :func:`_fit_grid`), under ``threads`` intra-op threads.
-
-    ``threads=1`` (default): the grid's tensors are small (a mini-batch of 64-128 rows per problem), so extra
-    threads mostly add synchronisation, and on a busy machine they made the stage up to 10x slower; one thread
-    also makes the result independent of the machine's thread count (the reduction order is fixed).  ``None``
-    keeps torch's setting.  The previous setting is restored on return.
-    """
-    if threads is None:
-        return _fit_grid(X, y, nclasses, problems, config, progress, chunk)
-    before = torch.get_num_threads()
-    torch.set_num_threads(int(threads))
-    try:
-        return _fit_grid(X, y, nclasses, problems, config, progress, chunk)
-    finally:
-        torch.set_num_threads(before)
-
-
-def _fit_grid(X: torch.Tensor, y: torch.Tensor, nclasses: int, problems: Sequence[Problem], config: ClassifierConfig,
-              progress: Callable[[int, int], None] | None = None, chunk: int = 64) -> list[Fitted]:
     """Train every problem of a grid together; each gets what SentEval's sequential training gives it.
 
     Problems with the same training and validation rows (the L2 values of one fold) draw the same permutations
@@ -174,6 +153,11 @@ def _fit_grid(X: torch.Tensor, y: torch.Tensor, nclasses: int, problems: Sequenc
         config: the classifier settings.
         progress: ``progress(done, total)`` as problems finish (``done`` of ``total`` = P).
         chunk: groups per block when scoring validation rows (bounds the memory of the scoring gather).
+        threads: torch intra-op threads while training, the previous setting restored on return; ``None`` keeps
+            torch's.  1 (default): the grid's tensors are small (a mini-batch of 64-128 rows per problem), so
+            extra threads mostly add synchronisation, and on a busy machine they made the stage up to 10x slower;
+            one thread also makes the result independent of the machine's thread count (the reduction order is
+            fixed).
 
     Returns:
         P :class:`Fitted`, in the order of ``problems``.
@@ -181,6 +165,17 @@ def _fit_grid(X: torch.Tensor, y: torch.Tensor, nclasses: int, problems: Sequenc
     Raises:
         ValueError: a problem with neither dev rows nor a validation split.
     """
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(int(threads))
+    try:
+        return _fit_grid(X, y, nclasses, problems, config, progress, chunk)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _fit_grid(X: torch.Tensor, y: torch.Tensor, nclasses: int, problems: Sequence[Problem], config: ClassifierConfig,
+              progress: Callable[[int, int], None] | None, chunk: int) -> list[Fitted]:
     dtype, P, C, D = X.dtype, len(problems), nclasses, X.shape[1]
     keys: dict[tuple, list[int]] = {}
     for i, p in enumerate(problems):
@@ -321,10 +316,7 @@ def fit_one(X: torch.Tensor, y: torch.Tensor, nclasses: int, problem: Problem, c
     with torch.no_grad():
         model.weight.copy_(w0)
         model.bias.copy_(b0)
-    if config.optim == "adam":
-        opt = torch.optim.Adam(model.parameters(), foreach=False)
-    else:
-        opt = torch.optim.RMSprop(model.parameters(), foreach=False)
+    opt = (torch.optim.Adam if config.optim == "adam" else torch.optim.RMSprop)(model.parameters(), foreach=False)
     opt.param_groups[0]["weight_decay"] = problem.l2
     loss_fn = nn.CrossEntropyLoss()
     Xtr, ytr, Xdev, ydev = X[train], y[train], X[dev], y[dev]

@@ -41,8 +41,6 @@ from mteb.models.model_meta import ModelMeta, ScoringFunction
 
 from cselab.data.sts import STS_SUBSETS, canonical_task, load_task
 
-__all__ = ["CselabMTEBEncoder", "LOCAL_TASK_NAMES", "local_sts_task"]
-
 #: cselab task -> the name of the local MTEB task (MTEB's own task name with a ``SentEval`` prefix)
 LOCAL_TASK_NAMES: dict[str, str] = {
     "sts12": "SentEval-STS12", "sts13": "SentEval-STS13", "sts14": "SentEval-STS14", "sts15": "SentEval-STS15",
@@ -137,12 +135,9 @@ def local_sts_task(task: str, data_dir: str | os.PathLike, split: str = "test") 
 
     name = canonical_task(task)
     subsets = load_task(data_dir, name, split)
-    sent1, sent2, scores = [], [], []
-    for pairs in subsets.values():
-        sent1.extend(pairs.sent1)
-        sent2.extend(pairs.sent2)
-        scores.extend(pairs.scores)
-    dataset = DatasetDict({split: Dataset.from_dict({"sentence1": sent1, "sentence2": sent2, "score": scores})})
+    columns = {column: [x for pairs in subsets.values() for x in getattr(pairs, field)]
+               for column, field in (("sentence1", "sent1"), ("sentence2", "sent2"), ("score", "scores"))}
+    dataset = DatasetDict({split: Dataset.from_dict(columns)})
     low, high = (1.0, 5.0) if name == "sickr" else (0.0, 5.0)
     subset_note = f" (subsets {', '.join(STS_SUBSETS[name])} concatenated)" if name in STS_SUBSETS else ""
     metadata = TaskMetadata(

@@ -28,8 +28,6 @@ from cselab.io.files import staged
 
 PAIRS_FILE = "test_pairs.npz"
 
-__all__ = ["PAIRS_FILE", "compact", "write_pair_scores", "read_pair_scores", "task_pairs"]
-
 
 def compact(values: Sequence[float] | np.ndarray) -> np.ndarray:
     """``values`` as float32 when that keeps every distinct value distinct (so ranks, hence Spearman, are

@@ -14,7 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cselab.evaluation.stats import DEFAULT_BOOTSTRAP
+from cselab.evaluation.pair_scores import compact
+from cselab.evaluation.stats import DEFAULT_BOOTSTRAP, TaskPairs, bootstrap_scores
 from cselab.evaluation.sts import TEST_TASKS
 from cselab.io.files import atomic_write_text
 
@@ -60,9 +61,6 @@ def score_intervals(
         ``None``, or ``{"test_ci": {task: [low, high], ..., "avg": [low, high]}, "test_ci_info": {...}}``
         (Spearman x 100; ``avg`` only when all 7 tasks were tested, like ``test.avg``).
     """
-    from cselab.evaluation.pair_scores import compact
-    from cselab.evaluation.stats import TaskPairs, bootstrap_scores
-
     if not n_resamples or not pairs:
         return None
     tasks = {t: TaskPairs.from_subsets(compact(s), compact(g), list((subsets.get(t) or {t: len(s)}).values()),

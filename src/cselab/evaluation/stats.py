@@ -37,22 +37,6 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-__all__ = [
-    "METHODS",
-    "Interval",
-    "TaskPairs",
-    "TaskComparison",
-    "Comparison",
-    "SeedStats",
-    "dense_codes",
-    "spearman_rows",
-    "bootstrap_scores",
-    "paired_comparison",
-    "holm",
-    "seed_statistics",
-    "binomial_interval",
-]
-
 #: the bootstrap interval methods offered (``scipy.stats.bootstrap``'s ``method``).  BCa is not offered: its
 #: jackknife costs one Spearman per pair (~20 s for the 7 tasks here, far beyond 5 % of the test phase).
 METHODS: tuple[str, ...] = ("percentile", "basic")
@@ -208,11 +192,11 @@ def _average_ranks(codes: np.ndarray, k: int) -> np.ndarray:
     return twice[flat].reshape(codes.shape) * 0.5
 
 
-def _pearson_centered(rx: np.ndarray, ry: np.ndarray, mean: float) -> np.ndarray:
-    rx = rx - mean
-    ry = ry - mean
+def _correlation(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Pearson correlation of centred rows: Float[B, n] with Float[B, n] or Float[n] -> Float[B] (``nan`` for a
+    constant row)."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (rx * ry).sum(-1) / np.sqrt((rx * rx).sum(-1) * (ry * ry).sum(-1))
+        return (x * y).sum(-1) / np.sqrt((x * x).sum(-1) * (y * y).sum(-1))
 
 
 def spearman_rows(x_codes: np.ndarray, kx: int, y_codes: np.ndarray, ky: int) -> np.ndarray:
@@ -225,18 +209,14 @@ def spearman_rows(x_codes: np.ndarray, kx: int, y_codes: np.ndarray, ky: int) ->
         Float64[B] in [-1, 1] (``nan`` for a constant row), equal to ``scipy.stats.spearmanr`` row by row up to
         floating-point rounding (average ranks, Pearson of the ranks).
     """
-    rx = _average_ranks(x_codes, kx)
-    ry = _average_ranks(y_codes, ky)
-    return _pearson_centered(rx, ry, (rx.shape[-1] + 1) / 2.0)
+    mid = (np.shape(x_codes)[-1] + 1) / 2.0
+    return _correlation(_average_ranks(x_codes, kx) - mid, _average_ranks(y_codes, ky) - mid)
 
 
 def _segments(tasks: Mapping[str, TaskPairs]) -> list[tuple[int, float, int, int]]:
     """``[(task index, weight, start, stop)]`` of every segment of every task, in order."""
-    out = []
-    for t, pairs in enumerate(tasks.values()):
-        for (a, b), w in zip(pairs.bounds(), pairs.weights, strict=True):
-            out.append((t, w, a, b))
-    return out
+    return [(t, w, a, b) for t, pairs in enumerate(tasks.values())
+            for (a, b), w in zip(pairs.bounds(), pairs.weights, strict=True)]
 
 
 def _check_bootstrap_args(n_resamples: int, level: float, method: str) -> None:
@@ -246,10 +226,25 @@ def _check_bootstrap_args(n_resamples: int, level: float, method: str) -> None:
         raise ValueError("n_resamples=0: nothing to resample (0 turns the intervals off in eval.bootstrap.n_resamples)")
 
 
-def _bootstrap(statistic, sizes: list[int], n_resamples: int, seed: int, level: float, method: str,
-               batch: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """``scipy.stats.bootstrap`` over independent index arrays, one per segment; returns (low, high) per output."""
-    data = tuple(np.arange(n) for n in sizes)
+def _bootstrap(segs: list[tuple[int, float, int, int]], n_tasks: int, with_avg: bool, segment, n_resamples: int,
+               seed: int, level: float, method: str, batch: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """``scipy.stats.bootstrap`` over independent index arrays, one per segment of ``segs`` (:func:`_segments`);
+    returns (low, high) per task, then of the tasks' mean when ``with_avg``.
+
+    The statistic of a resample: ``segment(j, idx)`` (Float[B], segment j's value on the resampled rows
+    ``idx``, Int[B, n]) weighted into its task's score, x 100; with ``with_avg`` the tasks' mean as a last row.
+    """
+    def statistic(*idx, axis=-1):
+        rows = idx[0].shape[:-1]
+        scores = np.zeros((n_tasks, *rows))
+        for j, ((t, w, _, _), i) in enumerate(zip(segs, idx, strict=True)):
+            scores[t] += w * segment(j, i.reshape(-1, i.shape[-1])).reshape(rows)
+        scores *= 100.0
+        if with_avg:
+            scores = np.concatenate([scores, scores.mean(axis=0, keepdims=True)])
+        return scores
+
+    data = tuple(np.arange(b - a) for _, _, a, b in segs)
     with warnings.catch_warnings():  # a constant statistic (two identical runs) gives a degenerate distribution
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
         res = stats.bootstrap(data, statistic, n_resamples=n_resamples, batch=batch, vectorized=True,
@@ -301,18 +296,11 @@ def bootstrap_scores(
     n_tasks = len(pairs)
     with_avg = average and n_tasks > 1
 
-    def statistic(*idx, axis=-1):
-        rows = idx[0].shape[:-1]
-        scores = np.zeros((n_tasks, *rows))
-        for (t, w, _, _), ((sc, sk), (gc, gk)), i in zip(segs, codes, idx, strict=True):
-            scores[t] += w * spearman_rows(sc[i].reshape(-1, i.shape[-1]), sk,
-                                           gc[i].reshape(-1, i.shape[-1]), gk).reshape(rows)
-        scores *= 100.0
-        if with_avg:
-            scores = np.concatenate([scores, scores.mean(axis=0, keepdims=True)])
-        return scores
+    def segment(j, i):
+        (sc, sk), (gc, gk) = codes[j]
+        return spearman_rows(sc[i], sk, gc[i], gk)
 
-    low, high = _bootstrap(statistic, [b - a for _, _, a, b in segs], n_resamples, seed, level, method, batch)
+    low, high = _bootstrap(segs, n_tasks, with_avg, segment, n_resamples, seed, level, method, batch)
     names = list(tasks) + (["avg"] if with_avg else [])
     return {name: Interval(float(lo), float(hi), level, f"bootstrap {method}")
             for name, lo, hi in zip(names, low, high, strict=True)}
@@ -438,32 +426,18 @@ def paired_comparison(
     ta = {t: a[t] for t in common}
     tb = {t: b[t] for t in common}
     segs = _segments(ta)
-    codes = []
-    for t, _, s, e in segs:
-        name = common[t]
-        codes.append((dense_codes(ta[name].system[s:e]), dense_codes(tb[name].system[s:e]),
-                      dense_codes(ta[name].gold[s:e])))
+    codes = [(dense_codes(ta[common[t]].system[s:e]), dense_codes(tb[common[t]].system[s:e]),
+              dense_codes(ta[common[t]].gold[s:e])) for t, _, s, e in segs]
     n_tasks = len(common)
     with_avg = n_tasks > 1
 
-    def statistic(*idx, axis=-1):
-        rows = idx[0].shape[:-1]
-        diff = np.zeros((n_tasks, *rows))
-        for (t, w, _, _), ((ac, ak), (bc, bk), (gc, gk)), i in zip(segs, codes, idx, strict=True):
-            n = i.shape[-1]
-            gi = gc[i].reshape(-1, n)
-            ry = _average_ranks(gi, gk)
-            ra = _average_ranks(ac[i].reshape(-1, n), ak)
-            rb = _average_ranks(bc[i].reshape(-1, n), bk)
-            mid = (n + 1) / 2.0
-            d = _pearson_centered(ra, ry, mid) - _pearson_centered(rb, ry, mid)
-            diff[t] += w * d.reshape(rows)
-        diff *= 100.0
-        if with_avg:
-            diff = np.concatenate([diff, diff.mean(axis=0, keepdims=True)])
-        return diff
+    def segment(j, i):  # Spearman(A) - Spearman(B) on the same resampled pairs
+        (ac, ak), (bc, bk), (gc, gk) = codes[j]
+        mid = (i.shape[-1] + 1) / 2.0
+        ry = _average_ranks(gc[i], gk) - mid
+        return _correlation(_average_ranks(ac[i], ak) - mid, ry) - _correlation(_average_ranks(bc[i], bk) - mid, ry)
 
-    low, high = _bootstrap(statistic, [e - s for _, _, s, e in segs], n_resamples, seed, level, method, 250)
+    low, high = _bootstrap(segs, n_tasks, with_avg, segment, n_resamples, seed, level, method, 250)
 
     # permutation test: per task (and the average, over all pairs at once)
     seg_ranks = []  # (task, weight, rank codes of A, of B, gold ranks centred, n)
@@ -474,7 +448,7 @@ def paired_comparison(
         ry = _average_ranks(gc[None], gk)[0]
         seg_ranks.append((t, w, ra2, rb2, ry - (e - s + 1) / 2.0, e - s))
 
-    def perm_stat(members, scale):
+    def run_perm(members, rng_seed, scale=1.0):
         def stat(x, y, axis=-1):
             rows = x.shape[:-1]
             total = np.zeros(rows)
@@ -486,50 +460,38 @@ def paired_comparison(
                 rx = _average_ranks(xs, 2 * n)
                 rz = _average_ranks(ys, 2 * n)
                 mid = (n + 1) / 2.0
-                d = (_corr_with(rx - mid, ryc) - _corr_with(rz - mid, ryc)) * w
+                d = (_correlation(rx - mid, ryc) - _correlation(rz - mid, ryc)) * w
                 total += d.reshape(rows)
             return 100.0 * scale * total
-        return stat
 
-    def run_perm(members, rng_seed, scale=1.0):
         x = np.concatenate([m[2] for m in members]).astype(np.float64)
         y = np.concatenate([m[3] for m in members]).astype(np.float64)
-        res = stats.permutation_test((x, y), perm_stat(members, scale), permutation_type="samples",
+        res = stats.permutation_test((x, y), stat, permutation_type="samples",
                                      n_resamples=n_resamples, vectorized=True, alternative="two-sided",
                                      rng=np.random.default_rng(rng_seed))
         return float(min(1.0, res.pvalue))
 
-    pvals = []
-    for t in range(n_tasks):
-        pvals.append(run_perm([m for m in seg_ranks if m[0] == t], seed + 1 + t))
+    pvals = [run_perm([m for m in seg_ranks if m[0] == t], seed + 1 + t) for t in range(n_tasks)]
     adjusted = holm(pvals)
+    intervals = [Interval(float(lo), float(hi), level, f"paired bootstrap {method}")
+                 for lo, hi in zip(low, high, strict=True)]
     out: dict[str, TaskComparison] = {}
     for t, name in enumerate(common):
         sa = _score(ta[name])
         sb = _score(tb[name])
-        out[name] = TaskComparison(name, sa, sb, sa - sb, Interval(float(low[t]), float(high[t]), level,
-                                                                     f"paired bootstrap {method}"),
-                                   pvals[t], adjusted[t])
+        out[name] = TaskComparison(name, sa, sb, sa - sb, intervals[t], pvals[t], adjusted[t])
     if with_avg:
         sa = float(np.mean([c.a for c in out.values()]))
         sb = float(np.mean([c.b for c in out.values()]))
         p_avg = run_perm(seg_ranks, seed + 1 + n_tasks, 1.0 / n_tasks)
-        out["avg"] = TaskComparison("avg", sa, sb, sa - sb, Interval(float(low[-1]), float(high[-1]), level,
-                                                                      f"paired bootstrap {method}"), p_avg, None)
+        out["avg"] = TaskComparison("avg", sa, sb, sa - sb, intervals[-1], p_avg, None)
     return Comparison(out, n_resamples, seed, method, alpha, notes)
-
-
-def _corr_with(rx_centred: np.ndarray, ry_centred: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (rx_centred * ry_centred).sum(-1) / np.sqrt((rx_centred ** 2).sum(-1) * (ry_centred ** 2).sum())
 
 
 def _score(pairs: TaskPairs) -> float:
     """A task's score (Spearman x 100) from its pairs, with ``scipy.stats.spearmanr`` per segment."""
-    total = 0.0
-    for (a, b), w in zip(pairs.bounds(), pairs.weights, strict=True):
-        total += w * float(stats.spearmanr(pairs.system[a:b], pairs.gold[a:b])[0])
-    return 100.0 * total
+    return 100.0 * sum(w * float(stats.spearmanr(pairs.system[a:b], pairs.gold[a:b])[0])
+                       for (a, b), w in zip(pairs.bounds(), pairs.weights, strict=True))
 
 
 # ------------------------------------------------------------------------------------------ seeds

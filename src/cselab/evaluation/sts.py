@@ -21,6 +21,7 @@ import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,20 +29,6 @@ from scipy.stats import spearmanr
 
 from cselab.data.sts import STSPairs, canonical_task, load_task, task_splits
 from cselab.io.tables import Column, Table, text_lines
-
-__all__ = [
-    "TEST_TASKS",
-    "PAPER_NAMES",
-    "AGGREGATIONS",
-    "EncodeFn",
-    "spearman",
-    "cosine_scores",
-    "SubsetScore",
-    "TaskScore",
-    "STSReport",
-    "STSEvaluator",
-    "format_table",
-]
 
 #: the seven tasks of the papers' STS table, in column order.
 TEST_TASKS: tuple[str, ...] = ("sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr")
@@ -226,11 +213,6 @@ class STSEvaluator:
             ValueError: unknown / duplicated task, no tasks, or a task without ``split``.
             FileNotFoundError, cselab.data.sts.STSFormatError: from the readers.
         """
-        names = self._check_tasks(tasks, split)
-        return {t: load_task(self.data_dir, t, split) for t in names}
-
-    @staticmethod
-    def _check_tasks(tasks: Iterable[str], split: str) -> list[str]:
         if isinstance(tasks, str):
             tasks = (tasks,)
         names = [canonical_task(t) for t in tasks]
@@ -244,7 +226,7 @@ class STSEvaluator:
                     f"task {t!r} has no split {split!r} (valid: {', '.join(task_splits(t))}); "
                     f"STS12-16 only have 'test', use split='dev' with tasks=('stsb',) or ('stsb', 'sickr')"
                 )
-        return names
+        return {t: load_task(self.data_dir, t, split) for t in names}
 
     # ------------------------------------------------------------------ encoding
     #: sentences per ``encode`` call when progress is reported (and no ``batch_size`` is set): a progress update
@@ -255,17 +237,7 @@ class STSEvaluator:
         if not sentences:
             raise ValueError("no sentences to encode")
         size = self.batch_size or (self.PROGRESS_CHUNK if progress is not None else len(sentences))
-        chunks = []
-        for start in range(0, len(sentences), size):
-            batch = sentences[start : start + size]
-            out = encode(batch)
-            chunks.append(_check_encoded(out, len(batch)))
-            if progress is not None:
-                progress(start + len(batch), len(sentences))
-        dims = {c.shape[1] for c in chunks}
-        if len(dims) != 1:
-            raise ValueError(f"encode returned embeddings of different sizes across calls: {sorted(dims)}")
-        return torch.cat(chunks, dim=0)
+        return encode_sentences(encode, sentences, size, progress)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate_detailed(
@@ -302,12 +274,8 @@ class STSEvaluator:
         data = self.load(tasks, split)
 
         if progress is None:
-            distinct: set[str] = set()
-            for subsets in data.values():
-                for pairs in subsets.values():
-                    distinct.update(pairs.sent1)
-                    distinct.update(pairs.sent2)
-            sentences = sorted(distinct)
+            sentences = sorted({s for subsets in data.values() for pairs in subsets.values()
+                                for s in (*pairs.sent1, *pairs.sent2)})
             emb = self._encode_all(encode, sentences)
         else:  # task by task, so that the progress is per task; a sentence seen in an earlier task is not redone
             sentences, parts = [], []
@@ -348,20 +316,47 @@ class STSEvaluator:
             )
         return STSReport(tasks=results, aggregation=aggregation, n_sentences=len(sentences))
 
-    def evaluate(
-        self,
-        encode: EncodeFn,
-        tasks: Iterable[str] = TEST_TASKS,
-        split: str = "test",
-        aggregation: str = "all",
-        progress: Callable[[str, int, int], None] | None = None,
-    ) -> dict[str, float]:
+    def evaluate(self, encode: EncodeFn, *args: Any, **kwargs: Any) -> dict[str, float]:
         """Evaluate ``encode``: ``{task: Spearman x 100, ..., "avg": mean over the requested tasks}``.
 
-        See :meth:`evaluate_detailed` for the arguments and errors; this returns its ``scores`` dict
-        (tasks in requested order, then ``"avg"``; python floats, unrounded).
+        Takes :meth:`evaluate_detailed`'s arguments (``tasks``, ``split``, ``aggregation``, ``progress``) and
+        raises its errors; returns its ``scores`` dict (tasks in requested order, then ``"avg"``; python floats,
+        unrounded).
         """
-        return dict(self.evaluate_detailed(encode, tasks, split, aggregation, progress).scores)
+        return dict(self.evaluate_detailed(encode, *args, **kwargs).scores)
+
+
+def encode_sentences(encode: EncodeFn, sentences: list[str], size: int | None = None,
+                     progress: Callable[[int, int], None] | None = None,
+                     dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """``encode`` of ``sentences`` in consecutive calls of ``size`` sentences, checked and concatenated (the one
+    encoding loop of the STS, CxC and transfer evaluators).
+
+    Args:
+        encode: ``encode(list[str]) -> Tensor[n, D]`` (or a numpy array) of floats, rows in the order given.
+        sentences: each passed to ``encode`` once, in this order.
+        size: sentences per call (None: all in one call).
+        progress: ``progress(done, total)`` after each call.
+        dtype: the result's dtype.
+
+    Returns:
+        Tensor[len(sentences), D] of ``dtype`` on CPU (``(0, 0)`` for no sentences).
+
+    Raises:
+        ValueError: ``encode`` does not return a 2-D float tensor with one row per sentence, or its D differs
+            between calls.
+    """
+    size = size or max(len(sentences), 1)
+    chunks = []
+    for start in range(0, len(sentences), size):
+        batch = sentences[start : start + size]
+        chunks.append(_check_encoded(encode(batch), len(batch)).to("cpu", dtype))
+        if progress is not None:
+            progress(start + len(batch), len(sentences))
+    dims = {c.shape[1] for c in chunks}
+    if len(dims) > 1:
+        raise ValueError(f"encode returned embeddings of different sizes across calls: {sorted(dims)}")
+    return torch.cat(chunks, dim=0) if chunks else torch.zeros(0, 0, dtype=dtype)
 
 
 def _check_encoded(out: object, n: int) -> torch.Tensor:
@@ -377,7 +372,7 @@ def _check_encoded(out: object, n: int) -> torch.Tensor:
         raise ValueError(f"{what}; got shape {tuple(out.shape)} for {n} sentences")
     if not out.is_floating_point():
         raise ValueError(f"{what}; got dtype {out.dtype}")
-    return out.detach().to("cpu", torch.float64)
+    return out.detach()
 
 
 def format_table(scores: Mapping[str, float], intervals: Mapping[str, Sequence[float]] | None = None) -> str:

@@ -43,21 +43,13 @@ from cselab.data.transfer import (
 )
 from cselab.evaluation.logreg import ClassifierConfig, Problem, fit_grid, predict
 from cselab.evaluation.stats import binomial_interval
+from cselab.evaluation.sts import EncodeFn, encode_sentences
 from cselab.io.tables import Column, Table, text_lines
-
-__all__ = ["SENTEVAL_COMMIT", "TRANSFER_NAMES", "TRANSFER_TASKS", "TransferProtocol", "PROTOCOLS", "TransferEvaluator",
-           "format_transfer_table", "run_classifier", "tqdm_progress"]
 
 log = logging.getLogger(__name__)
 
-#: task -> the papers' column name (MR ... MRPC)
-TRANSFER_NAMES = PAPER_NAMES
-
 #: the SentEval commit whose protocol is transcribed (recorded in results.json)
 SENTEVAL_COMMIT = "5d6dc117d1ac30357ddaeb7347fb5684e9b87015"
-
-#: ``encode(sentences) -> Tensor[len(sentences), D]``
-EncodeFn = Callable[[list[str]], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -258,20 +250,11 @@ class TransferEvaluator:
         :attr:`chunk`: ``(sentences, Tensor[len(sentences), D] float32 on CPU)``, rows in that order.
 
         Raises:
-            ValueError: ``encode`` returned something other than an (N, D) tensor for N sentences.
+            ValueError: as :func:`cselab.evaluation.sts.encode_sentences`.
         """
         distinct = sorted({s for task in tasks.values() for s in task.sentences()}, key=lambda s: (len(s), s))
-        parts = []
-        for i in range(0, len(distinct), self.chunk):
-            batch = distinct[i:i + self.chunk]
-            out = encode(batch)
-            if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != len(batch):
-                raise ValueError(f"encode returned {getattr(out, 'shape', type(out))} for {len(batch)} sentences: "
-                                 "expected a (N, D) tensor")
-            parts.append(out.detach().float().cpu())
-            if progress is not None:
-                progress("encoding", i + len(batch), len(distinct))
-        return distinct, (torch.cat(parts) if parts else torch.zeros(0, 0))
+        cb = None if progress is None else (lambda done, total: progress("encoding", done, total))
+        return distinct, encode_sentences(encode, distinct, self.chunk, cb, torch.float32)
 
     def evaluate(self, encode: EncodeFn, progress: Callable[[str, int, int], None] | None = None) -> dict:
         """Encode every distinct sentence once, then score each task.

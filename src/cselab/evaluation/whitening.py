@@ -36,6 +36,8 @@ from typing import Any
 
 import torch
 
+from cselab.data.sts import load_task, task_splits
+from cselab.io.files import staged
 from cselab.model.spec import ConfigError
 from cselab.model.whitening import Whitening
 
@@ -104,11 +106,6 @@ class WhiteningOptions:
         ``wiki`` (:data:`DEFAULT_FILES`); None for ``target`` (the test tasks' files, checked with them)."""
         return None if self.fit_on == "target" else (self.file or DEFAULT_FILES[self.fit_on])
 
-    def describe(self) -> dict[str, Any]:
-        """A plain dict of the options (results, logs)."""
-        return {"fit_on": self.fit_on, "file": self.file, "n_sentences": self.n_sentences, "k": self.k,
-                "normalize": self.normalize}
-
 
 def read_sentences(path: str | os.PathLike) -> list[str]:
     """The sentences of a corpus file: ``.csv`` / ``.tsv`` with a header -- every cell of the columns of
@@ -140,8 +137,6 @@ def read_sentences(path: str | os.PathLike) -> list[str]:
 def target_sentences(data_dir: str | os.PathLike, tasks: Sequence[str]) -> list[str]:
     """Both sentences of every pair of every split of ``tasks`` (official ``fit_on=target``: STS-B and SICK-R
     train, dev and test; STS12-16 all subsets), in task order, duplicates kept."""
-    from cselab.data.sts import load_task, task_splits
-
     out: list[str] = []
     for task in tasks:
         for split in task_splits(task):
@@ -190,7 +185,7 @@ class WhiteningFit:
         if opts.fit_on == "target":
             sentences = target_sentences(self.data_dir, self.test_tasks)
         else:
-            sentences = read_sentences(self.data_dir / (opts.file or DEFAULT_FILES[opts.fit_on]))
+            sentences = read_sentences(self.data_dir / opts.corpus_file())
         if opts.n_sentences is not None:
             sentences = sentences[: opts.n_sentences]
         if not sentences:
@@ -220,28 +215,23 @@ class WhiteningFit:
         return whitening
 
 
-def whitening_state(model) -> dict[str, torch.Tensor]:
-    """The whitening buffers of a method (or embedding model) under their state-dict names (e.g.
-    ``model.whitening.kernel``), on CPU; empty without a whitening transform."""
-    return {name: buf.detach().cpu() for name, buf in model.state_dict().items() if is_whitening_key(name)}
-
-
 def is_whitening_key(name: str) -> bool:
     """A state-dict key of the whitening transform (``[model.]whitening.<buffer>``)."""
     return name.rpartition(".")[0].rpartition(".")[2] == "whitening"
 
 
 def add_to_checkpoint(path: str | os.PathLike, model) -> None:
-    """Write ``model``'s whitening buffers into the checkpoint at ``path`` (its ``state_dict``), atomically: the
-    tested checkpoint then loads (``cselab.load``, ``cselab export``) as the whitened encoder that was tested."""
-    state = whitening_state(model)
+    """Write ``model``'s whitening buffers (state-dict names, e.g. ``model.whitening.kernel``, on CPU) into the
+    checkpoint at ``path`` (its ``state_dict``, replacing any), atomically: the tested checkpoint then loads
+    (``cselab.load``, ``cselab export``) as the whitened encoder that was tested."""
     ckpt = torch.load(path, map_location="cpu", weights_only=False)
     ckpt.setdefault("state_dict", {})
     for key in [k for k in ckpt["state_dict"] if is_whitening_key(k)]:
         del ckpt["state_dict"][key]
-    ckpt["state_dict"].update(state)
+    ckpt["state_dict"].update({k: v.detach().cpu() for k, v in model.state_dict().items() if is_whitening_key(k)})
     ckpt["cselab_whitening"] = True
-    _atomic_save(ckpt, Path(path))
+    with staged(path) as f:
+        torch.save(ckpt, f)
 
 
 def save_untrained_checkpoint(path: str | os.PathLike, method) -> Path:
@@ -256,11 +246,6 @@ def save_untrained_checkpoint(path: str | os.PathLike, method) -> Path:
     method.on_save_checkpoint(ckpt)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_save(ckpt, path)
+    with staged(path) as f:
+        torch.save(ckpt, f)
     return path
-
-
-def _atomic_save(obj: dict, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)

@@ -51,17 +51,6 @@ from pathlib import PurePath
 
 import torch
 
-__all__ = [
-    "BIASED_TOKENS",
-    "BERT_PUNCTUATION",
-    "biased_tokens_for",
-    "is_subword",
-    "is_punctuation",
-    "static_token_ids",
-    "static_avg",
-    "static_avg_encoder",
-]
-
 _BERT_TABLE11: tuple[str, ...] = (
     ".", "a", "the", "in", ",", "is", "to", "of", "and", "'", "on", "man", "-", "s", "with", "for", '"', "at",
     "##s", "woman", "are", "it", "two", "that", "you", "dog", "said", "playing", "i", "an", "as", "was",
@@ -137,10 +126,6 @@ def is_punctuation(token: str, family: str) -> bool:
     return token in BERT_PUNCTUATION
 
 
-def _special_ids(tokenizer) -> tuple[int | None, int | None]:
-    return tokenizer.cls_token_id, tokenizer.sep_token_id
-
-
 def static_token_ids(
     sentences: Sequence[str],
     tokenizer,
@@ -174,7 +159,7 @@ def static_token_ids(
     if remove_biased and family == "roberta":
         texts = [" " + t for t in texts]  # official: every word, the first one included, gets the Ġ marker
     encoded = list(tokenizer(texts, add_special_tokens=False)["input_ids"]) if texts else []
-    cls_id, sep_id = _special_ids(tokenizer)
+    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
     specials = [i for i in (cls_id, sep_id) if i is not None]
     out: list[list[int]] = []
     for ids in encoded:

@@ -40,19 +40,6 @@ import torch
 from cselab.model.embedding import EmbeddingModel
 from cselab.model.spec import EmbeddingSpec
 
-__all__ = [
-    "MANUAL_TEMPLATES",
-    "TABLE7_SENTENCES",
-    "manual_template",
-    "mlm_head",
-    "mask_model",
-    "mask_states",
-    "mask_logits",
-    "topk_weights",
-    "topk_token_encoder",
-    "topk_mask_tokens",
-]
-
 #: PromptBERT's manual template without fine-tuning (Table 4 best, Table 5 "manual", Table 7, Table 9), in the
 #: official mini-language so the token ids equal the official ones (RoBERTa quotes with ').
 MANUAL_TEMPLATES: dict[str, str] = {
@@ -105,16 +92,14 @@ def mlm_head(encoder) -> Callable[[torch.Tensor], torch.Tensor]:
                      "a `cls` nor an `lm_head` module; cannot apply its MLM head to a hidden state")
 
 
-def _row_chunks(h: torch.Tensor, batch_size: int):
-    """``h`` in consecutive chunks of ``batch_size`` rows (the MLM head's (b, V) logits stay small)."""
-    return (h[start : start + batch_size] for start in range(0, h.shape[0], batch_size))
-
-
-def _apply_head(head: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:
+def _head_chunks(head: torch.nn.Module, h: torch.Tensor, batch_size: int):
+    """``(start, logits)``: the MLM head (in eval mode, its mode restored after) on consecutive chunks of
+    ``batch_size`` rows of ``h`` from row ``start``, (b, V) float32 logits (so that they stay small)."""
     was_training = head.training
     head.eval()
     try:
-        return head(h.to(next(head.parameters()).dtype)).float()
+        for start in range(0, h.shape[0], batch_size):
+            yield start, head(h[start : start + batch_size].to(next(head.parameters()).dtype)).float()
     finally:
         head.train(was_training)
 
@@ -174,7 +159,7 @@ def mask_logits(
     head = mlm_head(encoder)  # fail before any forward pass
     h = mask_states(encoder, tokenizer, template, sentences, denoise, batch_size, add_period)
     vocab = encoder.model.embeddings.word_embeddings.weight.shape[0]
-    parts = [_apply_head(head, chunk).cpu() for chunk in _row_chunks(h, batch_size)]
+    parts = [logits.cpu() for _, logits in _head_chunks(head, h, batch_size)]
     return torch.cat(parts) if parts else torch.zeros(0, vocab)
 
 
@@ -227,7 +212,7 @@ def topk_token_encoder(
     Raises:
         ValueError: no MLM head (names the backbone, suggests an MLM-capable checkpoint), or bad ``k``.
     """
-    mlm_head(encoder)  # fail at construction, not at the first call
+    head = mlm_head(encoder)  # fail at construction, not at the first call
     tpl = template or manual_template(encoder.family)
     weight = encoder.model.embeddings.word_embeddings.weight
     if not 1 <= k <= weight.shape[0]:
@@ -235,12 +220,11 @@ def topk_token_encoder(
 
     @torch.no_grad()
     def encode(sentences: list[str]) -> torch.Tensor:
-        head = mlm_head(encoder)
         static = weight.detach().float()
         parts = []
         h = mask_states(encoder, tokenizer, tpl, sentences, denoise, batch_size, add_period)
-        for chunk in _row_chunks(h, batch_size):
-            w, top = topk_weights(_apply_head(head, chunk), k)  # (b, k), renormalised over the top k
+        for _, logits in _head_chunks(head, h, batch_size):
+            w, top = topk_weights(logits, k)  # (b, k), renormalised over the top k
             parts.append((w.unsqueeze(-1) * static[top]).sum(1).cpu())  # sum_v w_v W_v
         return torch.cat(parts) if parts else torch.zeros(0, static.shape[1])
 
@@ -281,9 +265,9 @@ def topk_mask_tokens(
     out: list[list[tuple[str, float]]] = [[] for _ in sentences]
     with torch.no_grad():
         h = mask_states(encoder, tokenizer, tpl, sentences, denoise, batch_size, add_period)
-        for start, chunk in zip(range(0, h.shape[0], batch_size), _row_chunks(h, batch_size), strict=True):
-            top = torch.softmax(_apply_head(head, chunk), dim=-1).topk(k, dim=-1)
-            for i, values, indices in zip(range(start, start + len(chunk)), top.values.tolist(),
+        for start, logits in _head_chunks(head, h, batch_size):
+            top = torch.softmax(logits, dim=-1).topk(k, dim=-1)
+            for i, values, indices in zip(range(start, start + len(logits)), top.values.tolist(),
                                           top.indices.tolist(), strict=True):
                 out[i] = list(zip(tokenizer.convert_ids_to_tokens(indices), values, strict=True))
     return out

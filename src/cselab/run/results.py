@@ -93,7 +93,8 @@ def finish(spec: RunSpec, state: RunState, method, sts: STSCallback, loggers: li
                      freed / 2**20)
     print_results(spec.names, spec.train, results, path)
     if transfer:
-        from cselab.evaluation.transfer import TRANSFER_NAMES, format_transfer_table
+        from cselab.data.transfer import PAPER_NAMES as TRANSFER_NAMES
+        from cselab.evaluation.transfer import format_transfer_table
 
         print(f"transfer ({transfer['transfer_protocol']['mode']}, accuracy x 100)\n"
               f"{format_transfer_table(transfer['transfer'], list(spec.evaluation.transfer_tasks))}")
