@@ -29,24 +29,12 @@ from __future__ import annotations
 import csv
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-__all__ = [
-    "CXC_SPLITS",
-    "CXC_ID_PREFIX",
-    "CAPTIONS_HINT",
-    "CxCFormatError",
-    "MissingCaptionsError",
-    "CxCScores",
-    "CxCPairs",
-    "parse_cxc_id",
-    "read_cxc_scores",
-    "load_coco_captions",
-    "join_captions",
-    "resolve_cxc_dir",
-    "load_cxc",
-]
+__all__ = ["CXC_SPLITS", "CXC_ID_PREFIX", "CAPTIONS_HINT", "CxCFormatError", "MissingCaptionsError", "CxCScores",
+           "CxCPairs", "parse_cxc_id", "read_cxc_scores", "load_coco_captions", "join_captions", "resolve_cxc_dir",
+           "load_cxc"]
 
 #: the CxC STS splits (``sts_<split>.csv``)
 CXC_SPLITS: tuple[str, ...] = ("val", "test")
@@ -259,15 +247,9 @@ def join_captions(scores: CxCScores, captions: dict[int, str], source: str = "th
             f"not in {source} (e.g. {examples}); is it the full Karpathy dataset_coco.json (5k val + 5k test "
             f"images of val2014)?"
         )
-    return CxCPairs(
-        id1=list(scores.id1),
-        id2=list(scores.id2),
-        scores=list(scores.scores),
-        sampling_method=list(scores.sampling_method),
-        name=scores.name,
-        text1=[captions[i] for i in scores.id1],
-        text2=[captions[i] for i in scores.id2],
-    )
+    columns = {f.name: getattr(scores, f.name) for f in fields(CxCScores)}
+    columns = {k: list(v) if isinstance(v, list) else v for k, v in columns.items()}  # fresh lists
+    return CxCPairs(**columns, text1=[captions[i] for i in scores.id1], text2=[captions[i] for i in scores.id2])
 
 
 def resolve_cxc_dir(data_dir: str | os.PathLike[str]) -> Path:

@@ -24,23 +24,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = [
-    "STS_SUBSETS",
-    "STS_YEAR_DIRS",
-    "STSB_FILES",
-    "SICK_FILES",
-    "TASKS",
-    "STSFormatError",
-    "STSPairs",
-    "read_sts_year",
-    "read_stsb",
-    "read_sick",
-    "resolve_downstream_dir",
-    "canonical_task",
-    "task_splits",
-    "load_task",
-    "clear_cache",
-]
+__all__ = ["STS_SUBSETS", "STSB_FILES", "SICK_FILES", "TASKS", "STSFormatError", "STSPairs", "read_sts_year",
+           "read_stsb", "read_sick", "resolve_downstream_dir", "canonical_task", "task_splits", "load_task"]
 
 #: task -> subsets, in SentEval's order (``senteval/sts.py``). STS13 has no SMT subset (LDC licence).
 STS_SUBSETS: dict[str, tuple[str, ...]] = {
@@ -49,15 +34,6 @@ STS_SUBSETS: dict[str, tuple[str, ...]] = {
     "sts14": ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"),
     "sts15": ("answers-forums", "answers-students", "belief", "headlines", "images"),
     "sts16": ("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
-}
-
-#: task -> folder under ``downstream/STS`` (SentEval layout).
-STS_YEAR_DIRS: dict[str, str] = {
-    "sts12": "STS12-en-test",
-    "sts13": "STS13-en-test",
-    "sts14": "STS14-en-test",
-    "sts15": "STS15-en-test",
-    "sts16": "STS16-en-test",
 }
 
 #: split -> file under ``downstream/STS/STSBenchmark``.
@@ -340,14 +316,9 @@ def load_task(data_dir: str | os.PathLike[str], task: str, split: str = "test") 
         raise ValueError(f"task {t!r} has no split {split!r}; valid splits: {', '.join(splits)}")
     down = resolve_downstream_dir(data_dir)
     if t in STS_SUBSETS:
-        year_dir = down / "STS" / STS_YEAR_DIRS[t]
+        year_dir = down / "STS" / f"{t.upper()}-en-test"  # SentEval's folder: STS12-en-test ...
         return {s: read_sts_year(year_dir, s) for s in STS_SUBSETS[t]}
     if t == "stsb":
         return {split: read_stsb(down / "STS" / "STSBenchmark" / STSB_FILES[split], name=split)}
     return {split: read_sick(down / "SICK" / SICK_FILES[split], name=split)}
 
-
-def clear_cache() -> None:
-    """Drop the parsed-file cache (files are re-parsed anyway when their size or mtime changes)."""
-    _parse_sts_year.cache_clear()
-    _parse_columns.cache_clear()

@@ -212,8 +212,7 @@ class UnsupDataModule(SentenceDataModule):
         **kwargs,
     ) -> None:
         super().__init__(collate, **kwargs)
-        root = data_root(data_dir)
-        self.path = path if path.startswith("/") else str(root / path)
+        self.path = path if path.startswith("/") else str(data_root(data_dir) / path)
         self.streaming = streaming
         self.shuffle_buffer = shuffle_buffer
         self.even_ranks = even_ranks
@@ -230,8 +229,7 @@ class UnsupDataModule(SentenceDataModule):
             return
         require(self.path, "unsup corpus", "data.path")
         if self.streaming:
-            trainer = self.trainer
-            rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+            rank, world = self._rank_world()
             self.train_set = self._prepared(StreamingSentences(
                 self.path, seed=self.seed, shuffle_buffer=self.shuffle_buffer, rank=rank, world_size=world,
                 even_ranks=self.even_ranks,

@@ -11,6 +11,8 @@ import string
 from pathlib import Path
 from typing import Any
 
+from cselab.io.config import clipped
+
 log = logging.getLogger(__name__)
 
 
@@ -25,14 +27,8 @@ def run_display_name(method: str, backbone: str, setting: str, variant: str | No
                      limit: int = 128) -> str:
     """The W&B run name: ``<method> <backbone> <setting> <variant> seed<seed>`` (``promptbert minilm_l6 unsup
     default seed42``); a variant that would make it longer than ``limit`` keeps its start and a hash."""
-    import hashlib
-
-    variant = variant or "default"
     head, tail = f"{method} {backbone} {setting} ", f" seed{seed}"
-    room = limit - len(head) - len(tail)
-    if len(variant) > room:
-        variant = f"{variant[: max(room - 9, 0)]}~{hashlib.sha1(variant.encode()).hexdigest()[:8]}"
-    return f"{head}{variant}{tail}"
+    return f"{head}{clipped(variant or 'default', limit - len(head) - len(tail))}{tail}"
 
 
 def logged_config(config: dict[str, Any]) -> dict[str, Any]:
