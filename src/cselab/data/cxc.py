@@ -131,10 +131,7 @@ def read_cxc_scores(path: str | os.PathLike[str], name: str | None = None) -> Cx
             f"CxC score file not found: {p.resolve()}; get sts_{{val,test}}.csv from "
             f"https://github.com/google-research-datasets/Crisscrossed-Captions (data/)"
         )
-    id1: list[int] = []
-    id2: list[int] = []
-    scores: list[float] = []
-    methods: list[str] = []
+    rows: list[tuple[int, int, float, str]] = []
     with open(p, encoding="utf-8", newline="") as f:
         reader = csv.reader(f)
         for row in reader:
@@ -152,13 +149,11 @@ def read_cxc_scores(path: str | os.PathLike[str], name: str | None = None) -> Cx
                 y = float(row[2])
             except ValueError as err:
                 raise CxCFormatError(f"{p}, line {lineno}: {err}") from None
-            id1.append(a)
-            id2.append(b)
-            scores.append(y)
-            methods.append(row[3])
+            rows.append((a, b, y, row[3]))
     if name is None:
         name = p.stem[4:] if p.stem.startswith("sts_") else p.stem
-    return CxCScores(id1, id2, scores, methods, name)
+    columns = [list(column) for column in zip(*rows, strict=True)] or [[], [], [], []]  # id1, id2, scores, methods
+    return CxCScores(*columns, name)
 
 
 def load_coco_captions(path: str | os.PathLike[str], sentids: set[int] | None = None) -> dict[int, str]:

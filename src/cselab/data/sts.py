@@ -108,18 +108,14 @@ def _stat_key(path: str | os.PathLike[str]) -> tuple[str, int, int]:
     return str(p), st.st_size, st.st_mtime_ns
 
 
-def _to_pairs(parsed: tuple[tuple[str, ...], tuple[str, ...], tuple[float, ...]], name: str) -> STSPairs:
-    s1, s2, y = parsed
-    return STSPairs(list(s1), list(s2), list(y), name)
-
-
-# --------------------------------------------------------------------------------------------- STS12-16
+def _to_pairs(rows: tuple[tuple[str, str, float], ...], name: str) -> STSPairs:
+    return STSPairs([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], name)
 
 
 @lru_cache(maxsize=256)
 def _parse_sts_year(
     input_key: tuple[str, int, int], gold_key: tuple[str, int, int]
-) -> tuple[tuple[str, ...], tuple[str, ...], tuple[float, ...]]:
+) -> tuple[tuple[str, str, float], ...]:
     input_path, gold_path = input_key[0], gold_key[0]
     # SentEval: io.open(..., encoding='utf8').read().splitlines() on both files.
     with open(input_path, encoding="utf-8") as f:
@@ -131,9 +127,7 @@ def _parse_sts_year(
             f"{input_path} has {len(input_lines)} lines but {gold_path} has {len(gold_lines)}; "
             f"expected one gold-score line (possibly empty) per sentence pair"
         )
-    s1: list[str] = []
-    s2: list[str] = []
-    ys: list[float] = []
+    rows: list[tuple[str, str, float]] = []
     for lineno, (line, gold) in enumerate(zip(input_lines, gold_lines, strict=True), start=1):
         fields = line.split("\t")
         if len(fields) != 2:
@@ -149,10 +143,8 @@ def _parse_sts_year(
             raise STSFormatError(
                 f"{gold_path}, line {lineno}: expected a gold score (a number) or an empty line, got {gold!r}"
             ) from None
-        s1.append(_norm(fields[0]))
-        s2.append(_norm(fields[1]))
-        ys.append(y)
-    return tuple(s1), tuple(s2), tuple(ys)
+        rows.append((_norm(fields[0]), _norm(fields[1]), y))
+    return tuple(rows)
 
 
 def read_sts_year(task_dir: str | os.PathLike[str], subset: str) -> STSPairs:
@@ -176,18 +168,13 @@ def read_sts_year(task_dir: str | os.PathLike[str], subset: str) -> STSPairs:
     return _to_pairs(_parse_sts_year(input_key, gold_key), subset)
 
 
-# --------------------------------------------------------------------------------------------- STS-B / SICK
-
-
 @lru_cache(maxsize=64)
 def _parse_columns(
     key: tuple[str, int, int], skip_header: bool, score_col: int, a_col: int, b_col: int
-) -> tuple[tuple[str, ...], tuple[str, ...], tuple[float, ...]]:
+) -> tuple[tuple[str, str, float], ...]:
     path = key[0]
     need = max(score_col, a_col, b_col) + 1
-    s1: list[str] = []
-    s2: list[str] = []
-    ys: list[float] = []
+    rows: list[tuple[str, str, float]] = []
     # SentEval: `for line in io.open(fpath, 'r', encoding='utf-8')` then line.strip().split('\t').
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
@@ -206,10 +193,8 @@ def _parse_columns(
                 raise STSFormatError(
                     f"{path}, line {lineno}: expected a number in column {score_col}, got {text[score_col]!r}"
                 ) from None
-            s1.append(_norm(text[a_col]))
-            s2.append(_norm(text[b_col]))
-            ys.append(y)
-    return tuple(s1), tuple(s2), tuple(ys)
+            rows.append((_norm(text[a_col]), _norm(text[b_col]), y))
+    return tuple(rows)
 
 
 def read_stsb(path: str | os.PathLike[str], name: str | None = None) -> STSPairs:
@@ -249,9 +234,6 @@ def read_sick(path: str | os.PathLike[str], name: str | None = None) -> STSPairs
     """
     key = _stat_key(path)
     return _to_pairs(_parse_columns(key, True, 3, 1, 2), name if name is not None else Path(path).stem)
-
-
-# --------------------------------------------------------------------------------------------- tasks
 
 
 def canonical_task(task: str) -> str:

@@ -239,16 +239,9 @@ class UnsupDataModule(SentenceDataModule):
 
         ds = datasets.load_dataset("text", data_files={"train": self.path}, split="train",
                                    encoding_errors="replace")
-        n = len(ds)
-        ds = ds.filter(lambda row: bool(row["text"].strip()))
-        self.skipped_lines = n - len(ds)
-        n = len(ds)
-        ds = ds.filter(lambda row: UNDECODABLE not in row["text"])
-        self.skipped_undecodable = n - len(ds)
-        if self.skipped_lines:
-            log.warning("%s: skipped %d empty or whitespace-only lines", self.path, self.skipped_lines)
-        if self.skipped_undecodable:
-            log.warning("%s: skipped %d lines with bytes that are not UTF-8", self.path, self.skipped_undecodable)
+        ds, self.skipped_lines = self._skip(ds, lambda row: bool(row["text"].strip()), "empty or whitespace-only lines")
+        ds, self.skipped_undecodable = self._skip(ds, lambda row: UNDECODABLE not in row["text"],
+                                                  "lines with bytes that are not UTF-8")
         if len(ds) == 0:
             raise ValueError(f"{self.path} (data.path): no usable sentence (every line empty or not UTF-8)")
         if len(ds) < self.batch_size and self.drop_last:
