@@ -201,13 +201,11 @@ def log_test_charts(loggers: list, test: dict[str, float], by_bin: dict | None, 
 
             run = logger.experiment
             cols = [names.get(k, k) for k in test]
-            scores = wandb.Table(columns=["task", "spearman"], data=[[c, round(v, 2)] for c, v in zip(cols, test.values(),
-                                                                                                     strict=True)])
+            scores = wandb.Table(columns=["task", "spearman", *(["ci_low", "ci_high"] if intervals else [])],
+                                 data=[[c, round(v, 2), *((intervals.get(k) or [None, None])[:2] if intervals else [])]
+                                       for k, c, v in zip(test, cols, test.values(), strict=True)])
             table_rows = [[round(v, 2) for v in test.values()]]
             if intervals:
-                scores = wandb.Table(columns=["task", "spearman", "ci_low", "ci_high"],
-                                     data=[[c, round(v, 2), *((intervals.get(k) or [None, None])[:2])]
-                                           for k, c, v in zip(test, cols, test.values(), strict=True)])
                 table_rows.append(["[{:.2f}, {:.2f}]".format(*intervals[k]) if intervals.get(k) else "" for k in test])
             logs = {"test/sts_table": wandb.Table(columns=cols, data=table_rows, allow_mixed_types=True),
                     "test/sts_scores": scores,
