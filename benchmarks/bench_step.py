@@ -170,7 +170,8 @@ def run_case(args) -> dict:
             sync_from, sync_to = steps, steps + args.sync_check
             steps += args.sync_check
         clock = _Clock(warmup, cuda, sync_from, sync_to)
-        from cselab.callbacks import FlopCounter, RNGState
+        from cselab.callbacks.flops import FlopCounter
+        from cselab.callbacks.rng_state import RNGState
         from cselab.data.datamodule import batch_size as batch_size_fn
 
         try:

@@ -299,8 +299,7 @@ def test_every_sweep_composes_for_each_of_its_values(sweep):
 
 
 def test_variant_name_keeps_only_what_changes_the_model():
-    from cselab.io.config import variant_name
-    from cselab.run.assemble import _short_tag
+    from cselab.io.config import clipped, variant_name
 
     overrides = ["method=cot_bert", "backbone=minilm_l6", "seed=3", "method.denoise=pad", "+objective=same_template",
                  "trainer.max_steps=3", "hydra.run.dir=x", "logger=wandb", "loss.temperature=0.1",
@@ -308,8 +307,8 @@ def test_variant_name_keeps_only_what_changes_the_model():
     assert variant_name(overrides) == "loss.temperature=0.1,method.denoise=pad,objective=same_template,trainer.max_steps=3"
     assert variant_name(["method=simcse", "seed=1"]) == "default"
     long = "variant=" + "x" * 100
-    assert len(_short_tag(long)) == 64 and _short_tag(long) != _short_tag(long[:-1])
-    assert _short_tag("variant=default") == "variant=default"
+    assert len(clipped(long, 64)) == 64 and clipped(long, 64) != clipped(long[:-1], 64)
+    assert clipped("variant=default", 64) == "variant=default"
 
 
 def test_another_backbone_family_needs_no_row_in_the_heads_tables():

@@ -301,7 +301,7 @@ def test_each_batch_shape_counts_its_flops_for_the_throughput_monitor(make_metho
 
     monitor = L.pytorch.callbacks.ThroughputMonitor(batch_size_fn=lambda b: b["input_ids"].shape[0], window_size=2)
     csv = L.pytorch.loggers.CSVLogger(tmp_path, name="csv", version="")
-    from cselab.callbacks import FlopCounter
+    from cselab.callbacks.flops import FlopCounter
 
     flops = FlopCounter()
     trainer = L.Trainer(max_steps=4, logger=csv, callbacks=[flops, Record(), monitor], enable_checkpointing=False,

@@ -15,7 +15,7 @@ import cselab.io.config  # noqa: F401  (resolvers)
 from cselab.data.unsup import UnsupDataModule
 from cselab.model.spec import ConfigError
 from cselab.run import assemble
-from cselab.run.spec import RunSpec, callback_nodes
+from cselab.run.spec import RunSpec, resolved_config
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -69,15 +69,15 @@ def test_callbacks_are_built_in_order_and_refuse_an_unfilled_argument(tmp_path):
     cfg = _compose("callbacks.throughput=null", "checkpointing.save_last=false")
     runtime = {"sts": {"started": 0.0}, "run_config": {"config": {}, "changes": [], "resume_step": None},
                "checkpoint": {"dirpath": tmp_path}, "last_checkpoint": {"dirpath": tmp_path}}
-    built = assemble.build_callbacks(callback_nodes(cfg), runtime)
+    built = assemble.build_callbacks(resolved_config(cfg.callbacks), runtime)
     assert list(built) == ["sts", "progress", "flops", "rng_state", "run_config", "checkpoint",
                            "sigterm_broadcast"]  # no last / throughput
     assert built["checkpoint"].monitor == "val/stsb_spearman" and built["checkpoint"].dirpath == str(tmp_path)
-    assert list(assemble.build_callbacks(callback_nodes(cfg), runtime, names=("sts",))) == ["sts"]
+    assert list(assemble.build_callbacks(resolved_config(cfg.callbacks), runtime, names=("sts",))) == ["sts"]
     with pytest.raises(ConfigError, match=r"callbacks.checkpoint.dirpath is \?\?\?"):
-        assemble.build_callbacks(callback_nodes(cfg), {k: v for k, v in runtime.items() if k != "checkpoint"})
+        assemble.build_callbacks(resolved_config(cfg.callbacks), {k: v for k, v in runtime.items() if k != "checkpoint"})
     with pytest.raises(ConfigError, match="callbacks.bad: expected a node with a _target_"):
-        assemble.build_callbacks(callback_nodes(_compose("+callbacks.bad.x=1")), runtime)
+        assemble.build_callbacks(resolved_config(_compose("+callbacks.bad.x=1").callbacks), runtime)
 
 
 #: the Trainer's arguments before the trainer node held only them (main b00f39d: cfg.trainer minus save_last,

@@ -1,7 +1,3 @@
-"""Trainer callbacks that carry training concerns outside the LightningModule: RNG state in checkpoints and
-FLOP counting for Lightning's ``ThroughputMonitor``."""
-
-from cselab.callbacks.flops import FlopCounter
-from cselab.callbacks.rng_state import RNGState
-
-__all__ = ["FlopCounter", "RNGState"]
+"""Trainer callbacks that carry training concerns outside the LightningModule: RNG state in checkpoints
+(:mod:`~cselab.callbacks.rng_state`), FLOP counting for Lightning's ``ThroughputMonitor`` (:mod:`~cselab.callbacks.flops`)
+and the rest of ``conf/callbacks/default.yaml``."""

@@ -77,7 +77,6 @@ class AlignUniform(L.Callback):
         self._fit_started = 0.0
         self._seconds_this_fit = 0.0
 
-    # ------------------------------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
         """The trajectory so far and its cost (a resumed run continues both)."""
         return {"history": list(self.history), "seconds_total": self.seconds_total}
@@ -87,7 +86,6 @@ class AlignUniform(L.Callback):
         self.history = list(state_dict.get("history", []))
         self.seconds_total = float(state_dict.get("seconds_total", 0.0))
 
-    # ------------------------------------------------------------------------------------------- hooks
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._fit_started, self._seconds_this_fit = time.perf_counter(), 0.0
         if trainer.is_global_zero and self._inputs is None:
@@ -113,7 +111,6 @@ class AlignUniform(L.Callback):
         log.info("align_uniform: %d measurements, %.1f s in this fit (%.1f %% of its %.1f s), %.1f s in the run",
                  len(self.history), self._seconds_this_fit, share, fit, self.seconds_total)
 
-    # ------------------------------------------------------------------------------------------- measure
     def measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float] | None:
         """Measure now (rank 0), log to the trainer's loggers at ``trainer.global_step``, append to
         :attr:`history`; returns the entry (``None`` on the other ranks)."""

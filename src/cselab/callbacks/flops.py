@@ -26,15 +26,10 @@ class FlopCounter(L.Callback):
         self.by_shape: dict[tuple, int] = {}
         self._counting: tuple[Any, tuple, Any] | None = None
 
-    @staticmethod
-    def _key(batch: Any) -> tuple:
-        if not isinstance(batch, dict):
-            return ()
-        return tuple((k, tuple(v.shape)) for k, v in sorted(batch.items()) if isinstance(v, torch.Tensor))
-
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
                              batch_idx: int) -> None:
-        key = self._key(batch)
+        key = tuple((k, tuple(v.shape)) for k, v in sorted(batch.items())
+                    if isinstance(v, torch.Tensor)) if isinstance(batch, dict) else ()
         if key in self.by_shape or len(self.by_shape) >= self.max_shapes:
             pl_module.flops_per_batch = self.by_shape.get(key, getattr(pl_module, "flops_per_batch", None))
             return

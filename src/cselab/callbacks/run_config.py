@@ -89,13 +89,6 @@ def moved_target(before: Any, after: Any) -> bool:
     return False
 
 
-def read_state(ckpt_path: str | Path) -> dict[str, Any] | None:
-    """:class:`RunConfig`'s state in a checkpoint (memory-mapped: the weights are not read), or ``None`` for a
-    checkpoint written before it existed."""
-    state = torch.load(ckpt_path, map_location="cpu", mmap=True, weights_only=False)
-    return (state.get("callbacks") or {}).get(STATE_KEY)
-
-
 def check_resume(config: dict[str, Any], copies: Sequence[str], allowed: Sequence[str], ckpt_path: str | None,
                  step: int | None) -> list[dict[str, Any]]:
     """Compare a resumed run's config with its checkpoint's, before any weights load.
@@ -118,7 +111,8 @@ def check_resume(config: dict[str, Any], copies: Sequence[str], allowed: Sequenc
 
     if ckpt_path is None or not Path(ckpt_path).is_file():
         return []
-    state = read_state(ckpt_path)
+    checkpoint = torch.load(ckpt_path, map_location="cpu", mmap=True, weights_only=False)  # weights not read
+    state = (checkpoint.get("callbacks") or {}).get(STATE_KEY)  # None: written before RunConfig existed
     if state is None:
         log.warning("%s holds no run config (written by an older cselab): the resumed run's overrides cannot be "
                     "compared with the checkpoint's", ckpt_path)

@@ -17,7 +17,7 @@ class LoggingStepThroughput(ThroughputMonitor):
 
     Lightning's monitor calls ``torch.cuda.synchronize()`` after EVERY training batch (so that ``perf_counter``
     sees the device's work), which stops the host from queueing the next step while the device runs this one.
-    Here the batches, samples and FLOPs (``pl_module.flops_per_batch``, :class:`cselab.callbacks.FlopCounter`) are
+    Here the batches, samples and FLOPs (``pl_module.flops_per_batch``, :class:`cselab.callbacks.flops.FlopCounter`) are
     summed on the host at every batch (no device value is read), and the device is synchronised and the clock read
     only on logging steps (:func:`cselab.io.progress.is_logging_step`): each window point covers the
     ``log_every_n_steps`` batches since the previous one, whose FLOPs it carries, so the rates (and MFU) are those of

@@ -29,24 +29,12 @@ from __future__ import annotations
 import csv
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-__all__ = [
-    "CXC_SPLITS",
-    "CXC_ID_PREFIX",
-    "CAPTIONS_HINT",
-    "CxCFormatError",
-    "MissingCaptionsError",
-    "CxCScores",
-    "CxCPairs",
-    "parse_cxc_id",
-    "read_cxc_scores",
-    "load_coco_captions",
-    "join_captions",
-    "resolve_cxc_dir",
-    "load_cxc",
-]
+__all__ = ["CXC_SPLITS", "CXC_ID_PREFIX", "CAPTIONS_HINT", "CxCFormatError", "MissingCaptionsError", "CxCScores",
+           "CxCPairs", "parse_cxc_id", "read_cxc_scores", "load_coco_captions", "join_captions", "resolve_cxc_dir",
+           "load_cxc"]
 
 #: the CxC STS splits (``sts_<split>.csv``)
 CXC_SPLITS: tuple[str, ...] = ("val", "test")
@@ -143,10 +131,7 @@ def read_cxc_scores(path: str | os.PathLike[str], name: str | None = None) -> Cx
             f"CxC score file not found: {p.resolve()}; get sts_{{val,test}}.csv from "
             f"https://github.com/google-research-datasets/Crisscrossed-Captions (data/)"
         )
-    id1: list[int] = []
-    id2: list[int] = []
-    scores: list[float] = []
-    methods: list[str] = []
+    rows: list[tuple[int, int, float, str]] = []
     with open(p, encoding="utf-8", newline="") as f:
         reader = csv.reader(f)
         for row in reader:
@@ -164,13 +149,11 @@ def read_cxc_scores(path: str | os.PathLike[str], name: str | None = None) -> Cx
                 y = float(row[2])
             except ValueError as err:
                 raise CxCFormatError(f"{p}, line {lineno}: {err}") from None
-            id1.append(a)
-            id2.append(b)
-            scores.append(y)
-            methods.append(row[3])
+            rows.append((a, b, y, row[3]))
     if name is None:
         name = p.stem[4:] if p.stem.startswith("sts_") else p.stem
-    return CxCScores(id1, id2, scores, methods, name)
+    columns = [list(column) for column in zip(*rows, strict=True)] or [[], [], [], []]  # id1, id2, scores, methods
+    return CxCScores(*columns, name)
 
 
 def load_coco_captions(path: str | os.PathLike[str], sentids: set[int] | None = None) -> dict[int, str]:
@@ -259,15 +242,9 @@ def join_captions(scores: CxCScores, captions: dict[int, str], source: str = "th
             f"not in {source} (e.g. {examples}); is it the full Karpathy dataset_coco.json (5k val + 5k test "
             f"images of val2014)?"
         )
-    return CxCPairs(
-        id1=list(scores.id1),
-        id2=list(scores.id2),
-        scores=list(scores.scores),
-        sampling_method=list(scores.sampling_method),
-        name=scores.name,
-        text1=[captions[i] for i in scores.id1],
-        text2=[captions[i] for i in scores.id2],
-    )
+    columns = {f.name: getattr(scores, f.name) for f in fields(CxCScores)}
+    columns = {k: list(v) if isinstance(v, list) else v for k, v in columns.items()}  # fresh lists
+    return CxCPairs(**columns, text1=[captions[i] for i in scores.id1], text2=[captions[i] for i in scores.id2])
 
 
 def resolve_cxc_dir(data_dir: str | os.PathLike[str]) -> Path:

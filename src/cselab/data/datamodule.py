@@ -7,6 +7,7 @@ schedule (``val_check_interval``), so their loaders hold one placeholder item.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from cselab.data.resume import DataPosition, ResumableDataLoader, ResumableSampler
+
+log = logging.getLogger(__name__)
 
 #: DataLoader worker processes that ``data.num_workers: auto`` starts on a GPU (tokenising and collating the next
 #: batches while the device runs the step); 0 on CPU, where a worker would take a core from the step itself
@@ -110,6 +113,14 @@ class SentenceDataModule(L.LightningDataModule):
         """``dataset`` (the corpus as read) through the method's ``transform``, if any."""
         return dataset if self.transform is None else self.transform(dataset, self.seed)
 
+    def _skip(self, dataset, keep: Callable[[dict], bool], what: str):
+        """``(dataset filtered by keep, rows dropped)``; a drop is logged as ``<path>: skipped <n> <what>``
+        (``path``: the subclass's training file)."""
+        kept = dataset.filter(keep)
+        if len(kept) < len(dataset):
+            log.warning("%s: skipped %d %s", self.path, len(dataset) - len(kept), what)
+        return kept, len(dataset) - len(kept)
+
     def _rank_world(self) -> tuple[int, int]:
         trainer = self.trainer
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
@@ -172,7 +183,7 @@ class SentenceDataModule(L.LightningDataModule):
             self._resume = DataPosition.from_dict(state_dict["data_position"], "checkpoint DataModule state")
 
     def val_dataloader(self) -> DataLoader:
+        """One placeholder item: Lightning's loop gives the schedule, the STS callback evaluates (module docstring)."""
         return DataLoader([0], batch_size=1, collate_fn=lambda rows: rows)
 
-    def test_dataloader(self) -> DataLoader:
-        return DataLoader([0], batch_size=1, collate_fn=lambda rows: rows)
+    test_dataloader = val_dataloader

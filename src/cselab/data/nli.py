@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from torch.utils.data import DataLoader
@@ -11,7 +10,6 @@ from cselab.data.datamodule import SentenceDataModule
 from cselab.data.paths import UNDECODABLE, data_root, require
 
 NLI_COLUMNS = ("sent0", "sent1", "hard_neg")
-log = logging.getLogger(__name__)
 
 
 class NLIDataModule(SentenceDataModule):
@@ -49,17 +47,11 @@ class NLIDataModule(SentenceDataModule):
                 f"found {ds.column_names}; missing {missing}"
             )
         ds = ds.select_columns(list(NLI_COLUMNS))
-        n = len(ds)
-        ds = ds.filter(lambda row: all(isinstance(row[c], str) and row[c].strip() for c in NLI_COLUMNS))
-        self.skipped_rows = n - len(ds)
-        m = len(ds)
-        ds = ds.filter(lambda row: not any(UNDECODABLE in row[c] for c in NLI_COLUMNS))
-        self.skipped_undecodable = m - len(ds)
-        if self.skipped_rows:
-            log.warning("%s: skipped %d of %d rows with an empty or missing sent0 / sent1 / hard_neg",
-                        self.path, self.skipped_rows, n)
-        if self.skipped_undecodable:
-            log.warning("%s: skipped %d rows with bytes that are not UTF-8", self.path, self.skipped_undecodable)
+        ds, self.skipped_rows = self._skip(
+            ds, lambda row: all(isinstance(row[c], str) and row[c].strip() for c in NLI_COLUMNS),
+            f"of {len(ds)} rows with an empty or missing sent0 / sent1 / hard_neg")
+        ds, self.skipped_undecodable = self._skip(ds, lambda row: not any(UNDECODABLE in row[c] for c in NLI_COLUMNS),
+                                                  "rows with bytes that are not UTF-8")
         if len(ds) == 0:
             raise ValueError(f"{self.path}: no complete sent0,sent1,hard_neg row")
         self.train_set = self._prepared(ds)

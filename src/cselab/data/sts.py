@@ -24,23 +24,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = [
-    "STS_SUBSETS",
-    "STS_YEAR_DIRS",
-    "STSB_FILES",
-    "SICK_FILES",
-    "TASKS",
-    "STSFormatError",
-    "STSPairs",
-    "read_sts_year",
-    "read_stsb",
-    "read_sick",
-    "resolve_downstream_dir",
-    "canonical_task",
-    "task_splits",
-    "load_task",
-    "clear_cache",
-]
+__all__ = ["STS_SUBSETS", "STSB_FILES", "SICK_FILES", "TASKS", "STSFormatError", "STSPairs", "read_sts_year",
+           "read_stsb", "read_sick", "resolve_downstream_dir", "canonical_task", "task_splits", "load_task"]
 
 #: task -> subsets, in SentEval's order (``senteval/sts.py``). STS13 has no SMT subset (LDC licence).
 STS_SUBSETS: dict[str, tuple[str, ...]] = {
@@ -49,15 +34,6 @@ STS_SUBSETS: dict[str, tuple[str, ...]] = {
     "sts14": ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"),
     "sts15": ("answers-forums", "answers-students", "belief", "headlines", "images"),
     "sts16": ("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
-}
-
-#: task -> folder under ``downstream/STS`` (SentEval layout).
-STS_YEAR_DIRS: dict[str, str] = {
-    "sts12": "STS12-en-test",
-    "sts13": "STS13-en-test",
-    "sts14": "STS14-en-test",
-    "sts15": "STS15-en-test",
-    "sts16": "STS16-en-test",
 }
 
 #: split -> file under ``downstream/STS/STSBenchmark``.
@@ -132,18 +108,14 @@ def _stat_key(path: str | os.PathLike[str]) -> tuple[str, int, int]:
     return str(p), st.st_size, st.st_mtime_ns
 
 
-def _to_pairs(parsed: tuple[tuple[str, ...], tuple[str, ...], tuple[float, ...]], name: str) -> STSPairs:
-    s1, s2, y = parsed
-    return STSPairs(list(s1), list(s2), list(y), name)
-
-
-# --------------------------------------------------------------------------------------------- STS12-16
+def _to_pairs(rows: tuple[tuple[str, str, float], ...], name: str) -> STSPairs:
+    return STSPairs([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], name)
 
 
 @lru_cache(maxsize=256)
 def _parse_sts_year(
     input_key: tuple[str, int, int], gold_key: tuple[str, int, int]
-) -> tuple[tuple[str, ...], tuple[str, ...], tuple[float, ...]]:
+) -> tuple[tuple[str, str, float], ...]:
     input_path, gold_path = input_key[0], gold_key[0]
     # SentEval: io.open(..., encoding='utf8').read().splitlines() on both files.
     with open(input_path, encoding="utf-8") as f:
@@ -155,9 +127,7 @@ def _parse_sts_year(
             f"{input_path} has {len(input_lines)} lines but {gold_path} has {len(gold_lines)}; "
             f"expected one gold-score line (possibly empty) per sentence pair"
         )
-    s1: list[str] = []
-    s2: list[str] = []
-    ys: list[float] = []
+    rows: list[tuple[str, str, float]] = []
     for lineno, (line, gold) in enumerate(zip(input_lines, gold_lines, strict=True), start=1):
         fields = line.split("\t")
         if len(fields) != 2:
@@ -173,10 +143,8 @@ def _parse_sts_year(
             raise STSFormatError(
                 f"{gold_path}, line {lineno}: expected a gold score (a number) or an empty line, got {gold!r}"
             ) from None
-        s1.append(_norm(fields[0]))
-        s2.append(_norm(fields[1]))
-        ys.append(y)
-    return tuple(s1), tuple(s2), tuple(ys)
+        rows.append((_norm(fields[0]), _norm(fields[1]), y))
+    return tuple(rows)
 
 
 def read_sts_year(task_dir: str | os.PathLike[str], subset: str) -> STSPairs:
@@ -200,18 +168,13 @@ def read_sts_year(task_dir: str | os.PathLike[str], subset: str) -> STSPairs:
     return _to_pairs(_parse_sts_year(input_key, gold_key), subset)
 
 
-# --------------------------------------------------------------------------------------------- STS-B / SICK
-
-
 @lru_cache(maxsize=64)
 def _parse_columns(
     key: tuple[str, int, int], skip_header: bool, score_col: int, a_col: int, b_col: int
-) -> tuple[tuple[str, ...], tuple[str, ...], tuple[float, ...]]:
+) -> tuple[tuple[str, str, float], ...]:
     path = key[0]
     need = max(score_col, a_col, b_col) + 1
-    s1: list[str] = []
-    s2: list[str] = []
-    ys: list[float] = []
+    rows: list[tuple[str, str, float]] = []
     # SentEval: `for line in io.open(fpath, 'r', encoding='utf-8')` then line.strip().split('\t').
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
@@ -230,10 +193,8 @@ def _parse_columns(
                 raise STSFormatError(
                     f"{path}, line {lineno}: expected a number in column {score_col}, got {text[score_col]!r}"
                 ) from None
-            s1.append(_norm(text[a_col]))
-            s2.append(_norm(text[b_col]))
-            ys.append(y)
-    return tuple(s1), tuple(s2), tuple(ys)
+            rows.append((_norm(text[a_col]), _norm(text[b_col]), y))
+    return tuple(rows)
 
 
 def read_stsb(path: str | os.PathLike[str], name: str | None = None) -> STSPairs:
@@ -273,9 +234,6 @@ def read_sick(path: str | os.PathLike[str], name: str | None = None) -> STSPairs
     """
     key = _stat_key(path)
     return _to_pairs(_parse_columns(key, True, 3, 1, 2), name if name is not None else Path(path).stem)
-
-
-# --------------------------------------------------------------------------------------------- tasks
 
 
 def canonical_task(task: str) -> str:
@@ -340,14 +298,9 @@ def load_task(data_dir: str | os.PathLike[str], task: str, split: str = "test") 
         raise ValueError(f"task {t!r} has no split {split!r}; valid splits: {', '.join(splits)}")
     down = resolve_downstream_dir(data_dir)
     if t in STS_SUBSETS:
-        year_dir = down / "STS" / STS_YEAR_DIRS[t]
+        year_dir = down / "STS" / f"{t.upper()}-en-test"  # SentEval's folder: STS12-en-test ...
         return {s: read_sts_year(year_dir, s) for s in STS_SUBSETS[t]}
     if t == "stsb":
         return {split: read_stsb(down / "STS" / "STSBenchmark" / STSB_FILES[split], name=split)}
     return {split: read_sick(down / "SICK" / SICK_FILES[split], name=split)}
 
-
-def clear_cache() -> None:
-    """Drop the parsed-file cache (files are re-parsed anyway when their size or mtime changes)."""
-    _parse_sts_year.cache_clear()
-    _parse_columns.cache_clear()

@@ -212,8 +212,7 @@ class UnsupDataModule(SentenceDataModule):
         **kwargs,
     ) -> None:
         super().__init__(collate, **kwargs)
-        root = data_root(data_dir)
-        self.path = path if path.startswith("/") else str(root / path)
+        self.path = path if path.startswith("/") else str(data_root(data_dir) / path)
         self.streaming = streaming
         self.shuffle_buffer = shuffle_buffer
         self.even_ranks = even_ranks
@@ -230,8 +229,7 @@ class UnsupDataModule(SentenceDataModule):
             return
         require(self.path, "unsup corpus", "data.path")
         if self.streaming:
-            trainer = self.trainer
-            rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+            rank, world = self._rank_world()
             self.train_set = self._prepared(StreamingSentences(
                 self.path, seed=self.seed, shuffle_buffer=self.shuffle_buffer, rank=rank, world_size=world,
                 even_ranks=self.even_ranks,
@@ -241,16 +239,9 @@ class UnsupDataModule(SentenceDataModule):
 
         ds = datasets.load_dataset("text", data_files={"train": self.path}, split="train",
                                    encoding_errors="replace")
-        n = len(ds)
-        ds = ds.filter(lambda row: bool(row["text"].strip()))
-        self.skipped_lines = n - len(ds)
-        n = len(ds)
-        ds = ds.filter(lambda row: UNDECODABLE not in row["text"])
-        self.skipped_undecodable = n - len(ds)
-        if self.skipped_lines:
-            log.warning("%s: skipped %d empty or whitespace-only lines", self.path, self.skipped_lines)
-        if self.skipped_undecodable:
-            log.warning("%s: skipped %d lines with bytes that are not UTF-8", self.path, self.skipped_undecodable)
+        ds, self.skipped_lines = self._skip(ds, lambda row: bool(row["text"].strip()), "empty or whitespace-only lines")
+        ds, self.skipped_undecodable = self._skip(ds, lambda row: UNDECODABLE not in row["text"],
+                                                  "lines with bytes that are not UTF-8")
         if len(ds) == 0:
             raise ValueError(f"{self.path} (data.path): no usable sentence (every line empty or not UTF-8)")
         if len(ds) < self.batch_size and self.drop_last:

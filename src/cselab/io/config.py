@@ -17,28 +17,30 @@ def has_templates(prompt) -> bool:
 
 def register_resolvers() -> None:
     """``${eq:a,b}`` -> ``a == b`` (e.g. SimCSE's ``mlp_only_train: ${eq:${setting.name},unsup}``);
-    ``${cselab_run_name:method,backbone,setting,overrides,mode}`` -> :func:`run_name` of this job or sweep; ``${cselab_or:a,b}`` -> ``a`` unless
-    it is null, else ``b`` (``hydra.run.dir: ${cselab_or:${resume.dir},outputs/${run_name}}``); ``${cselab_prompt:p}``
-    -> ``p`` unless it has no templates (``prompt=none``: None); ``${cselab_dev_encoder:choice,spec}`` -> ``spec``
-    when ``eval.dev_encoder=official``, else None (the test encoder); ``${cselab_backbone_name:id_or_folder}`` ->
-    :func:`backbone_name`; ``${cselab_file_line:path,n}`` -> :func:`file_line`.  (``${cselab_backbone_family:...}``
-    reads a model's config: :mod:`cselab.model.loading` registers it.)"""
-    if not OmegaConf.has_resolver("eq"):
-        OmegaConf.register_new_resolver("eq", lambda a, b: str(a) == str(b))
-    if not OmegaConf.has_resolver("cselab_or"):
-        OmegaConf.register_new_resolver("cselab_or", lambda a, b: b if a is None or a == "" else a)
-    if not OmegaConf.has_resolver("cselab_prompt"):  # the module's prompt: None for prompt=none (no templates)
-        OmegaConf.register_new_resolver("cselab_prompt", lambda p: p if has_templates(p) else None)
-    if not OmegaConf.has_resolver("cselab_dev_encoder"):  # eval.dev_encoder: official -> the method's, test -> None
-        OmegaConf.register_new_resolver("cselab_dev_encoder", lambda choice, spec: spec if choice == "official" else None)
-    if not OmegaConf.has_resolver("cselab_backbone_name"):  # conf/backbone/auto.yaml: the name of an id / folder
-        OmegaConf.register_new_resolver("cselab_backbone_name", backbone_name)
-    if not OmegaConf.has_resolver("cselab_file_line"):  # conf/prompt/icl_file.yaml: one template per line
-        OmegaConf.register_new_resolver("cselab_file_line", file_line)
-    if not OmegaConf.has_resolver("cselab_run_name"):
+    ``${cselab_run_name:method,backbone,setting,overrides,mode}`` -> :func:`run_name` of this job or sweep;
+    ``${cselab_or:a,b}`` -> ``a`` unless it is null, else ``b`` (``hydra.run.dir:
+    ${cselab_or:${resume.dir},outputs/${run_name}}``); ``${cselab_prompt:p}`` -> ``p`` unless it has no templates
+    (``prompt=none``: None); ``${cselab_dev_encoder:choice,spec}`` -> ``spec`` when ``eval.dev_encoder=official``,
+    else None (the test encoder); ``${cselab_backbone_name:id_or_folder}`` -> :func:`backbone_name`;
+    ``${cselab_file_line:path,n}`` -> :func:`file_line`; ``${cselab_job_dir:...}`` -> a sweep job's
+    :func:`job_dir_name`.  (``${cselab_backbone_family:...}`` reads a model's config: :mod:`cselab.model.loading`
+    registers it.)"""
+    resolvers = {
+        "eq": lambda a, b: str(a) == str(b),
+        "cselab_or": lambda a, b: b if a is None or a == "" else a,
+        "cselab_prompt": lambda p: p if has_templates(p) else None,  # the module's prompt: None for prompt=none
+        # eval.dev_encoder: official -> the method's, test -> None
+        "cselab_dev_encoder": lambda choice, spec: spec if choice == "official" else None,
+        "cselab_backbone_name": backbone_name,  # conf/backbone/auto.yaml: the name of an id / folder
+        "cselab_file_line": file_line,  # conf/prompt/icl_file.yaml: one template per line
+        "cselab_job_dir": _job_dir_resolver,  # hydra.sweep.subdir (conf/config.yaml)
         # cached in the config: a -m sweep resolves it once in the launcher, and Hydra copies that cache into
         # every job's config (ConfigLoader.load_sweep_config), so the jobs share the sweep directory's name
-        OmegaConf.register_new_resolver("cselab_run_name", _run_name_resolver, use_cache=True)
+        "cselab_run_name": _run_name_resolver,
+    }
+    for name, resolver in resolvers.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, resolver, use_cache=name == "cselab_run_name")
 
 
 def _run_name_resolver(method: str, backbone: str, setting: str, overrides=None, mode=None) -> str:
@@ -303,6 +305,14 @@ def last_of_each_key(overrides: list[str]) -> list[str]:
     return [o for i, o in enumerate(overrides) if last[override_key(o)] == i]
 
 
+def clipped(text: str, limit: int) -> str:
+    """``text``, or when it is longer than ``limit`` characters its start, ``~`` and 8 hex digits of its SHA-1
+    (``limit`` characters in all): W&B's 64-character tags, the display name's variant."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: max(limit - 9, 0)]}~{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+
+
 def shorten_name(parts: list[str], limit: int = RUN_NAME_LIMIT) -> str:
     """``parts`` joined with ``+`` and slugged (characters outside ``[A-Za-z0-9._,=+-]`` become ``-``); over
     ``limit`` characters, the first part (the base name) and as many of the others as fit, each whole, in order,
@@ -359,8 +369,5 @@ def _job_dir_resolver(num, overrides, sweeper_params, method, backbone, setting)
     items = [str(o) for o in (overrides or [])]
     return job_dir_name(int(num), items, swept_keys(sys.argv[1:], params), str(method), str(backbone), str(setting))
 
-
-if not OmegaConf.has_resolver("cselab_job_dir"):  # hydra.sweep.subdir (conf/config.yaml)
-    OmegaConf.register_new_resolver("cselab_job_dir", _job_dir_resolver)
 
 register_resolvers()

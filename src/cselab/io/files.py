@@ -32,10 +32,6 @@ def umask() -> int:
     return mask
 
 
-def _temporary_name(target: Path) -> Path:
-    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-
-
 def remove_stale_temporaries(target: str | os.PathLike) -> list[Path]:
     """Remove the temporary files that writers of ``target`` killed mid-write left beside it
     (``.<name>.<pid>.<random>.tmp`` of a process that no longer runs, and the older ``.<name>.tmp``).
@@ -88,7 +84,7 @@ def staged(target: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
         OSError: creating, writing or renaming failed (the temporary file is gone).
     """
     target = Path(target)
-    tmp = _temporary_name(target)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
@@ -131,11 +127,11 @@ class DiskFullError(OSError):
 
 
 def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n} B"
+    return f"{n:.1f} TiB"
 
 
 def free_bytes(path: str | os.PathLike) -> int | None:

@@ -148,20 +148,12 @@ class StepTQDMProgressBar(_BarLoss, _BoundedByMaxSteps, TQDMProgressBar):
 
 
 def progress_callback(bars: bool = True, every_s: float = 60.0) -> L.Callback:
-    """The training progress of a run (``conf/callbacks/default.yaml``): bars (:func:`progress_bar`) when
-    ``bars`` and stderr is a terminal (:func:`interactive`), else a :class:`ProgressLog` line every ``every_s``
-    seconds."""
-    return progress_bar() if bars and interactive() else ProgressLog(float(every_s))
-
-
-def progress_bar() -> L.Callback:
-    """The bar Lightning would pick (Rich when installed, else tqdm), bounded by ``trainer.max_steps``."""
-    try:
-        import rich  # noqa: F401
-
-        return StepRichProgressBar()
-    except ImportError:
-        return StepTQDMProgressBar()
+    """The training progress of a run (``conf/callbacks/default.yaml``): when ``bars`` and stderr is a terminal
+    (:func:`interactive`), the bar Lightning would pick (Rich when installed, else tqdm) bounded by
+    ``trainer.max_steps``; else a :class:`ProgressLog` line every ``every_s`` seconds."""
+    if not (bars and interactive()):
+        return ProgressLog(float(every_s))
+    return StepRichProgressBar() if TimeLeftColumn is not None else StepTQDMProgressBar()  # None: no rich
 
 
 class ProgressLog(_LossOnLoggingSteps, L.Callback):

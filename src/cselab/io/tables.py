@@ -122,10 +122,6 @@ def latex_escape(value: Any) -> str:
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(value))
 
 
-def _markdown_row(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
-
-
 def markdown(table: Table, *, right_rule: str = "--:") -> list[str]:
     """GitHub Markdown lines: the header, the alignment rule (``---`` left, ``right_rule`` right, ``:-:``
     centre), one line per row (``| a | b |``; no padding to a width).  Cells are written as they are: escape
@@ -133,7 +129,7 @@ def markdown(table: Table, *, right_rule: str = "--:") -> list[str]:
     rules = {"left": "---", "right": right_rule, "center": ":-:"}
     head = "|" + "|".join(f" {h} " if h else " " for h in table.headers) + "|"
     rule = "|" + "|".join(rules[c.align] for c in table.columns) + "|"
-    return [head, rule, *(_markdown_row(row) for row in table.cells())]
+    return [head, rule, *("| " + " | ".join(row) + " |" for row in table.cells())]
 
 
 def text_lines(table: Table, *, sep: str = "  ", min_width: int = 0, widths: Sequence[int] | None = None,

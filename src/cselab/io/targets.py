@@ -111,11 +111,6 @@ def named_backbone(name: str) -> tuple[str, str | None] | None:
     return str(spec["name_or_path"]), spec.get("family")
 
 
-def _could_be_hub_id(target: str) -> bool:
-    return not (target.endswith(".ckpt") or target.startswith(("/", ".", "~")) or target.count("/") > 1
-                or "\\" in target)
-
-
 def resolve_target(target: str | os.PathLike) -> ModelTarget:
     """The model ``target`` names (module docstring); nothing is loaded.
 
@@ -141,6 +136,8 @@ def resolve_target(target: str | os.PathLike) -> ModelTarget:
     named = named_backbone(given)
     if named is not None:
         return ModelTarget(given, "backbone", named[0], named[1])
-    if given.startswith("package:") or _could_be_hub_id(given):
+    could_be_hub_id = not (given.endswith(".ckpt") or given.startswith(("/", ".", "~")) or given.count("/") > 1
+                           or "\\" in given)
+    if given.startswith("package:") or could_be_hub_id:
         return ModelTarget(given, "backbone", given)
     raise TargetError(f"{given} does not exist: expected {TARGETS}")

@@ -314,7 +314,7 @@ class ContrastiveMethod(L.LightningModule):
         the eager one (whose layers and loss may be compiled in place); the eager one too while a
         ``TorchDispatchMode`` observes the step (a test's probe): dynamo would not trace under it, and would not
         trace that code again.  (The FLOP counter's step runs under ``torch.compiler.set_stance("force_eager")``,
-        :class:`cselab.callbacks.FlopCounter`, which leaves the compiled code alone.)"""
+        :class:`cselab.callbacks.flops.FlopCounter`, which leaves the compiled code alone.)"""
         if self.compiled_forward_loss is None or is_in_torch_dispatch_mode(include_infra_modes=False):
             return self.forward_loss
         return self.compiled_forward_loss

@@ -12,6 +12,7 @@ import lightning as L
 import torch
 
 from cselab.data.datamodule import SentenceDataModule
+from cselab.io.config import clipped
 from cselab.io.progress import interactive
 from cselab.methods.base import ContrastiveMethod
 from cselab.methods.checks import refuse_legacy
@@ -105,7 +106,7 @@ def run_tags(names: RunNames) -> list[str]:
     tags = [names.method, names.backbone, names.setting, f"loss={names.loss}", f"tuning={names.tuning}"]
     if names.prompt:
         tags.append(f"prompt={names.prompt}")
-    tags.append(_short_tag(f"variant={names.variant or 'default'}"))
+    tags.append(clipped(f"variant={names.variant or 'default'}", 64))  # W&B refuses longer tags
     return tags
 
 
@@ -153,13 +154,3 @@ def build_datamodule(training: TrainSpec, method) -> L.LightningDataModule:
     collate = method.train_collate(seed=int(seed), pad_to_multiple_of=training.pad_to_multiple_of)
     return instantiate(node, collate=collate, transform=method.prepare_train_set,
                        pin_memory=torch.cuda.is_available(), num_workers=training.num_workers)
-
-
-def _short_tag(tag: str, limit: int = 64) -> str:
-    """W&B refuses tags over 64 characters: a longer one keeps its start and a hash of the whole."""
-    if len(tag) <= limit:
-        return tag
-    import hashlib
-
-    digest = hashlib.sha1(tag.encode()).hexdigest()[:8]
-    return f"{tag[: limit - 9]}~{digest}"

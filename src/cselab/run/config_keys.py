@@ -24,6 +24,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from cselab.io.config import override_key
 from cselab.model.spec import ConfigError
 
 #: top-level nodes whose new keys are always accepted (a new callback: its node is checked when built)
@@ -134,7 +135,6 @@ def check_added_keys(cfg: DictConfig, overrides: Iterable[str], groups: Iterable
                           "(docs/configuration.md lists the keys; +callbacks.<name>... adds a callback)")
 
 
-
 def missing_key_error(overrides: list[str], config_dir: str | Path, config_name: str = "config") -> str | None:
     """One line for a plain ``key=value`` override whose key the config lacks (``optim.lrr=1e-4``), naming the
     closest known key, or ``None`` when the overrides compose (or fail for another reason, which Hydra reports).
@@ -160,7 +160,7 @@ def missing_key_error(overrides: list[str], config_dir: str | Path, config_name:
         key = match.group(1)
     except Exception:  # noqa: BLE001 -- anything else is Hydra's to report, with its own message
         return None
-    rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
+    rest = [o for o in overrides if override_key(o) != key]
     try:
         cfg = attempt(rest)
     except Exception:  # noqa: BLE001

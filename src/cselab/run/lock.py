@@ -26,10 +26,6 @@ class RunDirInUse(ConfigError):
     """Another process holds the run directory: nothing of it may be written or removed."""
 
 
-def _rank_zero() -> bool:
-    return all(os.environ.get(var, "0") == "0" for var in ("RANK", "LOCAL_RANK", "SLURM_PROCID"))
-
-
 def hold_run_dir(output_dir: str | os.PathLike) -> Path | None:
     """Lock ``output_dir`` for this process (kept until it exits; a second call for the same directory is a
     no-op); returns the lock file, or ``None`` on a rank other than 0 or where ``fcntl`` is missing (Windows).
@@ -41,7 +37,7 @@ def hold_run_dir(output_dir: str | os.PathLike) -> Path | None:
         import fcntl
     except ImportError:  # (Windows: no flock)
         return None
-    if not _rank_zero():
+    if any(os.environ.get(var, "0") != "0" for var in ("RANK", "LOCAL_RANK", "SLURM_PROCID")):  # not rank 0
         return None
     path = Path(output_dir) / LOCK_FILE
     key = str(path.resolve())

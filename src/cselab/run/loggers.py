@@ -11,6 +11,8 @@ import string
 from pathlib import Path
 from typing import Any
 
+from cselab.io.config import clipped
+
 log = logging.getLogger(__name__)
 
 
@@ -25,14 +27,8 @@ def run_display_name(method: str, backbone: str, setting: str, variant: str | No
                      limit: int = 128) -> str:
     """The W&B run name: ``<method> <backbone> <setting> <variant> seed<seed>`` (``promptbert minilm_l6 unsup
     default seed42``); a variant that would make it longer than ``limit`` keeps its start and a hash."""
-    import hashlib
-
-    variant = variant or "default"
     head, tail = f"{method} {backbone} {setting} ", f" seed{seed}"
-    room = limit - len(head) - len(tail)
-    if len(variant) > room:
-        variant = f"{variant[: max(room - 9, 0)]}~{hashlib.sha1(variant.encode()).hexdigest()[:8]}"
-    return f"{head}{variant}{tail}"
+    return f"{head}{clipped(variant or 'default', limit - len(head) - len(tail))}{tail}"
 
 
 def logged_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -205,13 +201,11 @@ def log_test_charts(loggers: list, test: dict[str, float], by_bin: dict | None, 
 
             run = logger.experiment
             cols = [names.get(k, k) for k in test]
-            scores = wandb.Table(columns=["task", "spearman"], data=[[c, round(v, 2)] for c, v in zip(cols, test.values(),
-                                                                                                     strict=True)])
+            scores = wandb.Table(columns=["task", "spearman", *(["ci_low", "ci_high"] if intervals else [])],
+                                 data=[[c, round(v, 2), *((intervals.get(k) or [None, None])[:2] if intervals else [])]
+                                       for k, c, v in zip(test, cols, test.values(), strict=True)])
             table_rows = [[round(v, 2) for v in test.values()]]
             if intervals:
-                scores = wandb.Table(columns=["task", "spearman", "ci_low", "ci_high"],
-                                     data=[[c, round(v, 2), *((intervals.get(k) or [None, None])[:2])]
-                                           for k, c, v in zip(test, cols, test.values(), strict=True)])
                 table_rows.append(["[{:.2f}, {:.2f}]".format(*intervals[k]) if intervals.get(k) else "" for k in test])
             logs = {"test/sts_table": wandb.Table(columns=cols, data=table_rows, allow_mixed_types=True),
                     "test/sts_scores": scores,

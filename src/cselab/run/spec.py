@@ -89,7 +89,7 @@ class RunSpec:
         if cfg.eval.dev_encoder not in ("official", "test"):
             raise ConfigError(f"eval.dev_encoder={cfg.eval.dev_encoder!r}: expected 'official' or 'test'")
         training = _training(cfg) if train else None
-        module, callbacks = module_node(cfg), callback_nodes(cfg)
+        module, callbacks = module_node(cfg), resolved_config(cfg.callbacks) or {}  # name -> node (null: None)
         names = RunNames(method=cfg.method.name, backbone=str(OmegaConf.select(cfg, "backbone.name")
                                                               or cfg.backbone.name_or_path),
                          name_or_path=cfg.backbone.name_or_path, setting=cfg.setting.name, loss=cfg.loss.name,
@@ -295,26 +295,17 @@ def module_node(cfg: DictConfig) -> dict[str, Any]:
     options_type = getattr(method_target(node["_target_"]), "options_type", None)
     if options_type is not None:
         if options_type.node:
-            node["options"] = _plain(OmegaConf.select(cfg.method, options_type.node))
+            node["options"] = resolved_config(OmegaConf.select(cfg.method, options_type.node))
         else:
-            node["options"] = {f.name: _plain(cfg.method[f.name]) for f in fields(options_type) if f.name in cfg.method}
+            node["options"] = {f.name: resolved_config(cfg.method[f.name]) for f in fields(options_type)
+                               if f.name in cfg.method}
     return node
 
 
-def _plain(value: Any) -> Any:
-    """A config value as plain containers (resolved)."""
-    return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig | ListConfig) else value
-
-
-def callback_nodes(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved ``callbacks`` nodes by name (a null node: None)."""
-    return {str(k): OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v
-            for k, v in (cfg.callbacks or {}).items()}
-
-
-def resolved_config(cfg: DictConfig) -> dict[str, Any]:
-    """The config as saved in a checkpoint and ``results.json``: resolved, plain containers."""
-    return OmegaConf.to_container(cfg, resolve=True)
+def resolved_config(cfg: Any) -> Any:
+    """A config node as plain containers, resolved (the whole config: as saved in a checkpoint and
+    ``results.json``); any other value as it is."""
+    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig | ListConfig) else cfg
 
 
 def copies_of(cfg: DictConfig) -> tuple[str, ...]:

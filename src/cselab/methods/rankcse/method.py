@@ -15,7 +15,7 @@ models.py:95), so that the compiled, uncached and cached (:mod:`cselab.methods.c
 loss and gradients.  A teacher on the student's vocabulary reads the batch's token ids on the device (the official
 rule); one that needs strings (another vocabulary, a template) makes the step read the ids on the host to decode
 them, and its ``encode`` returns CPU tensors (the teachers' forward dominates anyway).
-The FLOP counter (:class:`cselab.callbacks.FlopCounter`) counts the teachers' forward with the student's (x3).
+The FLOP counter (:class:`cselab.callbacks.flops.FlopCounter`) counts the teachers' forward with the student's (x3).
 """
 
 from __future__ import annotations
