@@ -30,7 +30,7 @@ from .backbone import Encoder
 from .collates import build_collate
 from .embedding_folder import load_folder, save_folder
 from .encode_loop import TokenCache, eval_autocast, eval_batch_size, eval_mode, in_length_order
-from .heads import MLMTransformHead, ProjectionMLP
+from .heads import head_name
 from .pooling import needs_hidden_states, pool
 from .spec import EmbeddingSpec, TuningSpec
 from .template_input import ViewCollate
@@ -284,7 +284,7 @@ class EmbeddingModel(nn.Module):
     def save(self, folder: str | os.PathLike) -> None:
         """Write the model into ``folder`` (:func:`.embedding_folder.save_folder`: ``cselab_model.json``,
         ``backbone/`` config and tokenizer, ``cselab_model.safetensors``); :meth:`load` rebuilds it."""
-        save_folder(self, folder, _head_name(self.head))
+        save_folder(self, folder, head_name(self.head))
 
     @classmethod
     def load(cls, folder: str | os.PathLike, device: str | torch.device = "cpu") -> EmbeddingModel:
@@ -296,10 +296,3 @@ class EmbeddingModel(nn.Module):
         """
         return load_folder(cls, folder, device)
 
-
-def _head_name(head: nn.Module | None) -> str:
-    if head is None:
-        return "none"
-    if isinstance(head, ProjectionMLP):
-        return "mlp_bn"
-    return "mlm_transform" if isinstance(head, MLMTransformHead) else "mlp"

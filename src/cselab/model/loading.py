@@ -18,7 +18,6 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
-from torch import nn  # noqa: F401
 
 from cselab.model.backbone import Encoder
 
