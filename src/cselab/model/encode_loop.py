@@ -68,11 +68,13 @@ def eval_autocast(precision: str, device: torch.device) -> torch.autocast:
 
 
 @contextlib.contextmanager
-def eval_mode(module: nn.Module) -> Iterator[None]:
-    """``module`` in eval mode within the block; every submodule's train/eval mode restored after, module by
-    module (a backbone shared with a module in another mode keeps its own)."""
-    modes = [(m, m.training) for m in module.modules()]
-    module.eval()
+def eval_mode(*modules: nn.Module | None) -> Iterator[None]:
+    """``modules`` (None: skipped) in eval mode within the block; every submodule's train/eval mode restored after,
+    module by module (a backbone shared with a module in another mode keeps its own)."""
+    modules = tuple(m for m in modules if m is not None)
+    modes = [(m, m.training) for module in modules for m in module.modules()]
+    for module in modules:
+        module.eval()
     try:
         yield
     finally:
