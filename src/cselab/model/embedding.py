@@ -65,7 +65,7 @@ class EmbeddingModel(nn.Module):
         self.whitening: Whitening | None = None
         self.register_load_state_dict_pre_hook(install_on_load)  # whitening.* in a state dict installs one
         self._collates: dict[tuple[str, int, int | None], ViewCollate] = {}
-        self._token_cache = TokenCache(4)
+        self._token_cache = TokenCache(4)  # encode's token ids of the last 4 sentence lists
         if apply_tuning:
             self.add_prompt(spec.tuning)
 
@@ -222,7 +222,7 @@ class EmbeddingModel(nn.Module):
             raise ValueError(f"encode(encoder={encoder!r}): expected 'test' or 'dev'")
         collate, device = self.collate(encoder), self.device
         batch_size = eval_batch_size(batch_size or self.spec.eval_batch_size, device)
-        tokens = self._tokenized(collate, tuple(sentences))
+        tokens = self._token_cache.tokens(collate, tuple(sentences))
         autocast = eval_autocast(self.spec.eval_precision, device)
 
         whitening = self.whitening if encoder == "test" else None
@@ -255,10 +255,6 @@ class EmbeddingModel(nn.Module):
     def embedding_dim(self) -> int:
         """D of :meth:`forward`'s embeddings (before whitening): the backbone's hidden size (the heads keep it)."""
         return int(self.backbone.hidden_size)
-
-    def _tokenized(self, collate: ViewCollate, sentences: tuple[str, ...]) -> list[list[int]]:
-        """Token ids per sentence for ``encode``, from a cache of the last 4 sentence lists (:class:`TokenCache`)."""
-        return self._token_cache.tokens(collate, sentences)
 
     def num_trainable_parameters(self) -> int:
         """Number of parameters with ``requires_grad`` (the prompt module and head of a frozen backbone)."""

@@ -51,9 +51,6 @@ class TokenCache:
         """Forget every entry (the collates were rebuilt)."""
         self._entries.clear()
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
 
 def eval_batch_size(batch_size: int | None, device: torch.device) -> int:
     """``batch_size``, else the default: 256 sentences per forward pass on a GPU, 128 on CPU."""
