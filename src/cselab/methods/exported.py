@@ -20,8 +20,7 @@ import torch
 
 from cselab.io.targets import CSELAB_MODEL_FILE, MODULES_FILE, is_exported_folder
 
-__all__ = ["ExportedEncoder", "describe_folder", "encoder_line", "is_exported_folder", "load_exported",
-           "uses_shipped_code"]
+__all__ = ["ExportedEncoder", "describe_folder", "encoder_line", "load_exported", "uses_shipped_code"]
 
 
 def _json(path: Path, default: Any) -> Any:
