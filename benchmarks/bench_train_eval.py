@@ -382,7 +382,7 @@ def run_eval_case(args) -> dict:
 
     # compute: the FLOPs each loop spends (per padded batch shape) and the device's float32 GEMM rate
     collate = method.eval_collate
-    tokens = method.model._tokenized(collate, tuple(encoded))
+    tokens = method.model._token_cache.tokens(collate, tuple(encoded))
     order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))  # as encode's in_length_order
     ours_batches = [[tokens[i] for i in order[k : k + args.eval_batch_size]]
                     for k in range(0, len(order), args.eval_batch_size)]

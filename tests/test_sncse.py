@@ -27,7 +27,7 @@ from cselab.methods.sncse.loss import InfoNCEWithBML, bidirectional_margin
 from cselab.methods.sncse.negation import (
     ParsedSentence,
     RuleParser,
-    negate_parsed,
+    negate_with_rule,
     read_soft_negatives,
     soft_negative_pair,
     write_soft_negatives,
@@ -67,12 +67,12 @@ PARSES = [
 
 @pytest.mark.parametrize(("parse", "expected"), PARSES)
 def test_negation_rules_equal_the_official_code(parse, expected) -> None:
-    assert negate_parsed(ParsedSentence(*(tuple(x) for x in parse))) == expected
+    assert negate_with_rule(ParsedSentence(*(tuple(x) for x in parse)))[0] == expected
 
 
 def test_negation_rejects_lists_of_different_lengths() -> None:
     with pytest.raises(ValueError, match="differ in length"):
-        negate_parsed(ParsedSentence(("a", "b"), ("ROOT",), ("NN", "NN"), ("a", "b")))
+        negate_with_rule(ParsedSentence(("a", "b"), ("ROOT",), ("NN", "NN"), ("a", "b")))[0]
 
 
 @pytest.mark.parametrize(("sentence", "expected"), [
@@ -86,7 +86,7 @@ def test_negation_rejects_lists_of_different_lengths() -> None:
     ("Australia's history", "Not Australia 's history"),
 ])
 def test_rule_parser_substitute(sentence, expected) -> None:
-    assert negate_parsed(RuleParser()(sentence)) == expected
+    assert negate_with_rule(RuleParser()(sentence))[0] == expected
 
 
 def test_cli_writes_the_official_format_and_the_loader_reads_it(tmp_path, capsys) -> None:
@@ -247,7 +247,7 @@ def sncse_roberta(tiny_roberta_dir):
 def test_training_inputs_equal_the_official_features(family, request) -> None:
     method = request.getfixturevalue(f"sncse_{family}")
     tok = method.tokenizer
-    negations = {s: negate_parsed(RuleParser()(s)) for s in SENTENCES}
+    negations = {s: negate_with_rule(RuleParser()(s))[0] for s in SENTENCES}
     from cselab.methods.sncse.data import SoftNegativeCollate
 
     batch = SoftNegativeCollate(method.train_collate(), negations)([{"text": s} for s in SENTENCES])
@@ -287,7 +287,7 @@ def test_test_encoder_is_the_official_prediction_script(family, request) -> None
 def test_training_loss_is_infonce_bml_of_the_mlp_mask_states(sncse_bert) -> None:
     """Dropout off: the step's loss = InfoNCE + lambda BML of MLP([MASK] state) (``models.py:132-159``)."""
     method = sncse_bert
-    negations = {s: negate_parsed(RuleParser()(s)) for s in SENTENCES}
+    negations = {s: negate_with_rule(RuleParser()(s))[0] for s in SENTENCES}
     from cselab.methods.sncse.data import SoftNegativeCollate
 
     batch = SoftNegativeCollate(method.train_collate(), negations)([{"text": s} for s in SENTENCES])
@@ -396,7 +396,7 @@ def test_export_is_the_official_test_encoder(tiny_bert_dir, tmp_path) -> None:
     from cselab.methods.sncse.data import SoftNegativeCollate
 
     method = _sncse(tiny_bert_dir, "bert")
-    negations = {s: negate_parsed(RuleParser()(s)) for s in SENTENCES}
+    negations = {s: negate_with_rule(RuleParser()(s))[0] for s in SENTENCES}
     loader = torch.utils.data.DataLoader([{"text": s} for s in SENTENCES], batch_size=2,
                                          collate_fn=SoftNegativeCollate(method.train_collate(), negations))
     trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,

@@ -14,14 +14,12 @@ cross-entropy on the diagonal of the first block.  Switches (CoT-BERT Table 4):
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from cselab.losses.infonce import cosine_matrix
+from cselab.losses.infonce import InfoNCE, cosine_matrix
 
 
-class CoTInfoNCE(nn.Module):
-    """Extended InfoNCE of CoT-BERT.
+class CoTInfoNCE(InfoNCE):
+    """Extended InfoNCE of CoT-BERT (:class:`InfoNCE`'s temperature check and cross-entropy on the diagonal).
 
     Args:
         temperature: tau > 0 (0.05).
@@ -36,10 +34,7 @@ class CoTInfoNCE(nn.Module):
     """
 
     def __init__(self, temperature: float = 0.05, positive_negative_term: bool = True, use_negatives: bool = True):
-        super().__init__()
-        if temperature <= 0:
-            raise ValueError(f"loss.temperature must be > 0, got {temperature}")
-        self.temperature = float(temperature)
+        super().__init__(temperature)
         self.positive_negative_term = bool(positive_negative_term)
         self.use_negatives = bool(use_negatives)
 
@@ -61,7 +56,3 @@ class CoTInfoNCE(nn.Module):
             if self.positive_negative_term:
                 blocks.append(cosine_matrix(positive, negative))
         return torch.cat(blocks, dim=1) / self.temperature
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        logits = self.logits(z)
-        return F.cross_entropy(logits, torch.arange(z.shape[0], device=z.device))

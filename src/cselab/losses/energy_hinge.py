@@ -51,11 +51,9 @@ class InfoNCEWithEnergyHinge(nn.Module):
         eh_weight: float = 10.0,
     ) -> None:
         super().__init__()
-        if temperature <= 0:
-            raise ValueError(f"loss.temperature must be > 0, got {temperature}")
+        self.infonce = InfoNCE(temperature=temperature, hard_negative_weight=hard_negative_weight)
         if margin < 0:
             raise ValueError(f"loss.margin must be >= 0 (PromCSE Eq. 11), got {margin}")
-        self.infonce = InfoNCE(temperature=temperature, hard_negative_weight=hard_negative_weight)
         self.margin = float(margin)
         self.eh_weight = float(eh_weight)
 

@@ -60,7 +60,6 @@ class InfoNCE(nn.Module):
             logits = torch.cat([logits, hard], dim=1)
         return logits
 
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        logits = self.logits(z)
-        labels = torch.arange(z.shape[0], device=z.device)
-        return F.cross_entropy(logits, labels)
+    def forward(self, z: torch.Tensor, *inputs: torch.Tensor | None, **named: torch.Tensor | None) -> torch.Tensor:
+        """Cross-entropy of :meth:`logits` (``z`` and a subclass's extra inputs) on the diagonal."""
+        return F.cross_entropy(self.logits(z, *inputs, **named), torch.arange(z.shape[0], device=z.device))

@@ -20,27 +20,30 @@ import torch
 
 from cselab.io.targets import CSELAB_MODEL_FILE, MODULES_FILE, is_exported_folder
 
-__all__ = ["ExportedEncoder", "describe_folder", "encoder_line", "is_exported_folder", "load_exported",
-           "uses_shipped_code"]
+__all__ = ["ExportedEncoder", "describe_folder", "encoder_line", "load_exported", "uses_shipped_code"]
+
+
+def _json(path: Path, default: Any) -> Any:
+    """The JSON file ``path``, or ``default`` when there is none."""
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else default
+
+
+def _module_config(folder: Path, module: dict[str, Any]) -> dict[str, Any]:
+    """The ``config.json`` of a ``modules.json`` entry (``{}`` when it has none)."""
+    return _json(folder / module.get("path", "") / "config.json", {})
 
 
 def uses_shipped_code(folder: str | os.PathLike) -> bool:
     """The folder's ``modules.json`` names a module of the ``cselab.model`` code it ships (``st_module.*``: the
     cselab encoder, BERT-whitening), which loads only with ``trust_remote_code=True``."""
-    path = Path(folder) / MODULES_FILE
-    if not path.is_file():
-        return False
-    return any(str(m.get("type", "")).startswith("st_module.") for m in json.loads(path.read_text(encoding="utf-8")))
+    return any(str(m.get("type", "")).startswith("st_module.") for m in _json(Path(folder) / MODULES_FILE, []))
 
 
 def _whitening_of(folder: Path) -> dict[str, Any] | None:
     """``{"dim", "k", "normalize"}`` of the folder's ``CselabWhitening`` module (its config.json), or None."""
-    path = folder / MODULES_FILE
-    modules = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
-    for module in modules:
+    for module in _json(folder / MODULES_FILE, []):
         if str(module.get("type", "")).endswith(".CselabWhitening"):
-            config_file = folder / module.get("path", "") / "config.json"
-            config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+            config = _module_config(folder, module)
             return {"dim": config.get("in_features"), "k": config.get("out_features"),
                     "normalize": config.get("normalize")}
     return None
@@ -62,18 +65,16 @@ def describe_folder(folder: str | os.PathLike) -> dict[str, Any]:
     if not is_exported_folder(folder):
         raise FileNotFoundError(f"{folder}: not an exported folder (no {MODULES_FILE} or {CSELAB_MODEL_FILE})")
     if (folder / CSELAB_MODEL_FILE).is_file():
-        spec = json.loads((folder / CSELAB_MODEL_FILE).read_text(encoding="utf-8"))
+        spec = _json(folder / CSELAB_MODEL_FILE, {})
         view = spec.get("eval_view") or [None, None]
         use_head = spec.get("head") not in (None, "none") and not spec.get("mlp_only_train", False)
         return {"format": "cselab st_module", "pooler": spec.get("pooler"),
                 "head": spec.get("head") if use_head else "none", "template": view[1] or "none",
                 "normalize": False, "whitening": _whitening_of(folder)}
-    modules = json.loads((folder / MODULES_FILE).read_text(encoding="utf-8"))
     pooler, heads, normalize, whitening = "none", [], False, None
-    for module in modules:
+    for module in _json(folder / MODULES_FILE, []):
         kind = str(module.get("type", "")).rpartition(".")[2]
-        config_file = folder / module.get("path", "") / "config.json"
-        config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+        config = _module_config(folder, module)
         if kind == "Pooling":
             pooler = config.get("pooling_mode") or ",".join(
                 k.removeprefix("pooling_mode_").removesuffix("_token") for k, v in config.items()

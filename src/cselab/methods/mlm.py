@@ -112,17 +112,9 @@ class AuxiliaryMLM:
     def loss(self, encoder, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Masked-LM cross-entropy on the masked copies of the views (prompts applied), mean over the masked
         tokens: ``mlm_input_ids`` / ``mlm_labels`` / ``attention_mask`` (B, V, T) -> scalar."""
-        ids, mask, labels = batch["mlm_input_ids"], batch["attention_mask"], batch["mlm_labels"]
-        b, v, t = ids.shape
-        tpl = batch.get("template_index")
-        out = encoder(ids.view(b * v, t), mask.view(b * v, t),
-                      template_index=tpl.view(b * v, t) if tpl is not None else None)
-        logits = mlm_head(encoder.mlm)(out.last_hidden_state)
-        ce_sum = torch.nn.functional.cross_entropy(_at_least_float32(logits.view(-1, logits.shape[-1])),
-                                                   labels.view(-1), ignore_index=-100, reduction="sum")
         # the mean over the masked tokens, their count kept on the device (no host sync); none masked: 0, with
         # zero gradients for every MLM parameter (cross_entropy's own mean would be 0 / 0)
-        return ce_sum / (labels != -100).sum().clamp(min=1)
+        return self.loss_sum(encoder, batch, slice(None)) / (batch["mlm_labels"] != -100).sum().clamp(min=1)
 
     def loss_sum(self, encoder, batch: dict[str, torch.Tensor], rows: slice) -> torch.Tensor:
         """The MLM cross-entropy SUMMED over the masked tokens of the flattened sequences ``rows`` (of the B * V):

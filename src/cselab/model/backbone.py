@@ -89,7 +89,7 @@ class Encoder(nn.Module):
                 f"activation_checkpointing=true with tuning=prefix, tuning.variant={self.prefix_variant}: the "
                 "prefixes reach every layer as past_key_values, which Hugging Face's checkpointed layers drop "
                 "(they write to that cache). Set activation_checkpointing=false, or use tuning.variant=input_layer")
-        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        base = self.base_model
         if not getattr(base, "supports_gradient_checkpointing", False):
             raise ValueError(f"activation_checkpointing=true: {type(base).__name__} does not support activation "
                              "checkpointing")

@@ -20,16 +20,16 @@ def build_collate(spec: EmbeddingSpec, tokenizer, backbone: Encoder, kind: str, 
     Raises:
         ValueError: an unknown ``kind``.
     """
+    if kind not in ("train", "test", "dev"):
+        raise ValueError(f"collate({kind!r}): expected train, test or dev")
     if backbone.is_decoder:
         return build_prompt_collate(spec, tokenizer, kind)
     if kind == "train":
         add_period, denoise, official = False, True, False
     elif kind == "test":
         add_period, denoise, official = spec.add_period_at_eval, spec.denoise_at_eval, True
-    elif kind == "dev":
-        add_period, denoise, official = spec.dev_encoder.add_period, spec.dev_encoder.denoise, False
     else:
-        raise ValueError(f"collate({kind!r}): expected train, test or dev")
+        add_period, denoise, official = spec.dev_encoder.add_period, spec.dev_encoder.denoise, False
     training = kind == "train"
     return ViewCollate(
         tokenizer,
@@ -53,8 +53,6 @@ def build_prompt_collate(spec: EmbeddingSpec, tokenizer, kind: str) -> PromptCol
     """A decoder's template input: training truncates the sentence (``max_seq_len``), test and dev apply the
     official evaluation sentence rules (``eval_rules``) and never truncate (kongds/scaling_sentemb
     ``evaluation.py:197-209``, ``ft_llm.py:221-239``)."""
-    if kind not in ("train", "test", "dev"):
-        raise ValueError(f"collate({kind!r}): expected train, test or dev")
     training = kind == "train"
     return PromptCollate(tokenizer, spec.view_specs(kind),
                          max_seq_len=spec.max_seq_len if training else spec.eval_max_seq_len,

@@ -31,8 +31,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from .template import SENT, TemplateError, _from_official
-from .template_input import ViewSpec
+from .template import MASK, TemplateError, append_period, split_sentence
+from .template_input import ViewSpec, field_texts
 
 
 def prompteol_sentence(sentence: str) -> str:
@@ -45,9 +45,7 @@ def prompteol_sentence(sentence: str) -> str:
     Source: kongds/scaling_sentemb ``evaluation.py:198-200``; ZBWpro/PretCoTandKE ``evaluation.py:238-242``.
     ``'Is it "raining"?'`` -> ``"Is it 'raining'."``; ``'he said "hi"'`` -> ``"he said 'hi'"``.
     """
-    if len(sentence) > 0 and sentence[-1] not in ".?\"'":
-        sentence += "."
-    sentence = sentence.replace('"', "'")
+    sentence = append_period(sentence).replace('"', "'")
     if len(sentence) > 0 and sentence[-1] == "?":
         sentence = sentence[:-1] + "."
     return sentence
@@ -64,16 +62,10 @@ def split_prompt(template: str | None) -> tuple[str, str]:
     """
     if template is None:
         return "", ""
-    if not isinstance(template, str) or not template.strip():
-        raise TemplateError(f"a template must be a non-empty string, got {template!r}")
-    text = _from_official(template) if "*sent_0*" in template or "*sent 0*" in template else template
-    if text.count(SENT) != 1:
-        raise TemplateError(f"template {template!r} must contain exactly one {SENT} (the sentence), "
-                            f"found {text.count(SENT)}")
-    if "[MASK]" in text:
+    before, after = split_sentence(template, markers=("*sent_0*", "*sent 0*"))
+    if MASK in before or MASK in after:
         raise TemplateError(f"template {template!r} has a [MASK]: decoder prompts are read at their last token "
                             "(method.pooler=last_token); remove the [MASK]")
-    before, after = text.split(SENT)
     return before, after
 
 
@@ -157,16 +149,8 @@ class PromptCollate:
         return self._pad([[list(ids)] for ids in tokens[self.views[0].field]])
 
     def __call__(self, examples: Sequence[Mapping[str, str] | str]) -> dict[str, torch.Tensor]:
-        rows = [{"text": e} if isinstance(e, str) else e for e in examples]
-        per_view = []
-        for v, view in enumerate(self.views):
-            try:
-                texts = [r[view.field] for r in rows]
-            except KeyError:
-                raise KeyError(f"example lacks field {view.field!r} needed by the method's views; it has "
-                               f"{sorted(rows[0])}") from None
-            per_view.append(self.prompt_ids(texts, v))
-        return self._pad([[per_view[v][b] for v in range(len(self.views))] for b in range(len(rows))])
+        per_view = [self.prompt_ids(field_texts(examples, view.field), v) for v, view in enumerate(self.views)]
+        return self._pad([[ids[b] for ids in per_view] for b in range(len(examples))])
 
     def _pad(self, wrapped: list[list[list[int]]]) -> dict[str, torch.Tensor]:
         batch, n_views = len(wrapped), len(wrapped[0]) if wrapped else len(self.views)

@@ -30,7 +30,7 @@ from .backbone import Encoder
 from .collates import build_collate
 from .embedding_folder import load_folder, save_folder
 from .encode_loop import TokenCache, eval_autocast, eval_batch_size, eval_mode, in_length_order
-from .heads import MLMTransformHead, ProjectionMLP
+from .heads import head_name
 from .pooling import needs_hidden_states, pool
 from .spec import EmbeddingSpec, TuningSpec
 from .template_input import ViewCollate
@@ -65,7 +65,7 @@ class EmbeddingModel(nn.Module):
         self.whitening: Whitening | None = None
         self.register_load_state_dict_pre_hook(install_on_load)  # whitening.* in a state dict installs one
         self._collates: dict[tuple[str, int, int | None], ViewCollate] = {}
-        self._token_cache = TokenCache(4)
+        self._token_cache = TokenCache(4)  # encode's token ids of the last 4 sentence lists
         if apply_tuning:
             self.add_prompt(spec.tuning)
 
@@ -222,7 +222,7 @@ class EmbeddingModel(nn.Module):
             raise ValueError(f"encode(encoder={encoder!r}): expected 'test' or 'dev'")
         collate, device = self.collate(encoder), self.device
         batch_size = eval_batch_size(batch_size or self.spec.eval_batch_size, device)
-        tokens = self._tokenized(collate, tuple(sentences))
+        tokens = self._token_cache.tokens(collate, tuple(sentences))
         autocast = eval_autocast(self.spec.eval_precision, device)
 
         whitening = self.whitening if encoder == "test" else None
@@ -256,10 +256,6 @@ class EmbeddingModel(nn.Module):
         """D of :meth:`forward`'s embeddings (before whitening): the backbone's hidden size (the heads keep it)."""
         return int(self.backbone.hidden_size)
 
-    def _tokenized(self, collate: ViewCollate, sentences: tuple[str, ...]) -> list[list[int]]:
-        """Token ids per sentence for ``encode``, from a cache of the last 4 sentence lists (:class:`TokenCache`)."""
-        return self._token_cache.tokens(collate, sentences)
-
     def num_trainable_parameters(self) -> int:
         """Number of parameters with ``requires_grad`` (the prompt module and head of a frozen backbone)."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
@@ -284,7 +280,7 @@ class EmbeddingModel(nn.Module):
     def save(self, folder: str | os.PathLike) -> None:
         """Write the model into ``folder`` (:func:`.embedding_folder.save_folder`: ``cselab_model.json``,
         ``backbone/`` config and tokenizer, ``cselab_model.safetensors``); :meth:`load` rebuilds it."""
-        save_folder(self, folder, _head_name(self.head))
+        save_folder(self, folder, head_name(self.head))
 
     @classmethod
     def load(cls, folder: str | os.PathLike, device: str | torch.device = "cpu") -> EmbeddingModel:
@@ -296,10 +292,3 @@ class EmbeddingModel(nn.Module):
         """
         return load_folder(cls, folder, device)
 
-
-def _head_name(head: nn.Module | None) -> str:
-    if head is None:
-        return "none"
-    if isinstance(head, ProjectionMLP):
-        return "mlp_bn"
-    return "mlm_transform" if isinstance(head, MLMTransformHead) else "mlp"

@@ -51,9 +51,6 @@ class TokenCache:
         """Forget every entry (the collates were rebuilt)."""
         self._entries.clear()
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
 
 def eval_batch_size(batch_size: int | None, device: torch.device) -> int:
     """``batch_size``, else the default: 256 sentences per forward pass on a GPU, 128 on CPU."""
@@ -68,11 +65,13 @@ def eval_autocast(precision: str, device: torch.device) -> torch.autocast:
 
 
 @contextlib.contextmanager
-def eval_mode(module: nn.Module) -> Iterator[None]:
-    """``module`` in eval mode within the block; every submodule's train/eval mode restored after, module by
-    module (a backbone shared with a module in another mode keeps its own)."""
-    modes = [(m, m.training) for m in module.modules()]
-    module.eval()
+def eval_mode(*modules: nn.Module | None) -> Iterator[None]:
+    """``modules`` (None: skipped) in eval mode within the block; every submodule's train/eval mode restored after,
+    module by module (a backbone shared with a module in another mode keeps its own)."""
+    modules = tuple(m for m in modules if m is not None)
+    modes = [(m, m.training) for module in modules for m in module.modules()]
+    for module in modules:
+        module.eval()
     try:
         yield
     finally:

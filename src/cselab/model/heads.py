@@ -21,7 +21,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-HEADS = ("none", "mlp", "mlm_transform", "mlp_bn")
 HEAD_INITS = ("bert", "pretrained_mlm", "pytorch")
 
 
@@ -74,6 +73,18 @@ class ProjectionMLP(nn.Module):
         return self.net(x.reshape(-1, x.shape[-1])).view(x.shape)
 
 
+#: ``method.head`` -> its class (``none``: no head)
+HEAD_CLASSES: dict[str, type[nn.Module]] = {"mlp": MLPHead, "mlm_transform": MLMTransformHead, "mlp_bn": ProjectionMLP}
+HEADS = ("none", *HEAD_CLASSES)
+
+
+def head_name(head: nn.Module | None) -> str:
+    """The ``method.head`` name of a built head (``none`` for None; :data:`HEAD_CLASSES`, another module: ``mlp``)."""
+    if head is None:
+        return "none"
+    return next((name for name, cls in HEAD_CLASSES.items() if isinstance(head, cls)), "mlp")
+
+
 def bert_init_(module: nn.Module, std: float = 0.02) -> nn.Module:
     """BERT's ``_init_weights`` on every Linear / LayerNorm of ``module``, in place: Linear weights N(0, std),
     biases 0; LayerNorm weight 1, bias 0.  Returns ``module``.
@@ -114,14 +125,9 @@ def build_head(name: str, hidden_size: int, init: str = "bert", std: float = 0.0
         raise ValueError(f"method.head_init={init!r}: expected one of {HEAD_INITS}")
     if name == "none":
         return None
-    if name == "mlp":
-        head: nn.Module = MLPHead(hidden_size)
-    elif name == "mlm_transform":
-        head = MLMTransformHead(hidden_size)
-    elif name == "mlp_bn":
-        head = ProjectionMLP(hidden_size)
-    else:
+    if name not in HEAD_CLASSES:
         raise ValueError(f"method.head={name!r}: expected one of {HEADS}")
+    head = HEAD_CLASSES[name](hidden_size)
     if init == "bert":
         bert_init_(head, std)
     elif init == "pretrained_mlm":

@@ -18,7 +18,6 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
-from torch import nn  # noqa: F401
 
 from cselab.model.backbone import Encoder
 
@@ -182,6 +181,15 @@ def _family_of_auto_backbone(name_or_path: str | None) -> str:
     return backbone_family(str(name_or_path))
 
 
+def load_masked_lm(path: str, **kwargs) -> tuple[torch.nn.Module, list[str]]:
+    """``AutoModelForMaskedLM.from_pretrained(path, **kwargs)`` and the checkpoint's missing keys outside the base
+    model (a checkpoint saved without its masked-LM head gets a fresh one: those keys; [] when it has one)."""
+    from transformers import AutoModelForMaskedLM
+
+    model, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True, **kwargs)
+    return model, [k for k in info.get("missing_keys", []) if not k.startswith(model.base_model_prefix)]
+
+
 def load_mlm_transform(name_or_path: str) -> dict[str, torch.Tensor]:
     """The checkpoint's pretrained MLM-head transform (BERT ``cls.predictions.transform``: dense + GELU +
     LayerNorm) as a state dict with keys ``dense.weight`` (D, D), ``dense.bias`` (D,), ``LayerNorm.weight`` (D,),
@@ -195,8 +203,6 @@ def load_mlm_transform(name_or_path: str) -> dict[str, torch.Tensor]:
             model saved without its MLM head such as all-MiniLM-L6-v2); the message names
             ``method.head_init=bert`` (a fresh N(0, 0.02) head) and the offline backbones that have one.
     """
-    from transformers import AutoModelForMaskedLM
-
     path = resolve_name_or_path(name_or_path)
     local_only = _check_available(path)
     refuse = BackboneUnavailableError(
@@ -204,12 +210,12 @@ def load_mlm_transform(name_or_path: str) -> dict[str, torch.Tensor]:
         "(cls.predictions.transform). Set method.head_init=bert for a fresh N(0, 0.02) head, or use a BERT "
         "checkpoint saved with its MLM head (bert-base-uncased; offline: backbone=splade_tiny)")
     try:
-        mlm, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True, local_files_only=local_only)
+        mlm, missing = load_masked_lm(path, local_files_only=local_only)
     except (OSError, ValueError) as err:
         raise refuse from err
     predictions = getattr(getattr(mlm, "cls", None), "predictions", None)
     transform = getattr(predictions, "transform", None)
-    if transform is None or any(".transform." in k for k in info.get("missing_keys", [])):
+    if transform is None or any(".transform." in k for k in missing):
         raise refuse
     state = {k: v.detach().clone() for k, v in transform.state_dict().items()}
     del mlm
@@ -239,7 +245,7 @@ def load_backbone(
             and the checkpoint has none.  The message names the offline alternatives.
         ValueError: a bad ``backbone.dtype``, or ``backbone.load_in_4bit`` without a GPU / bitsandbytes.
     """
-    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     dtype = resolve_dtype(dtype)
     quantization = quantization_config(load_in_4bit)
@@ -253,10 +259,7 @@ def load_backbone(
                                            "has no masked-LM head (method.mlm / method.pooler=topk need BERT/RoBERTa)")
         tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
         if mlm_head:
-            mlm, info = AutoModelForMaskedLM.from_pretrained(
-                path, config=config, dtype=dtype, output_loading_info=True, **kwargs
-            )
-            missing = [k for k in info.get("missing_keys", []) if not k.startswith(mlm.base_model_prefix)]
+            mlm, missing = load_masked_lm(path, config=config, dtype=dtype, **kwargs)
             if missing:
                 raise BackboneUnavailableError(
                     f"backbone {name_or_path!r} has no masked-LM head (missing {missing[:3]}...); options that "

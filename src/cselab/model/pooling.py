@@ -79,19 +79,16 @@ def pool(
         if rep_index is None:
             raise ValueError("pooler=mask needs the template's [MASK] positions (rep_index)")
         return last[torch.arange(last.shape[0], device=last.device), rep_index]
+    if pooler not in POOLERS:
+        raise ValueError(f"pooler={pooler!r}: expected one of {POOLERS}")
+    hs = getattr(outputs, "hidden_states", None)
+    if hs is None and needs_hidden_states(pooler, layer):
+        where = f" at layer {layer}" if pooler == "last_token" else ""
+        raise ValueError(f"pooler={pooler}{where} needs output_hidden_states=True")
     if pooler == "last_token":
-        if layer != -1:
-            hs = getattr(outputs, "hidden_states", None)
-            if hs is None:
-                raise ValueError(f"pooler=last_token at layer {layer} needs output_hidden_states=True")
-            last = hs[layer]
+        last = last if layer == -1 else hs[layer]
         return last[torch.arange(last.shape[0], device=last.device), last_token_index(attention_mask)]
-    if pooler in _NEEDS_HIDDEN:
-        hs = getattr(outputs, "hidden_states", None)
-        if hs is None:
-            raise ValueError(f"pooler={pooler} needs output_hidden_states=True")
-        if pooler == "avg_top2":
-            return _masked_mean((hs[-1] + hs[-2]) / 2.0, attention_mask)
-        first = hs[1] if pooler == "avg_first_last" else hs[0]
-        return _masked_mean((first + hs[-1]) / 2.0, attention_mask)
-    raise ValueError(f"pooler={pooler!r}: expected one of {POOLERS}")
+    if pooler == "avg_top2":
+        return _masked_mean((hs[-1] + hs[-2]) / 2.0, attention_mask)
+    first = hs[1] if pooler == "avg_first_last" else hs[0]  # avg_first_last(_legacy)
+    return _masked_mean((first + hs[-1]) / 2.0, attention_mask)

@@ -54,6 +54,23 @@ def _from_official(template: str) -> str:
     return text.replace("_", " ")
 
 
+def split_sentence(template: str, markers: Sequence[str] = _OFFICIAL_MARKERS) -> tuple[str, str]:
+    """``(before, after)``: the text of ``template`` around its one ``[X]``, the official spelling translated first
+    (:func:`_from_official`) when the string holds one of ``markers``.
+
+    Raises:
+        TemplateError: not a non-empty string, or not exactly one ``[X]``; the message shows the template.
+    """
+    if not isinstance(template, str) or not template.strip():
+        raise TemplateError(f"a template must be a non-empty string, got {template!r}")
+    text = _from_official(template) if any(m in template for m in markers) else template
+    if text.count(SENT) != 1:
+        raise TemplateError(f"template {template!r} must contain exactly one {SENT} (the sentence), "
+                            f"found {text.count(SENT)}")
+    before, after = text.split(SENT)
+    return before, after
+
+
 @dataclass(frozen=True)
 class Template:
     """A parsed template: the text around the sentence, with ``[MASK]`` markers kept symbolic.
@@ -92,17 +109,9 @@ class Template:
         Raises:
             TemplateError: no ``[X]``, more than one ``[X]``, or no ``[MASK]``; the message shows the template.
         """
-        if not isinstance(template, str) or not template.strip():
-            raise TemplateError(f"a template must be a non-empty string, got {template!r}")
-        text = _from_official(template) if any(m in template for m in _OFFICIAL_MARKERS) else template
-        n_sent = text.count(SENT)
-        if n_sent != 1:
-            raise TemplateError(
-                f"template {template!r} must contain exactly one {SENT} (the sentence), found {n_sent}"
-            )
-        if MASK not in text:
+        before, suffix = split_sentence(template)
+        if MASK not in before and MASK not in suffix:  # [X] and [MASK] cannot overlap
             raise TemplateError(f"template {template!r} must contain at least one {MASK}, found none")
-        before, suffix = text.split(SENT)
         prefix = before.strip()  # official train.py:626-628 (RoBERTa); WordPiece ids do not change
         space = bool(prefix) and before[-1].isspace()
         return cls(source=template, prefix=prefix, suffix=suffix, mask_index=mask_index,

@@ -23,6 +23,19 @@ from .template_bias import DENOISE_MODES, bias_table
 TRAIN_TOKENIZATIONS = ("promptbert", "sncse")
 
 
+def field_texts(examples: Sequence[Mapping[str, str] | str], field: str) -> list[str]:
+    """The ``field`` of every example (a bare string is ``{"text": it}``).
+
+    Raises:
+        KeyError: an example lacks ``field`` (names it and the keys present).
+    """
+    rows = [{"text": e} if isinstance(e, str) else e for e in examples]
+    try:
+        return [r[field] for r in rows]
+    except KeyError:
+        raise KeyError(f"example lacks field {field!r} needed by the method's views; it has {sorted(rows[0])}") from None
+
+
 @dataclass(frozen=True)
 class ViewSpec:
     """One view of an example: the text field it reads and the template that wraps it.
@@ -190,17 +203,7 @@ class ViewCollate:
         return list(self.tokenizer(list(texts), add_special_tokens=False)["input_ids"])
 
     def __call__(self, examples: Sequence[Mapping[str, str] | str]) -> dict[str, torch.Tensor]:
-        rows = [{"text": e} if isinstance(e, str) else e for e in examples]
-        tokens: dict[str, list[list[int]]] = {}
-        for field in self.fields:
-            try:
-                texts = [r[field] for r in rows]
-            except KeyError:
-                raise KeyError(
-                    f"example lacks field {field!r} needed by the method's views; it has {sorted(rows[0])}"
-                ) from None
-            tokens[field] = self.tokenize(texts)
-        return self.build(tokens)
+        return self.build({field: self.tokenize(field_texts(examples, field)) for field in self.fields})
 
     def build(self, tokens: Mapping[str, Sequence[Sequence[int]]]) -> dict[str, torch.Tensor]:
         """Wrap pre-tokenized sentences (field -> list of id lists) into the batch tensors."""

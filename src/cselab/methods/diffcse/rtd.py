@@ -127,21 +127,24 @@ def load_generator(name_or_path: str, backbone_name_or_path: str, tokenizer) -> 
             alternatives.
         ConfigError: the generator's vocabulary is not the backbone tokenizer's (names both).
     """
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    from cselab.model.loading import BackboneUnavailableError, _check_available, resolve_name_or_path
+    from cselab.model.loading import (
+        BackboneUnavailableError,
+        _check_available,
+        load_masked_lm,
+        resolve_name_or_path,
+    )
 
     source = backbone_name_or_path if name_or_path == "backbone" else name_or_path
     try:
         path = resolve_name_or_path(str(source))
         local_only = _check_available(path)
-        generator, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True,
-                                                               local_files_only=local_only)
+        generator, head_missing = load_masked_lm(path, local_files_only=local_only)
     except (OSError, ValueError) as err:
         raise BackboneUnavailableError(
             f"method.rtd.generator={name_or_path!r}: cannot load the masked-LM generator {source!r} ({err}). "
             f"Offline alternatives: {OFFLINE_GENERATORS}") from err
-    head_missing = [k for k in info.get("missing_keys", []) if not k.startswith(generator.base_model_prefix)]
     if head_missing:
         raise BackboneUnavailableError(
             f"method.rtd.generator={name_or_path!r}: {source!r} has no masked-LM head (missing {head_missing[:3]}); "

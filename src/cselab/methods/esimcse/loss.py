@@ -10,7 +10,6 @@ ones; the queue rows are constants (computed under ``no_grad`` by the momentum e
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from cselab.losses.infonce import InfoNCE, cosine_matrix
 
@@ -38,10 +37,6 @@ class QueueInfoNCE(InfoNCE):
             raise ValueError(f"QueueInfoNCE: queue width {queue.shape[-1]} != embedding width {z.shape[-1]}")
         extra = cosine_matrix(z[:, 0], queue.to(z.device).detach()) / self.temperature
         return torch.cat([logits, extra.to(logits.dtype)], dim=1)
-
-    def forward(self, z: torch.Tensor, queue: torch.Tensor | None = None) -> torch.Tensor:
-        logits = self.logits(z, queue)
-        return F.cross_entropy(logits, torch.arange(z.shape[0], device=z.device))
 
 
 #: this folder's losses by name (:func:`cselab.methods.losses.loss_classes`)

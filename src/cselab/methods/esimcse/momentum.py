@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from cselab.model.backbone import Encoder
+from cselab.model.encode_loop import eval_mode
 
 #: ``method.esimcse.momentum_init``: ``official`` (random, as the official runs) | ``copy`` (the online weights)
 MOMENTUM_INITS = ("official", "copy")
@@ -102,19 +103,9 @@ class MomentumQueue(nn.Module):
         mode, pooled by ``pool(output, attention_mask, rep_index)`` and passed through the online ``head`` (if
         any, in eval mode), without a graph (``trainers.py:626-629``, ``models.py:123-140,183-192``)."""
         ids, mask, rep = batch["input_ids"][:, 0], batch["attention_mask"][:, 0], batch["rep_index"][:, 0]
-        encoder_mode = self.momentum_encoder.training
-        self.momentum_encoder.eval()
-        head_mode = head.training if head is not None else False
-        try:
+        with eval_mode(self.momentum_encoder, head):
             h = pool(self.momentum_encoder, ids, mask, rep)
-            if head is not None:
-                head.eval()
-                h = head(h)
-        finally:
-            self.momentum_encoder.train(encoder_mode)
-            if head is not None:
-                head.train(head_mode)
-        return h.detach()
+            return (h if head is None else head(h)).detach()
 
     @torch.no_grad()
     def enqueue(self, z: torch.Tensor) -> None:

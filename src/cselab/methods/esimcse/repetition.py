@@ -191,12 +191,6 @@ def add_repetition_column(dataset, collate: RepetitionCollate, seed: int):
                           "(ESimCSE/train.py:543); data.streaming=true has no such pass: set data.streaming=false")
     if PLAN_KEY in dataset.column_names:
         return dataset
-    texts = (row["text"] for batch in dataset.iter(batch_size=10_000) for row in _rows(batch))
+    texts = (text for batch in dataset.iter(batch_size=10_000) for text in batch["text"])
     plan = repetition_plan(texts, collate.dup_rate, seed, collate.dup_type, lengths=collate.wrapped_lengths)
     return dataset.add_column(PLAN_KEY, plan)
-
-
-def _rows(batch: Mapping[str, list]) -> Iterable[dict]:
-    """The rows of a column batch."""
-    keys = list(batch)
-    return (dict(zip(keys, values, strict=True)) for values in zip(*(batch[k] for k in keys), strict=True))

@@ -126,13 +126,10 @@ def _plain(teachers: Any) -> list[dict[str, Any]] | Any:
     """``method.teachers`` as plain dicts (an OmegaConf ListConfig from a config, or a list)."""
     if teachers is None or isinstance(teachers, (str, Mapping)):
         return teachers
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
+    from omegaconf import DictConfig, ListConfig, OmegaConf
 
-        if isinstance(teachers, (ListConfig, DictConfig)):
-            return OmegaConf.to_container(teachers, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(teachers, (ListConfig, DictConfig)):
+        return OmegaConf.to_container(teachers, resolve=True)
     return [dict(t) if isinstance(t, Mapping) else t for t in teachers]
 
 

@@ -186,13 +186,11 @@ class TeacherScores:
                 except (FileNotFoundError, ValueError) as err:
                     raise ConfigError(f"method.teachers[{i}].path={spec.path!r} is not a teacher cselab can load: "
                                       f"{err}") from err
-                module = _module_of(teacher)
+                module, model = _module_of(teacher), _embedding_model_of(teacher)
                 module.eval()
                 module.requires_grad_(False)
-                if hasattr(teacher, "eval_precision"):
-                    teacher.eval_precision = "32"
-                elif hasattr(teacher, "respec"):
-                    teacher.respec(eval_precision="32")
+                if model is not None:  # (an exported folder's encoder has no precision setting)
+                    model.respec(eval_precision="32")
                 teachers.append(teacher)
             self.teachers = teachers
             self.feeds = [teacher_feed(t, student_tokenizer)[0] if student_tokenizer is not None else "text"

@@ -17,7 +17,7 @@ and the tokens are joined by single spaces (``:52``).  The file it writes has on
 ``en_core_web_sm`` is not on PyPI (spaCy publishes its models on GitHub), so an offline machine cannot run the
 official parser.  :class:`RuleParser` is the documented substitute: a regex tokenizer close to spaCy's English
 one (punctuation, ``n't`` and ``'s`` split off, ``cannot`` -> ``can not``) and an auxiliary lexicon in place of
-the dependency parse, feeding the SAME rules (:func:`negate_parsed`): a ``not`` is deleted; the first auxiliary
+the dependency parse, feeding the SAME rules (:func:`negate_with_rule`): a ``not`` is deleted; the first auxiliary
 or copula (:data:`AUXILIARIES`) gets `` not``; a sentence without one gets the official fallback ``Not`` first.
 It never produces the do-support forms of rule 3 (they need a tagger and a lemmatizer).  With spaCy and
 ``en_core_web_sm`` installed, ``cselab data soft-negatives --parser spacy`` runs the official rules exactly.
@@ -56,18 +56,14 @@ class ParsedSentence:
     lemmas: tuple[str, ...]
 
 
-def negate_parsed(parsed: ParsedSentence) -> str:
+def negate_with_rule(parsed: ParsedSentence) -> tuple[str, int]:
     """The official negation of a parsed sentence (``generate_soft_negative_samples.py:9-54``, rules 1-4 of the
-    module docstring), tokens joined by single spaces.
+    module docstring), tokens joined by single spaces, and the number of the rule that made it (1, 2 for rules 2
+    and 3, or 4).
 
     Raises:
         ValueError: the four lists differ in length.
     """
-    return negate_with_rule(parsed)[0]
-
-
-def negate_with_rule(parsed: ParsedSentence) -> tuple[str, int]:
-    """:func:`negate_parsed` and the number (1-4, module docstring) of the rule that made it."""
     tokens, deps, tags, lemmas = (list(x) for x in (parsed.tokens, parsed.deps, parsed.tags, parsed.lemmas))
     if not len(tokens) == len(deps) == len(tags) == len(lemmas):
         raise ValueError(f"ParsedSentence: tokens/deps/tags/lemmas differ in length "
@@ -75,22 +71,12 @@ def negate_with_rule(parsed: ParsedSentence) -> tuple[str, int]:
     if "not" in tokens:  # :17-21
         del tokens[tokens.index("not")]
         return " ".join(tokens), 1
-    flag = 0  # :23-30: the first aux/auxpass or ROOT decides
-    for dep in deps:
-        if dep in ("aux", "auxpass"):
-            flag = 1
-            break
-        if dep == "ROOT":
-            flag = 2
-            break
+    # :23-30: the first aux/auxpass or ROOT decides (the first aux, or the first ROOT, is then that token)
+    index = next((i for i, dep in enumerate(deps) if dep in ("aux", "auxpass", "ROOT")), None)
     rule = 2
-    if flag == 1:  # :32-36
-        for i, dep in enumerate(deps):
-            if dep in ("aux", "auxpass"):
-                tokens[i] += " not"
-                break
-    elif flag == 2:  # :37-48
-        index = deps.index("ROOT")
+    if index is not None and deps[index] != "ROOT":  # :32-36
+        tokens[index] += " not"
+    elif index is not None:  # :37-48
         if tokens[index].lower() in SPECIAL_WORDS:
             tokens[index] += " not"
         elif tags[index] == "VBP":
