@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -197,10 +198,15 @@ def test_the_callback_selects_checkpoints_with_the_dev_encoder():
             calls.append(encoder)
             return torch.zeros(len(sentences), 2)
 
+    class Evaluator:
+        def evaluate_detailed(self, encode, tasks, split, aggregation, progress):
+            encode(["a"])
+            return SimpleNamespace(scores={t: 0.0 for t in tasks}, tasks={})
+
     cb = STSCallback.__new__(STSCallback)
-    cb.batch_size = None
-    cb._encode(Module(), "dev")(["a"])
-    cb._encode(Module(), "test")(["a"])
+    cb.batch_size, cb.evaluator, cb.aggregation, cb.progress_every_s = None, Evaluator(), "all", 60.0
+    cb._score(None, Module(), ("stsb",), "dev")
+    cb._score(None, Module(), ("stsb",), "test")
     assert calls == ["dev", "test"]
 
 
