@@ -23,7 +23,7 @@ data: install
 
 # PromptBERT unsup on the embedded MiniLM and the real 11,914-sentence wiki sample, then the 7 STS test tasks.
 demo: install data
-	@echo "make demo: about 6 minutes on an idle 2-core CPU (187 training steps, STS-B dev every 60, then the 7 STS test sets);"
+	@echo "make demo: 6-18 minutes on an idle 2-core CPU (187 training steps, STS-B dev every 60, then the 7 STS test sets);"
 	@echo "           a last.ckpt every 20 steps: after Ctrl-C, run make demo again to resume"
 	$(PY) run.py experiment=demo
 

@@ -83,7 +83,7 @@ def compose(args, method: str, mode: str, batch_size: int, cached: int | None):
         overrides.append("trainer.accelerator=cpu")
     if cached:
         overrides.append(f"trainer.cached_step.chunk_size={cached}")
-    conf = Path(cselab.io.config.__file__).resolve().parents[2] / "conf"  # the conf/ of the cselab imported
+    conf = Path(cselab.io.config.__file__).resolve().parents[3] / "conf"  # the conf/ of the cselab imported
     with initialize_config_dir(str(conf), version_base="1.3"):
         return hydra_compose("config", overrides=overrides)
 

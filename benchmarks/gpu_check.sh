@@ -19,7 +19,7 @@
 #   then, with the device tool:   bash benchmarks/gpu_check.sh      carry [".gpu_data", ".whl"], timeout_s 600
 #
 # The parts (each prints a one-line verdict and writes $OUT/<part>.json):
-#   1. demo: `python run.py experiment=demo` (PromptBERT unsup on MiniLM, the real wiki sample, bf16, compile auto =
+#   1. demo: `python run.py experiment=demo` (PromptBERT unsup on MiniLM, the real wiki sample, precision auto = bf16-mixed, compile auto =
 #      on): wall time, steps per second of the fit (validations included), compile seconds, graphs and
 #      recompilations, the test average against this CPU's `make demo` (74.43, within 0.5 points);
 #   2. sync: tests/test_contract.py's SimCSE sync-free cases (the 4 that failed on an H100), --tb=short: a failure names the
