@@ -11,7 +11,8 @@ family and the inputs it needs) that row FAILS, it is not skipped.  The contract
    ``encode``;
 4. a run stopped by SIGTERM mid-epoch (``last.ckpt``) and resumed with the same command ends bit for bit where the
    uninterrupted run ends;
-5. the compiled step (dynamo, ``eager`` backend) gives the eager step's loss and gradients, uncached and cached;
+5. the compiled step (dynamo, ``eager`` backend) gives the eager step's loss and gradients, uncached and cached; with
+   inductor (the default backend: its kernels, the tracing settings and the QKV fusion) too, every dropout off;
 6. no host sync on a training step that neither logs nor validates (``tests/sync_probe.py``);
 7. the non-finite policy: ``stop`` raises with the batch saved, ``skip`` trains on without applying a step;
 
@@ -111,6 +112,7 @@ SYNC_CASES = [(case, chunk) for case in RUN_CASES for chunk in (None, 3)]
 #: contract -> the rows it runs on
 CONTRACTS = {"gradients": STEP_CASES, "cached_equals_uncached": STEP_CASES, "load_and_export_equal_encode": RUN_CASES,
              "resume_equals_uninterrupted": REGISTERED, "compiled_equals_eager": STEP_CASES,
+             "inductor_equals_eager": STEP_CASES,
              "no_host_sync_uncached": [c for c, k in SYNC_CASES if k is None],
              "no_host_sync_cached": [c for c, k in SYNC_CASES if k], "nonfinite_policy": REGISTERED,
              "bf16_autocast": STEP_CASES,
@@ -410,6 +412,42 @@ def test_compiled_step_equals_the_eager_step(case, prepared, tmp_path, fresh_dyn
         _assert_same(*_step(compiled, p.batch), ref_loss, ref_grads, rtol=1e-9)
         report = compile_report()
         assert report["graphs"] >= 1 and report["graph_breaks"] == 0, (chunk, report)
+
+
+def _no_dropout(method) -> None:
+    """Every dropout of ``method`` at p = 0: the ``nn.Dropout`` modules and the float attributes that functional
+    dropouts read (BERT's attention ``dropout_prob``, a decoder layer's ``dropout`` / ``attention_dropout``, the
+    prefix draw's forward hook)."""
+    for module in method.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        for owner in (module, *module._forward_hooks.values()):
+            for name in ("dropout", "dropout_prob", "attention_dropout", "activation_dropout", "hidden_dropout"):
+                if isinstance(getattr(owner, name, None), float):
+                    setattr(owner, name, 0.0)
+
+
+@pytest.fixture(scope="session")
+def inductor_cache(tmp_path_factory) -> Path:
+    """One compile cache for the inductor rows: the methods that share a backbone share its layer's graph."""
+    return tmp_path_factory.mktemp("inductor_cache")
+
+
+@pytest.mark.parametrize("case", STEP_CASES)
+def test_inductor_step_equals_the_eager_step(case, prepared, inductor_cache, fresh_dynamo) -> None:
+    """Contract 5 with inductor, the backend a GPU run uses (generated kernels, :func:`cselab.methods.compiled.
+    use_tracing_settings` and its QKV fusion pass): float64, every dropout off (inductor draws its own random
+    numbers), the eager step's loss and gradients to 1e-5 of each tensor's largest entry."""
+    p = prepared(case)
+    if _trains_nothing(p):
+        return
+    eager = p.fresh()
+    _no_dropout(eager)
+    eager.cached_step = None
+    compiled = copy.deepcopy(eager)
+    ref_loss, ref_grads = _step(eager, p.batch)
+    compile_training(compiled, CompileOptions(enabled=True, backend="inductor", cache_dir=str(inductor_cache)))
+    _assert_same(*_step(compiled, p.batch), ref_loss, ref_grads, rtol=1e-5)
 
 
 def _nan_loss(method) -> None:

@@ -102,7 +102,7 @@ class ContrastiveMethod(L.LightningModule):
         spec = self.check_config(backbone=backbone, model=model or {}, setting=setting, train=train,
                                  negatives=negatives, mlm=mlm, on_nonfinite=on_nonfinite, cached_step=cached_step,
                                  loss=loss, options=self.options)
-        self.setting, self.do_train, self.negatives = setting, train, negatives
+        self.setting, self.negatives = setting, negatives
         self.prompt = None if isinstance(model, EmbeddingSpec) else dict((model or {}).get("prompt") or {}) or None
         self.optim = {**OPTIM_DEFAULTS, **{k: v for k, v in dict(optim or {}).items() if v is not None}}
         self.nonfinite = NonFinitePolicy(on_nonfinite)

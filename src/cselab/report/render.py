@@ -345,9 +345,9 @@ def table_records(report: Report) -> tuple[list[str], list[list[Any]]]:
     return columns, rows
 
 
-def render_csv(report: Report, dev: bool = True) -> str:
-    """The report as CSV (``csv`` module, header row first; empty field = missing).  ``dev`` is ignored:
-    the CSV always carries the STS-B dev columns."""
+def render_csv(report: Report) -> str:
+    """The report as CSV (``csv`` module, header row first; empty field = missing), the STS-B dev columns
+    always included."""
     return csv_text(Table.of(*table_records(report)))
 
 
