@@ -18,6 +18,9 @@ backbone with deep prefixes (``tuning=prefix``, the key/values of every layer in
 number) would compile the block once per layer: there the whole training forward
 (:meth:`cselab.methods.base.ContrastiveMethod.forward_loss`) is compiled instead, as one graph.
 
+Before compiling, :func:`use_tracing_settings` makes dynamo trace each graph once (float attributes constant, no
+duck sizing) and adds :class:`FuseSiblingLinears`, which runs the query, key and value projections as one matmul.
+
 Widths vary from batch to batch: ``compile.dynamic=true`` traces them symbolically (one graph for all widths), and
 ``data.pad_to_multiple_of`` (8 on a GPU) bounds the distinct shapes for ``dynamic=false`` and CUDA graphs.
 :func:`compile_report` counts the graphs and recompilations of a run (logged once, at the end of fit; the goal is at
