@@ -264,6 +264,25 @@ def loss_and_grads(method, batch, seed: int = 1) -> tuple[torch.Tensor, dict[str
     return loss.detach(), {n: p.grad.clone() for n, p in method.named_parameters() if p.grad is not None}
 
 
+def no_dropout(model: torch.nn.Module) -> None:
+    """Every dropout of ``model`` at p = 0 (for comparisons whose two sides draw random numbers differently, e.g.
+    inductor against eager): ``nn.Dropout`` modules, the float rates that functional dropouts read (BERT attention's
+    ``dropout_prob``, OPT's ``dropout`` / ``attention_dropout`` / ``activation_dropout``), the configs' rates and
+    a prefix's dropout draw (``Encoder.prompt_draw``)."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        for attr in ("dropout", "dropout_prob", "attention_dropout", "activation_dropout", "hidden_dropout"):
+            if isinstance(getattr(module, attr, None), float):
+                setattr(module, attr, 0.0)
+        if getattr(module, "prompt_draw", None) is not None:
+            module.prompt_draw.dropout = 0.0
+        config = getattr(module, "config", None)
+        for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if hasattr(config, key):
+                setattr(config, key, 0.0)
+
+
 def compose_tiny_run(tmp_path: Path, tiny_bert_dir: Path, sts_data_dir, *overrides: str):
     """The config of a 4-step SimCSE run on the tiny BERT and a 40-line corpus in ``tmp_path`` (validation every 2
     steps, no progress bars), with ``overrides`` after the defaults."""

@@ -30,7 +30,7 @@ import cselab.io.config  # noqa: F401  (resolvers)
 from cselab.methods.cached_step import CachedStep, check_options, chunk_rows
 from cselab.model.spec import ConfigError
 from cselab.run.spec import RunSpec
-from tests.conftest import build_method, loss_and_grads
+from tests.conftest import build_method, loss_and_grads, no_dropout
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 SENTENCES = ["a man is playing a guitar", "the cat sat on the mat", "two dogs are running in the park",
@@ -112,18 +112,6 @@ def _assert_same(loss, grads, ref_loss, ref_grads, rtol: float = 1e-10) -> None:
         assert err <= rtol * max(float(ref.abs().max()), 1e-3 * scale), f"{name}: |diff| {err:.3e}"
 
 
-def _dropout_off(method) -> None:
-    for module in method.modules():
-        if isinstance(module, nn.Dropout):
-            module.p = 0.0
-        for attr in ("dropout", "attention_dropout", "activation_dropout"):  # OPT keeps its rates as floats
-            if isinstance(getattr(module, attr, None), float):
-                setattr(module, attr, 0.0)
-    draw = method.encoder.prompt_draw
-    if draw is not None:
-        draw.dropout = 0.0
-
-
 @pytest.fixture(scope="module")
 def dirs(tiny_mlm_dir, tiny_decoder_dirs):
     return tiny_mlm_dir, tiny_decoder_dirs["opt"]
@@ -182,7 +170,7 @@ def test_cached_step_on_cuda_restores_the_cuda_generator(case, dirs) -> None:
                                   "dcpcse_prefix_mlm", "prompteol_lora"])
 def test_cached_step_without_dropout_equals_uncached_step(case, dirs) -> None:
     uncached, batch = _build(case, *dirs)
-    _dropout_off(uncached)
+    no_dropout(uncached)
     ref_loss, ref_grads = loss_and_grads(uncached, batch)
     assert float(loss_and_grads(uncached, batch, seed=2)[0]) == float(ref_loss)  # deterministic
     cached = copy.deepcopy(uncached)
@@ -263,7 +251,7 @@ def test_lightning_fit_with_cached_step_equals_uncached(dirs, tmp_path) -> None:
     for chunk in (None, 3):
         method, _ = _build("simcse_sup_hard_negatives", *dirs)
         method.float()
-        _dropout_off(method)
+        no_dropout(method)
         method.cached_step = CachedStep(chunk) if chunk else None
         dump = _Grads()
         trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=1, accumulate_grad_batches=2,
@@ -331,7 +319,7 @@ def test_cached_step_with_a_compiled_backbone(dirs, tmp_path) -> None:
     from cselab.methods.compiled import CompileOptions, compile_training
 
     uncached, batch = _build("promptbert_position", *dirs)
-    _dropout_off(uncached)
+    no_dropout(uncached)
     ref_loss, ref_grads = loss_and_grads(uncached, batch)
     cached = copy.deepcopy(uncached)
     cached.cached_step = CachedStep(4)

@@ -17,6 +17,7 @@ from torch._dynamo.utils import counters
 
 from cselab.methods.compiled import CompileOptions, compile_report, compile_training
 from cselab.model.spec import ConfigError
+from tests.conftest import no_dropout
 from tests.test_cached_step import CASES, _assert_same, _build, dirs  # noqa: F401
 
 CORPUS = str(Path(__file__).resolve().parent / "data" / "wiki1m_head300.txt")  # real sentences of varied lengths: widths change from batch to batch
@@ -24,20 +25,6 @@ CORPUS = str(Path(__file__).resolve().parent / "data" / "wiki1m_head300.txt")  #
 
 class _Killed(RuntimeError):
     pass
-
-
-def _dropout_off(method) -> None:
-    for module in method.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-        if hasattr(module, "attention_dropout"):
-            module.attention_dropout = 0.0
-        if hasattr(module, "dropout_prob"):
-            module.dropout_prob = 0.0
-    for config in {id(m.config): m.config for m in method.modules() if hasattr(m, "config")}.values():
-        for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            if hasattr(config, key):
-                setattr(config, key, 0.0)
 
 
 @pytest.fixture
@@ -72,7 +59,7 @@ def test_compiled_step_equals_the_eager_step_and_reuses_its_graphs_from_disk(nam
     AOTAutograd cache hits, no miss)."""
     extra = {"pooler": "mask", "denoise": "position", "prompt": "promptbert"} if name == "promptbert" else {}
     method = make_method(name, "bert", **extra).double().train()
-    _dropout_off(method)
+    no_dropout(method)
     rows = [{"text": s} for s in ["a man is playing a guitar", "the cat sat on the mat", "birds fly", "a cat sat"]]
     batch = method.train_collate()(rows)
     keys = list(method.state_dict())

@@ -53,7 +53,7 @@ from cselab.run import assemble
 from cselab.run.flow import run
 from cselab.run.signals import StoppedBySignal
 from cselab.run.spec import RunSpec
-from tests.conftest import SENTENCES, loss_and_grads
+from tests.conftest import SENTENCES, loss_and_grads, no_dropout
 from tests.contract_probe import PROBES, ContractProbe
 from tests.sync_probe import SyncProbe
 
@@ -414,19 +414,6 @@ def test_compiled_step_equals_the_eager_step(case, prepared, tmp_path, fresh_dyn
         assert report["graphs"] >= 1 and report["graph_breaks"] == 0, (chunk, report)
 
 
-def _no_dropout(method) -> None:
-    """Every dropout of ``method`` at p = 0: the ``nn.Dropout`` modules and the float attributes that functional
-    dropouts read (BERT's attention ``dropout_prob``, a decoder layer's ``dropout`` / ``attention_dropout``, the
-    prefix draw's forward hook)."""
-    for module in method.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-        for owner in (module, *module._forward_hooks.values()):
-            for name in ("dropout", "dropout_prob", "attention_dropout", "activation_dropout", "hidden_dropout"):
-                if isinstance(getattr(owner, name, None), float):
-                    setattr(owner, name, 0.0)
-
-
 @pytest.fixture(scope="session")
 def inductor_cache(tmp_path_factory) -> Path:
     """One compile cache for the inductor rows: the methods that share a backbone share its layer's graph."""
@@ -442,7 +429,7 @@ def test_inductor_step_equals_the_eager_step(case, prepared, inductor_cache, fre
     if _trains_nothing(p):
         return
     eager = p.fresh()
-    _no_dropout(eager)
+    no_dropout(eager)
     eager.cached_step = None
     compiled = copy.deepcopy(eager)
     ref_loss, ref_grads = _step(eager, p.batch)

@@ -29,6 +29,7 @@ from cselab.methods.esimcse.repetition import (
     repetition_plan,
 )
 from cselab.model.spec import ConfigError
+from tests.conftest import no_dropout
 
 WIKI = Path(__file__).resolve().parent / "data" / "wiki1m_head300.txt"
 
@@ -141,12 +142,6 @@ def official_compute_loss(model: OfficialESimCSE, inputs: dict, state: dict, neg
 
 
 # ---------------------------------------------------------------------------------- helpers
-def _dropout_off(module: nn.Module) -> None:
-    for m in module.modules():
-        if isinstance(m, nn.Dropout):
-            m.p = 0.0
-
-
 def _esimcse(make_method, family: str = "bert", **options):
     method = make_method("esimcse", family, pooler="cls", head="mlp", mlp_only_train=True,
                          loss={"name": "infonce_queue", "_target_": "cselab.methods.esimcse.loss.QueueInfoNCE",
@@ -262,7 +257,7 @@ def test_training_steps_equal_the_official_steps(make_method, queue_size) -> Non
     transcribed official ``compute_loss`` on the same batches (dropout off on both: the masks are not the point)."""
     method = _esimcse(make_method, queue_size=queue_size)
     method.double()  # float64 on both sides: the comparison is of the arithmetic, not of float32 rounding
-    _dropout_off(method)
+    no_dropout(method)
     ref = OfficialESimCSE(copy.deepcopy(method.encoder.model), copy.deepcopy(method.momentum.momentum_encoder.model),
                           copy.deepcopy(method.head), 0.05)
     ref.momentum_model.requires_grad_(False)
@@ -328,7 +323,7 @@ def test_cached_step_gives_the_uncached_loss_and_gradients(make_method) -> None:
     for chunk in (None, 3):
         method = _esimcse(make_method)
         method.float()
-        _dropout_off(method)
+        no_dropout(method)
         method.cached_step = CachedStep(chunk) if chunk else None
         rows = _rows(method.train_collate(), _wiki(8))
         method.training_step(method.train_collate()(rows[:4]), 0)  # fills the queue
@@ -381,19 +376,19 @@ def test_queue_is_emptied_each_epoch_and_a_resumed_run_continues_its_queue(make_
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(_wiki(40)) + "\n", encoding="utf-8")  # 5 batches of 8 an epoch
     full = _esimcse(make_method, queue_size=100)
-    _dropout_off(full)
+    no_dropout(full)
     _fit(full, corpus, tmp_path / "full", 7)
     assert full.momentum.queue.shape[0] == 16  # epoch 2's two steps only (trainers.py:452)
 
     first = _esimcse(make_method, queue_size=100)
-    _dropout_off(first)
+    no_dropout(first)
     ckpt = tmp_path / "step3.ckpt"
     _fit(first, corpus, tmp_path / "first", 7, save=ckpt, stop_at=3)
     saved = torch.load(ckpt, map_location="cpu", weights_only=False)
     assert saved["esimcse_queue"]["queue"].shape[0] == 24
     assert any(k.startswith("momentum.momentum_encoder.") for k in saved["state_dict"])
     resumed = _esimcse(make_method, queue_size=100)
-    _dropout_off(resumed)
+    no_dropout(resumed)
     _fit(resumed, corpus, tmp_path / "resumed", 7, ckpt=str(ckpt))
     torch.testing.assert_close(resumed.momentum.queue, full.momentum.queue, rtol=1e-5, atol=1e-6)
     for (name, p), q in zip(full.named_parameters(), resumed.parameters(), strict=True):
