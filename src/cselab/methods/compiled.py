@@ -195,7 +195,8 @@ class FuseSiblingLinears(CustomGraphPass):
                     groups.setdefault((x, bias is None, value.dtype), []).append(node)
         for nodes in groups.values():
             first = min(order[n] for n in nodes)
-            if len(nodes) > 1 and all(order[a] < first for n in nodes for a in n.args[1:] if a is not None):
+            if len(nodes) > 1 and all(isinstance(a, fx.Node) and order[a] < first
+                                      for n in nodes for a in n.args[1:] if a is not None):
                 self._fuse(graph, nodes, min(nodes, key=order.__getitem__))
 
     @staticmethod
@@ -216,13 +217,15 @@ class FuseSiblingLinears(CustomGraphPass):
             graph.erase_node(node)
 
     def uuid(self) -> bytes:
+        """The hash of this file: inductor's FX graph and AOTAutograd caches key on it."""
         from torch._inductor.custom_graph_pass import get_hash_for_files
 
         return get_hash_for_files((__file__,))
 
 
 def use_tracing_settings() -> None:
-    """Dynamo's two settings for these models, process-wide (they are part of the compile caches' keys):
+    """Dynamo's two settings for these models and the fusion pass, process-wide (all part of the compile caches'
+    keys):
 
     * ``torch._dynamo.config.specialize_float = True``: a module's Python float attributes (dropout ``p``,
       LayerNorm ``eps``, the attention ``scaling``, the loss's temperature) are constants of the graph.  With
@@ -234,6 +237,7 @@ def use_tracing_settings() -> None:
       sentences of 32 tokens; rows = hidden size, 128 on ``splade_tiny``) get symbols of their own.  Duck sizing
       gave them one, so specialising the hidden size specialised the batch too, and a batch of another size
       recompiled.
+    * ``torch._inductor.config.pre_grad_custom_pass``: :class:`FuseSiblingLinears`.
     """
     import torch._dynamo.config
     import torch._inductor.config
