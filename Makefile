@@ -37,9 +37,14 @@ test: install
 
 # The path a pip user takes (README "Installing with pip"), in a fresh venv: CPU torch first, then this package
 # with its declared ranges and the `dev` extra (not requirements.txt), then the install checks and a smoke subset
-# (CI runs it after `test`, which ran the whole suite): packaging, layers, config composition, one training step of
-# every method, a real run end to end, and the contract matrix's coverage, gradient and sync-free contracts.
-PIP_SMOKE ?= tests/test_packaging.py tests/test_layers.py tests/test_config.py tests/test_methods.py \
+# (CI runs it after `test`, which ran the whole suite): packaging, layers, config composition (every paper row,
+# experiment and backbone, and the refusals; the sweeps and the run.py subprocesses ran in `test`), one training step
+# of every method, a real run end to end, and the contract matrix's coverage, gradient and sync-free contracts.
+PIP_SMOKE ?= tests/test_packaging.py tests/test_layers.py tests/test_methods.py \
+	tests/test_config.py::test_every_paper_row_composes \
+	tests/test_config.py::test_every_experiment_composes_and_validates \
+	tests/test_config.py::test_every_backbone_yaml_composes_and_passes_the_module_check \
+	tests/test_config.py::test_invalid_configs_are_refused_with_the_key \
 	tests/test_paper_configs_run.py::test_paper_config_runs_with_fast_dev_run \
 	tests/test_contract.py::test_the_matrix_covers_every_registered_method \
 	tests/test_contract.py::test_every_trainable_parameter_gets_a_gradient \

@@ -250,6 +250,53 @@ def sts_data_dir() -> Path:
     pytest.skip("no SentEval data (run `make data`)")
 
 
+#: the short run on the embedded MiniLM that the end-to-end tests of the comparison methods share: 4 steps of 16
+#: sentences of the embedded wiki sample, STS-B dev once (step 4), STS-B test
+MINILM_SHORT_RUN = ["backbone=minilm_l6", "seed=7", "trainer.max_steps=4", "trainer.val_check_interval=4",
+                    "data.batch_size=16", "eval.test_tasks=[stsb]", "trainer.enable_progress_bar=false"]
+
+
+def run_py(run_dir: Path, *overrides: str, data_dir: Path | None = None, timeout: int = 1200) -> dict:
+    """``python run.py <overrides> hydra.run.dir=<run_dir>`` as a user runs it (offline, W&B offline, the data
+    under ``data_dir``); returns its results.json.  Fails the test with the run's stderr when it exits non-zero."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline",
+           **({"CSELAB_DATA_DIR": str(data_dir)} if data_dir else {})}
+    proc = subprocess.run([sys.executable, str(root / "run.py"), *overrides, f"hydra.run.dir={run_dir}"], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return json.loads((run_dir / "results.json").read_text())
+
+
+def session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of this test session that every pytest-xdist worker sees: the parent of the workers' temporary
+    roots under xdist (``.../pytest-N``), the session's own temporary root without it."""
+    import os
+
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def minilm_simcse_run(tmp_path_factory: pytest.TempPathFactory, sts_data_dir: Path) -> Path:
+    """The folder of one SimCSE run of :data:`MINILM_SHORT_RUN`, made once per test session and shared by the
+    pytest-xdist workers (a file lock in the session's temporary root): the run that the SNCSE and RankCSE
+    end-to-end tests compare with on the same seed, and RankCSE's teacher."""
+    from filelock import FileLock  # (a dependency of torch)
+
+    root = session_root(tmp_path_factory)
+    out = root / "minilm_simcse_short_run"
+    with FileLock(str(root / "minilm_simcse_short_run.lock")):
+        if not (out / "results.json").is_file():
+            run_py(out, "method=simcse", *MINILM_SHORT_RUN, data_dir=sts_data_dir)
+    return out
+
+
 def loss_and_grads(method, batch, seed: int = 1) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """One training step's loss and every parameter's gradient (``method.training_step`` outside a Trainer, the
     RNG seeded with ``seed`` first so that two calls draw the same dropout masks)."""

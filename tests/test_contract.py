@@ -416,8 +416,14 @@ def test_compiled_step_equals_the_eager_step(case, prepared, tmp_path, fresh_dyn
 
 @pytest.fixture(scope="session")
 def inductor_cache(tmp_path_factory) -> Path:
-    """One compile cache for the inductor rows: the methods that share a backbone share its layer's graph."""
-    return tmp_path_factory.mktemp("inductor_cache")
+    """One compile cache for the inductor rows of every pytest-xdist worker of this session (the session's
+    temporary root; inductor writes its entries atomically): the methods that share a backbone share its layer's
+    graph."""
+    from tests.conftest import session_root
+
+    path = session_root(tmp_path_factory) / "inductor_cache"
+    path.mkdir(exist_ok=True)
+    return path
 
 
 @pytest.mark.parametrize("case", STEP_CASES)

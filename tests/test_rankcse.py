@@ -359,27 +359,23 @@ def test_published_rows_and_the_listmle_variant() -> None:
 
 # ------------------------------------------------------------------------------ runs (cselab.run.flow.run, run.py)
 @pytest.mark.integration
-def test_minilm_rankcse_with_a_simcse_teacher_trains_tests_and_compares(tmp_path) -> None:
-    """The embedded MiniLM: a short SimCSE run is the teacher of a short RankCSE run on the same seed; both test on
-    STS-B and SICK-R, and `cselab compare` pairs them."""
+def test_minilm_rankcse_with_a_simcse_teacher_trains_tests_and_compares(tmp_path, sts_data_dir,
+                                                                        minilm_simcse_run) -> None:
+    """The embedded MiniLM: the shared short SimCSE run (``MINILM_SHORT_RUN``) is the teacher of a RankCSE run of the
+    same seed and settings, which trains, tests on STS-B, and ``python -m cselab compare`` pairs the two."""
+    import os
     import subprocess
     import sys
 
-    from test_run import _data_dir, _run
+    from tests.conftest import MINILM_SHORT_RUN, run_py
 
-    simcse, rankcse = tmp_path / "simcse", tmp_path / "rankcse"
-    common = ["trainer.max_steps=6", "trainer.val_check_interval=3", "data.batch_size=16", "seed=3",
-              "eval.test_tasks=[stsb,sickr]"]
-    _run("method=simcse", *common, f"hydra.run.dir={simcse}")
-    _run("method=rankcse", f"method.teachers=[{{path:'{simcse}',weight:1.0}}]", *common, f"hydra.run.dir={rankcse}")
-    res = json.loads((rankcse / "results.json").read_text())
-    assert res["config"]["method"]["name"] == "rankcse" and res["global_step"] == 6
-    assert set(res["test"]) == {"stsb", "sickr"} and all(-100 <= v <= 100 for v in res["test"].values())
-    assert [p["step"] for p in res["val_curve"]] == [3, 6]
-    env = {"CSELAB_DATA_DIR": str(_data_dir()), "HF_HUB_OFFLINE": "1"}
-    import os
-
-    proc = subprocess.run([sys.executable, "-m", "cselab", "compare", str(simcse), str(rankcse), "--n-resamples",
-                           "200"], cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
+    res = run_py(tmp_path / "rankcse", "method=rankcse", f"method.teachers=[{{path:'{minilm_simcse_run}',weight:1.0}}]",
+                 *MINILM_SHORT_RUN, data_dir=sts_data_dir)
+    assert res["config"]["method"]["name"] == "rankcse" and res["global_step"] == 4
+    assert set(res["test"]) == {"stsb"} and -100 <= res["test"]["stsb"] <= 100
+    assert [p["step"] for p in res["val_curve"]] == [4]
+    env = {**os.environ, "CSELAB_DATA_DIR": str(sts_data_dir), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "cselab", "compare", str(minilm_simcse_run), str(tmp_path / "rankcse"),
+                           "--n-resamples", "200"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "stsb" in proc.stdout.lower() or "sts-b" in proc.stdout.lower()

@@ -358,31 +358,20 @@ def test_published_rows() -> None:
 
 
 @pytest.mark.integration
-def test_minilm_short_run_then_compare_with_simcse(tmp_path, sts_data_dir) -> None:
-    """The embedded MiniLM: SNCSE and SimCSE, same seed, 6 steps each, STS-B test; ``cselab compare`` pairs them."""
-    import subprocess
-    import sys
-
+def test_minilm_short_run_then_compare_with_simcse(tmp_path, sts_data_dir, minilm_simcse_run) -> None:
+    """The embedded MiniLM: SNCSE on the soft negatives of the embedded corpus, then ``cselab compare`` against the
+    shared SimCSE run of the same seed and settings (``MINILM_SHORT_RUN``: 4 steps, STS-B dev and test)."""
     from cselab.cli.compare import main as compare_main
+    from tests.conftest import MINILM_SHORT_RUN, run_py
 
-    root = Path(__file__).resolve().parents[1]
     corpus = sts_data_dir / "wiki1m_sample" / "wiki1m_for_simcse.head11914.txt"
     negatives = tmp_path / "soft_negatives.jsonl"
     write_soft_negatives(corpus, negatives, RuleParser())
-    env = {**__import__("os").environ, "CSELAB_DATA_DIR": str(sts_data_dir), "HF_HUB_OFFLINE": "1"}
-    runs = {}
-    for method in ("sncse", "simcse"):
-        runs[method] = tmp_path / method
-        extra = [f"data.soft_negatives={negatives}"] if method == "sncse" else []
-        proc = subprocess.run(
-            [sys.executable, str(root / "run.py"), f"method={method}", "backbone=minilm_l6", "seed=7",
-             "trainer.max_steps=6", "trainer.val_check_interval=3", "trainer.enable_progress_bar=false",
-             "eval.test_tasks=[stsb,sickr]", f"hydra.run.dir={runs[method]}", *extra],
-            cwd=root, env=env, capture_output=True, text=True, timeout=1200)
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        results = json.loads((runs[method] / "results.json").read_text())
-        assert results["global_step"] == 6 and 0 < results["test"]["stsb"] < 100
-    assert compare_main([str(runs["sncse"]), str(runs["simcse"]), "--n-resamples", "200"]) == 0
+    results = run_py(tmp_path / "sncse", "method=sncse", *MINILM_SHORT_RUN, f"data.soft_negatives={negatives}",
+                     data_dir=sts_data_dir)
+    assert results["global_step"] == 4 and 0 < results["test"]["stsb"] < 100
+    assert results["config"]["method"]["name"] == "sncse"
+    assert compare_main([str(tmp_path / "sncse"), str(minilm_simcse_run), "--n-resamples", "200"]) == 0
 
 
 def test_export_is_the_official_test_encoder(tiny_bert_dir, tmp_path) -> None:

@@ -313,12 +313,12 @@ def _run(*overrides: str, timeout: int = 1200) -> None:
 
 @pytest.mark.integration
 def test_minilm_baseline_and_simcse_with_whitening_and_compare(tmp_path, sts_data_dir):
-    """The embedded MiniLM: method=baseline (first-last avg) + whitening on 1,000 wiki-sample sentences, a 10-step
+    """The embedded MiniLM: method=baseline (first-last avg) + whitening on 1,000 wiki-sample sentences, a 4-step
     SimCSE + whitening, then ``cselab compare`` of the two runs (STS-B only, to stay short)."""
     common = ["eval.whitening.enabled=true", "eval.whitening.fit_on=wiki", "eval.whitening.n_sentences=1000",
               "eval.test_tasks=[stsb]", f"data_dir={sts_data_dir}"]
     _run("method=baseline", "method.pooler=avg_first_last", *common, f"hydra.run.dir={tmp_path / 'base'}")
-    _run("method=simcse", "trainer.max_steps=10", "trainer.val_check_interval=10", "data.batch_size=16", *common,
+    _run("method=simcse", "trainer.max_steps=4", "trainer.val_check_interval=4", "data.batch_size=16", *common,
          f"hydra.run.dir={tmp_path / 'simcse'}")
     base = json.loads((tmp_path / "base" / "results.json").read_text())
     assert base["config"]["eval"]["whitening"]["enabled"]
