@@ -304,26 +304,19 @@ def test_whitened_simcse_run_writes_the_whitening_into_its_best_checkpoint(tmp_p
 
 # ------------------------------------------------------------------------------------------ the embedded MiniLM
 
-def _run(*overrides: str, timeout: int = 1200) -> None:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), *overrides], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-
-
 @pytest.mark.integration
 def test_minilm_baseline_and_simcse_with_whitening_and_compare(tmp_path, sts_data_dir):
     """The embedded MiniLM: method=baseline (first-last avg) + whitening on 1,000 wiki-sample sentences, a 4-step
     SimCSE + whitening, then ``cselab compare`` of the two runs (STS-B only, to stay short)."""
     common = ["eval.whitening.enabled=true", "eval.whitening.fit_on=wiki", "eval.whitening.n_sentences=1000",
               "eval.test_tasks=[stsb]", f"data_dir={sts_data_dir}"]
-    _run("method=baseline", "method.pooler=avg_first_last", *common, f"hydra.run.dir={tmp_path / 'base'}")
-    _run("method=simcse", "trainer.max_steps=4", "trainer.val_check_interval=4", "data.batch_size=16", *common,
-         f"hydra.run.dir={tmp_path / 'simcse'}")
-    base = json.loads((tmp_path / "base" / "results.json").read_text())
+    from tests.conftest import run_py
+
+    base = run_py(tmp_path / "base", "method=baseline", "method.pooler=avg_first_last", *common)
+    simcse = run_py(tmp_path / "simcse", "method=simcse", "trainer.max_steps=4", "trainer.val_check_interval=4",
+                    "data.batch_size=16", *common)
     assert base["config"]["eval"]["whitening"]["enabled"]
     assert (tmp_path / "base" / "checkpoints" / "best-step0.ckpt").is_file()
-    simcse = json.loads((tmp_path / "simcse" / "results.json").read_text())
     best = torch.load(simcse["best_checkpoint"], map_location="cpu", weights_only=False)
     assert best["state_dict"]["model.whitening.kernel"].shape == (384, 384)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
