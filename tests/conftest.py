@@ -114,6 +114,22 @@ _ROBERTA_CORPUS = [
 # ------------------------------------------------------------------------------------------ fixtures
 
 
+@pytest.fixture(autouse=True)
+def no_leaked_dispatch_mode():
+    """Every test leaves the process's dispatch-mode stack as it found it.  A ``TorchDispatchMode`` left entered
+    (a probe whose run stopped by a signal before ``on_train_end``) runs its Python on every later op of the
+    pytest-xdist worker: the tests after it ran 5-25x slower, and nothing failed.  Now the test that leaks fails
+    at teardown, naming the modes, and they are left here so that the next tests run as they should."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_mode
+
+    before = len(_get_current_dispatch_mode_stack())
+    yield
+    left = _get_current_dispatch_mode_stack()[before:]
+    for _ in left:
+        _pop_mode()
+    assert not left, f"the test left {len(left)} dispatch mode(s) entered: {[type(m).__name__ for m in left]}"
+
+
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A saved tiny random BERT (model + WordPiece tokenizer)."""
