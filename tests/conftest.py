@@ -130,6 +130,21 @@ def no_leaked_dispatch_mode():
     assert not left, f"the test left {len(left)} dispatch mode(s) entered: {[type(m).__name__ for m in left]}"
 
 
+@pytest.fixture
+def fresh_dynamo(monkeypatch, tmp_path):
+    """dynamo's caches and counters cleared (a frame skipped by another test stays skipped otherwise), before and
+    after the test, and ``TORCHINDUCTOR_CACHE_DIR`` restored after it (``compile_training`` sets it; a folder under
+    the test's ``tmp_path`` until then, never the working directory)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "unused_cache"))
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A saved tiny random BERT (model + WordPiece tokenizer)."""

@@ -27,17 +27,6 @@ class _Killed(RuntimeError):
     pass
 
 
-@pytest.fixture
-def fresh_dynamo(monkeypatch):
-    """dynamo's caches and counters cleared (a frame skipped by another test stays skipped otherwise), and
-    ``TORCHINDUCTOR_CACHE_DIR`` restored after the test (``compile_training`` sets it)."""
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(Path.cwd() / "unused_cache"))
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
-
-
 def _clear_in_memory_compile_caches() -> None:
     """What a new process would not have: dynamo's code caches and inductor's loaded modules (the on-disk FX graph
     and AOTAutograd caches stay)."""

@@ -40,7 +40,6 @@ import pytest
 import torch
 import torch._dynamo
 from hydra import compose, initialize_config_dir
-from torch._dynamo.utils import counters
 
 import cselab
 import cselab.io.config  # noqa: F401  (resolvers)
@@ -380,17 +379,6 @@ def test_cached_step_equals_the_uncached_step(case, prepared) -> None:
     cached = p.fresh()
     cached.cached_step = CachedStep(_views(p.batch))
     _assert_same(*_step(cached, p.batch), ref_loss, ref_grads)
-
-
-@pytest.fixture
-def fresh_dynamo(monkeypatch, tmp_path):
-    """dynamo's caches and counters cleared (a frame skipped by another test stays skipped otherwise) and
-    ``TORCHINDUCTOR_CACHE_DIR`` restored after the test (``compile_training`` sets it)."""
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "unused_cache"))
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
 
 
 @pytest.mark.parametrize("case", STEP_CASES)
