@@ -41,7 +41,6 @@ from cselab.io.config import (  # (registers the resolvers)
 from cselab.io.files import unwritable_folder
 from cselab.io.logs import one_line_per_event
 from cselab.methods.checks import MOVED_MODULE_KEYS
-from cselab.model.loading import register_family_resolver  # noqa: F401  (${cselab_backbone_family:...})
 from cselab.run.sweep import exit_status
 
 log = logging.getLogger("cselab")
@@ -195,5 +194,7 @@ if __name__ == "__main__":
 
         if (missing := missing_key_error(sys.argv[1:], Path(__file__).resolve().parent / "conf")) is not None:
             sys.exit(f"cselab: {missing}")
+    from cselab.model.loading import register_family_resolver  # noqa: F401  (${cselab_backbone_family:...}; transformers)
+
     main()
     sys.exit(exit_status())  # a -m sweep with a failed job: 1 (a failing single run has exited 1 already)

@@ -11,8 +11,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from cselab.methods.mlm import MLMOptions
-from cselab.methods.nonfinite import POLICIES
 from cselab.methods.options import build_options, legacy_keys
 from cselab.model.spec import ConfigError, EmbeddingSpec
 
@@ -54,6 +52,8 @@ def embedding_spec(method_cls: type, backbone: Mapping[str, Any], model: Mapping
     Raises:
         ConfigError: what the spec refuses (names the key); a view the prompt does not define.
     """
+    from cselab.methods.mlm import MLMOptions  # (torch: a mistyped key is refused before it loads)
+
     family = backbone_family_of(backbone)
     if family == "decoder":  # before the views: a [MASK] prompt has no decoder form, and the reason is the pooler
         EmbeddingSpec.check_decoder(model.get("pooler") or "cls", model.get("denoise") or "none",
@@ -83,6 +83,8 @@ def check_method(method_cls: type, *, family: str, tuning: str, setting: str, tr
     Raises:
         ConfigError: names the key(s) and what was expected.
     """
+    from cselab.methods.nonfinite import POLICIES  # (Lightning: a mistyped key is refused before it loads)
+
     name = getattr(method_cls, "method_name", method_cls.__name__)
     if setting not in ("unsup", "sup"):
         raise ConfigError(f"setting.name={setting!r}: expected 'unsup' or 'sup'")
