@@ -48,8 +48,7 @@ log = logging.getLogger("cselab")
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
-    # (importing cselab.run imports Lightning, which adds its console handler)
-    from cselab.callbacks.run_config import finished_run_changes
+    # (none of these imports Lightning: it loads after the refusals, and a refused command answers in seconds)
     from cselab.methods.checks import ConfigError
     from cselab.run.config_keys import check_added_keys
     from cselab.run.failure import record_failure
@@ -60,7 +59,7 @@ def main(cfg: DictConfig) -> float | None:
     from cselab.run.signals import StoppedBySignal
     from cselab.run.spec import RunSpec
 
-    one_line_per_event()  # Hydra has configured the job's logging: Lightning's records go through it, once
+    one_line_per_event()  # Hydra has configured the job's logging: third-party records go through it, once
 
     hydra_cfg = HydraConfig.get()
     output_dir = hydra_cfg.runtime.output_dir
@@ -86,6 +85,8 @@ def main(cfg: DictConfig) -> float | None:
             recipe = Run(spec, output_dir, start)  # (prepare checks the directory again, under the lock)
             state = recipe.prepare()  # input files, the checkpoint, a resume's changes: before the backbone loads
         except RunFinished as done:  # re-running a finished run (or a sweep's finished job): nothing to do
+            from cselab.callbacks.run_config import finished_run_changes
+
             record.discard()
             changed = finished_run_changes(done.results, done.config or {}, done.copies, output_dir)
             if changed and not multirun:  # resume=<finished run> optim.lr=...: say that nothing changes
@@ -115,6 +116,9 @@ def main(cfg: DictConfig) -> float | None:
             if isinstance(err, INPUT_ERRORS):  # a value or an input file: the message names the key
                 sys.exit(f"cselab: {err}")  # one line, exit status 1 (no traceback)
             raise
+        import lightning  # noqa: F401  (it adds its console handler on import: routed through Hydra's, once)
+
+        one_line_per_event()
         record.claim(cfg, hydra_cfg)  # the run proceeds: .hydra/, the lock's pid, run.log
         try:
             results = recipe.execute(state)

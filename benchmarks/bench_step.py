@@ -140,7 +140,7 @@ def run_case(args) -> dict:
     from cselab.run.spec import RunSpec
 
     try:
-        from cselab.data.datamodule import resolve_pad_to_multiple_of
+        from cselab.run.pieces import resolve_pad_to_multiple_of
     except ImportError:  # an older cselab (the "before" of a before / after comparison: PYTHONPATH=<old>/src)
         def resolve_pad_to_multiple_of(value, cuda):
             return None

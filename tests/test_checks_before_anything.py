@@ -52,6 +52,31 @@ def test_a_bad_input_is_one_line_before_any_directory_or_model(tmp_path, command
     assert not (tmp_path / "outputs").exists()  # no run directory, so no failed.json either
 
 
+#: run.py as ``python run.py <args>`` in a process that says, after the command exits, which heavy packages it loaded
+_LOADED = """import runpy, sys
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as end:
+    if isinstance(end.code, str):
+        print(end.code, file=sys.stderr)
+    print("exit", end.code if isinstance(end.code, int) else 1)
+print("loaded", sorted(m for m in ("lightning", "cselab.methods.base", "cselab.run.assemble") if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("command", ["optim.lrr=1", "seed=x", "trainer.max_steps=abc"])
+def test_a_run_level_refusal_comes_before_lightning_and_the_methods_load(tmp_path, command):
+    """A mistyped key and a badly typed run-level value (seed, trainer) are refused before Lightning and the methods
+    are imported (about 8 s of a run's start-up).  The method's own checks import its class, a LightningModule: a
+    refusal of a ``method.*`` value or an input file comes after Lightning has loaded."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", _LOADED, str(ROOT / "run.py"), *BASE, command], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.stderr.strip().splitlines()[-1].startswith("cselab: "), proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-2:] == ["exit 1", "loaded []"], proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
 def test_an_unwritable_output_folder_is_named(tmp_path, monkeypatch):
     sys.path.insert(0, str(ROOT))
     try:

@@ -19,47 +19,6 @@ from cselab.data.resume import DataPosition, ResumableDataLoader, ResumableSampl
 
 log = logging.getLogger(__name__)
 
-#: DataLoader worker processes that ``data.num_workers: auto`` starts on a GPU (tokenising and collating the next
-#: batches while the device runs the step); 0 on CPU, where a worker would take a core from the step itself
-AUTO_WORKERS_GPU = 4
-#: ``data.pad_to_multiple_of: auto`` on a GPU: widths in buckets of 8 tokens (few shapes for a compiled forward,
-#: tensor-core friendly); none on CPU
-AUTO_PAD_MULTIPLE_GPU = 8
-
-
-def resolve_num_workers(value: int | str, cuda: bool, cpus: int | None = None) -> int:
-    """``data.num_workers``: an int as given; ``auto`` -> :data:`AUTO_WORKERS_GPU` on a GPU (at most the CPUs but
-    one), 0 on CPU.
-
-    Raises:
-        ValueError: neither ``auto`` nor an int >= 0 (names ``data.num_workers``).
-    """
-    import os
-
-    if value == "auto":
-        cpus = cpus if cpus is not None else (os.cpu_count() or 1)
-        return max(0, min(AUTO_WORKERS_GPU, cpus - 1)) if cuda else 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"data.num_workers={value!r}: expected auto or an integer >= 0")
-    return value
-
-
-def resolve_pad_to_multiple_of(value: int | str | None, cuda: bool) -> int | None:
-    """``data.pad_to_multiple_of``: ``auto`` -> :data:`AUTO_PAD_MULTIPLE_GPU` on a GPU, None on CPU; null / an
-    int >= 1 as given.
-
-    Raises:
-        ValueError: anything else (names ``data.pad_to_multiple_of``).
-    """
-    if value == "auto":
-        return AUTO_PAD_MULTIPLE_GPU if cuda else None
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"data.pad_to_multiple_of={value!r}: expected auto, null or an integer >= 1")
-    return value
-
-
 def batch_size(batch: dict[str, torch.Tensor] | list) -> int:
     """Examples in a collated batch (sentences or triplets: the rows of ``input_ids`` (B, V, T)), for Lightning's
     ``ThroughputMonitor`` (``conf/callbacks/default.yaml``)."""

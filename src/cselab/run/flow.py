@@ -18,19 +18,22 @@ import logging
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lightning as L
-
-from cselab.callbacks.run_config import check_resume
-from cselab.evaluation.callback import STSCallback
 from cselab.methods.compiled import log_compile_report
-from cselab.run import assemble
 from cselab.run.inputs import check_inputs
-from cselab.run.results import Outcome, RunState, finish
-from cselab.run.resume import checkpoint_step
+from cselab.run.resume import RunState, checkpoint_step
 from cselab.run.spec import RunSpec
 from cselab.run.teachers import teacher_record
+
+if TYPE_CHECKING:
+    import lightning as L
+
+    from cselab.evaluation.callback import STSCallback
+    from cselab.run.results import Outcome
+
+# Lightning, the method and the evaluation are imported where the run builds them (:meth:`Run.execute`): a command
+# refused by :meth:`RunSpec.from_config` or :meth:`Run.prepare` answers before they load (about 8 s of imports).
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,8 @@ class Run:
         # run then creates no lock file in it); another process may have finished it in between
         spec.resume.check_directory(self.output_dir, spec.train, spec.config, spec.copies)
         check_inputs(spec.inputs)  # every input file, before the backbone loads and long before fit ends
+        from cselab.callbacks.run_config import check_resume  # (Lightning: after the input files' refusals)
+
         ckpt_path = spec.resume.checkpoint(self.output_dir, spec.train)
         resume_step = checkpoint_step(ckpt_path)
         changed = check_resume(spec.config, spec.copies, spec.resume.allow_changed, ckpt_path, resume_step)
@@ -87,6 +92,11 @@ class Run:
         """The run: :meth:`prepare` (unless ``state``, its result, is given: ``run.py`` prepares first, so that a
         refusal is decided before the run's record is written), then seed, method, callbacks, loggers; fit and
         test (or evaluate as it is); the results (:func:`cselab.run.results.finish`)."""
+        import lightning as L
+
+        from cselab.run import assemble
+        from cselab.run.results import Outcome, finish
+
         spec, state = self.spec, state if state is not None else self.prepare()
         L.seed_everything(spec.seed, workers=True)
         method = assemble.build_run_method(spec)
@@ -108,6 +118,8 @@ class Run:
         keys (PromptEOL's rows: trained in 4-bit, tested in fp32)."""
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+        from cselab.run import assemble
+        from cselab.run.results import Outcome
         from cselab.run.signals import StoppedBySignal, sigterm_stops, stop_at_step_end
 
         sts = callbacks["sts"]

@@ -19,6 +19,7 @@ from cselab.io.progress import interactive
 from cselab.methods.base import ContrastiveMethod
 from cselab.run.loggers import close_loggers, log_test_charts, log_transfer_table
 from cselab.run.pieces import EvalSpec, RunNames
+from cselab.run.resume import RunState
 from cselab.run.spec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -39,20 +40,6 @@ class Outcome:
     best_dev: float | None = None
     global_step: int = 0
     rank_zero: bool = True
-
-
-@dataclass(frozen=True)
-class RunState:
-    """Where the run stands before its method is built: its directory, start time (``perf_counter``), the
-    checkpoint it resumes from (None: from scratch), that checkpoint's step, the accepted config changes and
-    RankCSE's teachers (:func:`cselab.run.teachers.teacher_record`)."""
-
-    output_dir: Path
-    start: float
-    ckpt_path: str | None = None
-    resume_step: int | None = None
-    changed_on_resume: tuple[dict[str, Any], ...] = ()
-    teachers: tuple[dict[str, Any], ...] = ()  # RankCSE: each teacher's path, weight and the file it loads
 
 
 def _clear_earlier_attempts(output_dir: Path) -> None:

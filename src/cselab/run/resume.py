@@ -140,3 +140,17 @@ def checkpoint_step(ckpt_path: str | None) -> int | None:
         return None
     state = torch.load(ckpt_path, map_location="cpu", mmap=True, weights_only=False)
     return int(state.get("global_step") or 0)
+
+
+@dataclass(frozen=True)
+class RunState:
+    """Where the run stands before its method is built: its directory, start time (``perf_counter``), the
+    checkpoint it resumes from (None: from scratch), that checkpoint's step, the accepted config changes and
+    RankCSE's teachers (:func:`cselab.run.teachers.teacher_record`)."""
+
+    output_dir: Path
+    start: float
+    ckpt_path: str | None = None
+    resume_step: int | None = None
+    changed_on_resume: tuple[dict[str, Any], ...] = ()
+    teachers: tuple[dict[str, Any], ...] = ()  # RankCSE: each teacher's path, weight and the file it loads

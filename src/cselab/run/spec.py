@@ -16,7 +16,6 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from cselab.data.datamodule import resolve_num_workers, resolve_pad_to_multiple_of
 from cselab.evaluation.stats import BootstrapOptions
 from cselab.evaluation.transfer import TransferProtocol
 from cselab.io.config import MOVED_KEYS, has_templates
@@ -28,7 +27,15 @@ from cselab.methods.registry import method_target
 from cselab.model.decoder_input import split_prompt
 from cselab.model.spec import ConfigError
 from cselab.model.template import Template, TemplateError, check_prompt_views, check_template_override
-from cselab.run.pieces import EvalSpec, InputFiles, RunNames, TrainSpec, resolve_precision
+from cselab.run.pieces import (
+    EvalSpec,
+    InputFiles,
+    RunNames,
+    TrainSpec,
+    resolve_num_workers,
+    resolve_pad_to_multiple_of,
+    resolve_precision,
+)
 from cselab.run.resume import ResumeSpec
 
 #: ``lightning.Trainer``'s own defaults of the arguments the run reads from the ``trainer`` node
