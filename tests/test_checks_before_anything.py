@@ -68,7 +68,7 @@ print("loaded", sorted(m for m in ("lightning", "cselab.methods.base", "cselab.r
 @pytest.mark.parametrize("command", ["optim.lrr=1", "seed=x", "trainer.max_steps=abc"])
 def test_a_run_level_refusal_comes_before_lightning_and_the_methods_load(tmp_path, command):
     """A mistyped key and a badly typed run-level value (seed, trainer) are refused before Lightning and the methods
-    are imported (about 8 s of a run's start-up).  The method's own checks import its class, a LightningModule: a
+    are imported (Lightning alone is about 3 s of a run's start-up).  The method's own checks import its class, a LightningModule: a
     refusal of a ``method.*`` value or an input file comes after Lightning has loaded."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-c", _LOADED, str(ROOT / "run.py"), *BASE, command], cwd=tmp_path, env=env,

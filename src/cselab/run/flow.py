@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from cselab.run.results import Outcome
 
 # Lightning, the method and the evaluation are imported where the run builds them (:meth:`Run.execute`): a command
-# refused by :meth:`RunSpec.from_config` or :meth:`Run.prepare` answers before they load (about 8 s of imports).
+# refused by :meth:`RunSpec.from_config` or :meth:`Run.prepare` answers before they load (Lightning alone: about 3 s
+# of imports on an idle 2-core machine, docs/benchmarks.md "A refused command").
 
 log = logging.getLogger(__name__)
 
