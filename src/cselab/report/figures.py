@@ -394,7 +394,7 @@ def align_uniform_figure(groups: Sequence[Group]) -> FigureSpec | None:
     fig, ax = _figure(5.6, 4.8)
     series = []
     colours = {key: f"C{i}" for i, key in enumerate(dict.fromkeys(id(g) for g, _, _ in runs))}
-    names = row_names([g for g in groups if g.runs])
+    names = row_names(groups)
     seen: dict[int, int] = {}
     for g, run, points in runs:
         label = f"{names[id(g)]}, {_seed_label(run)}"
@@ -432,7 +432,7 @@ def build_figures(report: Report, sweep_x: str | None = None, score: str | None 
         sweep_x: the sweep's x key (default :func:`sweep_x_key`).
         score: the sweep's score column (default :func:`score_column`).
     """
-    groups = [g for g in report.groups if g.runs]
+    groups = report.groups  # each with a finished run (collect.group_runs)
     figures = [sweep_figure(groups, sweep_x, score), task_scores_figure(groups), align_uniform_figure(groups)]
     names = row_names(groups)
     figures += [dev_curve_figure(g, i, names[id(g)]) for i, g in enumerate(groups)]
