@@ -50,13 +50,9 @@ def _source(group: Group) -> str:
 
 
 def _notes(groups: Sequence[Group]) -> list[str]:
-    notes, seen = [], set()
-    for g in groups:
-        p = g.published
-        if p is not None and (p.erratum or p.derived) and p.index not in seen:
-            seen.add(p.index)
-            notes += [f"{p.source} ({p.method}, {p.backbone}, {p.setting}): {part}" for part in _note_parts(p)]
-    return notes
+    rows = {g.published.index: g.published for g in groups if g.published is not None}  # each row once, in order
+    return [f"{p.source} ({p.method}, {p.backbone}, {p.setting}): {part}" for p in rows.values()
+            for part in _note_parts(p)]
 
 
 def _note_parts(p) -> list[str]:

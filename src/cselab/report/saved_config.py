@@ -126,15 +126,8 @@ class SavedRunConfig:
         if isinstance(config, SavedRunConfig):
             return config
         defaults = {f.name: f.default for f in fields(cls)}
-
-        def read(name: str) -> Any:
-            for dotted in SOURCES[name]:
-                value = config_value(config, dotted, _ABSENT)
-                if value is not _ABSENT:
-                    return value
-            return defaults.get(name)
-
-        values = {name: read(name) for name in SOURCES}
+        values = {name: next((v for key in keys if (v := config_value(config, key, _ABSENT)) is not _ABSENT),
+                             defaults[name]) for name, keys in SOURCES.items()}
         values["loss_margin"] = _float_or_none(values["loss_margin"])
         values["positive_negative_term"] = values["positive_negative_term"] is not False
         values["train"] = values["train"] is not False
