@@ -117,12 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     group_by = [k.strip() for k in args.group_by.split(",") if k.strip()] if args.group_by else None
     try:
         published = load_published(args.published)
-    except (OSError, PublishedDataError) as err:
-        return fail(f"error: {err}", 1)
-    try:
         report = collect(args.dirs, group_by=group_by, published=published, log_lines=args.log_lines,
                          paper_backbone=args.paper_backbone)
-    except SameSeedError as err:
+    except (OSError, PublishedDataError, SameSeedError) as err:
         return fail(f"error: {err}", 1)
     if not report.groups and not report.failed:
         return fail(f"error: no results.json or Hydra run directory under {', '.join(args.dirs)}", 1)
