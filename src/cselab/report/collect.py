@@ -46,9 +46,8 @@ HYDRA_DIR = ".hydra"
 #: the three names every grouping key starts with (dotted keys: they name the key's parts and are the
 #: ``--group-by`` spelling, so they are read with :func:`config_value`, like a user's ``--group-by`` keys)
 BASE_KEYS: tuple[str, ...] = ("method.name", "backbone.name", "setting.name")
-#: override keys that never split a group (besides ``hydra.*``): the seed, output-only settings, the data path,
-#: and the config-group choices whose names are already in :data:`BASE_KEYS`
-#: (with :data:`cselab.io.config.OUTPUT_ONLY_KEYS`: logging, paths, resume, compile, progress bar ...)
+#: override keys that never split a group, besides ``hydra.*`` (module docstring; with
+#: :data:`cselab.io.config.OUTPUT_ONLY_KEYS`: logging, paths, resume, compile, progress bar ...)
 IGNORED_OVERRIDE_KEYS: frozenset[str] = frozenset({"seed", "group", "data_dir", "logger", "method", "backbone",
                                                     "setting", *OUTPUT_ONLY_KEYS})
 IGNORED_PREFIXES: tuple[str, ...] = tuple(f"{k}{sep}" for k in OUTPUT_ONLY_KEYS for sep in "./")

@@ -112,9 +112,8 @@ def sts_table(report: Report, dev: bool = False, markup: str = "markdown") -> Ta
 
 
 def render_markdown(report: Report, dev: bool = False, comparisons: Sequence | None = None) -> str:
-    """The report as a GitHub Markdown table (:func:`sts_table`) plus a legend, paper notes, the intervals (per run
-    over the test pairs, per row over seeds, against the paper), the paired ``comparisons``
-    (:func:`cselab.report.compare.compare_groups`) and the failed-run list."""
+    """The report as a GitHub Markdown table (:func:`sts_table`) plus a legend, paper notes, the intervals and the
+    paired ``comparisons`` (:func:`interval_sections`) and the failed-run list."""
     cols = _columns(dev)
     table = sts_table(report, dev)
     out = ["## STS results (Spearman × 100)", ""]
