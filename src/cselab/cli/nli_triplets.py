@@ -238,10 +238,8 @@ def read_pairs(source: str, paths: Sequence[str | os.PathLike[str]], stats: Conv
         raise ValueError(f"unknown NLI source {source!r}; expected one of {', '.join(SOURCES)}")
     if not paths:
         raise ValueError("no input files given")
-    pairs: list[NLIPair] = []
-    for path in paths:
-        pairs.extend(read_sick_nli(path) if source == "sick" else read_nli_jsonl(path, stats))
-    return pairs
+    return [pair for path in paths
+            for pair in (read_sick_nli(path) if source == "sick" else read_nli_jsonl(path, stats))]
 
 
 def build_triplets(pairs: Iterable[NLIPair], reverse_contradictions: bool = False,
