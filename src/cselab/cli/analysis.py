@@ -123,7 +123,9 @@ def _load(args: argparse.Namespace, mlm_head: bool):
     return encoder, tokenizer
 
 
-def _encode_fn(args: argparse.Namespace, encoder, tokenizer):
+def _encode_fn(args: argparse.Namespace):
+    """``--backbone`` loaded (:func:`_load`) and its ``--pooler`` representation as ``encode(sentences)``."""
+    encoder, tokenizer = _load(args, mlm_head=args.pooler == "topk")
     return make_encode_fn(encoder, tokenizer, args.pooler, args.template, k=args.k or 200, denoise=args.denoise,
                           remove_biased=args.remove_biased, lowercase=args.lowercase, batch_size=args.batch_size)
 
@@ -153,8 +155,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                                      max_words=args.max_words or None)
         if len(sentences) < 2:
             parser.error(f"anisotropy needs at least 2 sentences, got {len(sentences)}")
-        encoder, tokenizer = _load(args, mlm_head=args.pooler == "topk")
-        emb = _encode_fn(args, encoder, tokenizer)(sentences)
+        emb = _encode_fn(args)(sentences)
         value = anisotropy(emb, include_self=args.include_self)
         result = {"command": "anisotropy", "backbone": args.backbone, "pooler": args.pooler,
                   "n_sentences": len(sentences), "anisotropy": value}
@@ -187,9 +188,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     # align-uniform
     from cselab.data.paths import data_root
 
-    encoder, tokenizer = _load(args, mlm_head=args.pooler == "topk")
-    res = align_uniform_stsb(_encode_fn(args, encoder, tokenizer), data_root(args.data_dir),
-                             threshold=args.threshold)
+    res = align_uniform_stsb(_encode_fn(args), data_root(args.data_dir), threshold=args.threshold)
     if args.json:
         print(json.dumps({"command": "align-uniform", "backbone": args.backbone, "pooler": args.pooler, **res}))
     else:

@@ -1,9 +1,8 @@
 """``cselab compare RUN_A RUN_B [--n-resamples N] [--seed S] [--format markdown|csv] [--out FILE]``
 
-Paired comparison of two finished runs on the same test pairs (:mod:`cselab.report.compare`): per task and for
-the average, A - B in Spearman x 100 points with its paired bootstrap 95 % interval, the paired permutation
-test's p-value and its Holm adjustment across the tasks.  Needs each run's ``test_pairs.npz`` (written by the
-test phase beside ``results.json``).
+Paired comparison of two finished runs on the same test pairs (:mod:`cselab.report.compare`: the intervals, the
+p-values and their Holm adjustment).  Needs each run's ``test_pairs.npz`` (written by the test phase beside
+``results.json``).
 
 Exit status: 0 on success, 1 when a run has no per-pair scores or the runs were not scored on the same pairs,
 2 on bad arguments, a missing directory or a folder that is not a run (no ``results.json``).  Comparing a run with

@@ -1,5 +1,6 @@
-"""``cselab cxc`` / ``python -m cselab cxc``: a checkpoint or a raw backbone on CxC-STS with the
-sampled Spearman bootstrap of :mod:`cselab.evaluation.cxc` (PromCSE Table 2)."""
+"""``cselab cxc`` / ``python -m cselab cxc``: a trained checkpoint (any method, encoded as at test) or a raw backbone
+(``--pooler``) on CxC-STS with the sampled Spearman bootstrap of :func:`cselab.evaluation.cxc.cxc_bootstrap_spearman`
+(PromCSE Table 2); prints mean +- std (Spearman x 100)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,7 @@ from cselab.evaluation.cxc import cxc_bootstrap_spearman
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m cselab cxc --captions dataset_coco.json [--checkpoint CKPT | --backbone B]``.
-
-    Scores a trained checkpoint (any method, encoded as at test) or a raw backbone (``--pooler``) on CxC-STS
-    with :func:`cselab.evaluation.cxc.cxc_bootstrap_spearman` and prints mean +- std (Spearman x 100).
-    """
+    """``python -m cselab cxc --captions dataset_coco.json [--checkpoint CKPT | --backbone B]`` (module docstring)."""
     import argparse
     import json
 

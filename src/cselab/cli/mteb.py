@@ -2,10 +2,8 @@
 
 Scores a cselab model on MTEB tasks with :class:`cselab.evaluation.mteb.CselabMTEBEncoder` (the method's own ``encode``:
 template, prompt, pooling and template bias as at test).  ``SOURCE`` is any model target (:data:`cselab.io.targets.
-TARGETS`, loaded by ``cselab.load`` as every command loads one): a run directory (its best checkpoint), a ``.ckpt``,
-an exported folder (encoded exactly as ``SentenceTransformer(folder)``; with ``--pooler`` read as a bare backbone)
-or a backbone (a ``conf/backbone`` name such as ``minilm_l6``, a Hugging Face id, a folder or ``package:<module>``:
-the raw backbone with ``--pooler``, ``avg`` by default; ``method=baseline``, no training).
+TARGETS`), loaded by :func:`cselab.load` as every command loads one (what each kind encodes: its docstring; a
+backbone: ``method=baseline`` with ``--pooler``, ``avg`` by default).
 
 Tasks are MTEB's (``mteb.get_tasks``: their data comes from the Hugging Face Hub or its cache), or with
 ``--local DATA_DIR`` the same-named tasks built from the local SentEval files (:func:`cselab.evaluation.mteb.local_sts_task`:

@@ -8,7 +8,7 @@ SimCSE (Gao et al. 2021, Sec. 5.1) trains its supervised model on (premise, enta
 contradiction hypothesis) triplets of SNLI + MNLI (``nli_for_simcse.csv``, 275,601 rows); it did not release the
 script that made the file. This module rebuilds such a file from the labelled pairs:
 
-Pairing rule (deterministic, documented here and in :func:`build_triplets`):
+Pairing rule (deterministic; :func:`build_triplets`):
     1. Pairs are read in input order (files in the order given, lines in file order). Sentences are
        whitespace-normalised (``" ".join(s.split())``); a pair with an empty sentence is dropped; an exact
        duplicate (premise, hypothesis, label) is kept once.
@@ -238,19 +238,14 @@ def read_pairs(source: str, paths: Sequence[str | os.PathLike[str]], stats: Conv
         raise ValueError(f"unknown NLI source {source!r}; expected one of {', '.join(SOURCES)}")
     if not paths:
         raise ValueError("no input files given")
-    pairs: list[NLIPair] = []
-    for path in paths:
-        pairs.extend(read_sick_nli(path) if source == "sick" else read_nli_jsonl(path, stats))
-    return pairs
+    return [pair for path in paths
+            for pair in (read_sick_nli(path) if source == "sick" else read_nli_jsonl(path, stats))]
 
 
 def build_triplets(pairs: Iterable[NLIPair], reverse_contradictions: bool = False,
                    stats: ConversionStats | None = None) -> list[tuple[str, str, str]]:
-    """Group pairs by premise and emit (premise, entailment, contradiction) triplets.
-
-    Rule (see the module docstring): for a premise with entailments E[0..k-1] and contradictions C[0..m-1]
-    (input order, exact duplicates removed), k >= 1 and m >= 1, emit ``(premise, E[i], C[i mod m])`` for
-    i = 0..k-1: one triplet per (premise, entailment) pair. Premises are visited in order of first appearance.
+    """Group pairs by premise and emit (premise, entailment, contradiction) triplets: ``(premise, E[i], C[i mod m])``
+    for each of a premise's k entailments, by the pairing rule of the module docstring (steps 2-5).
 
     Args:
         pairs: labelled pairs (e.g. from :func:`read_pairs`).

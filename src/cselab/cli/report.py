@@ -6,17 +6,13 @@ and ours - paper (Spearman x 100).  Failed runs (a Hydra job dir without ``resul
 last lines of their ``*.log``.  ``--wandb`` also logs the table as a W&B table (offline without
 ``WANDB_API_KEY``); a W&B error only prints a warning.
 
-Markdown adds the intervals: per run over its test pairs (``results.json``'s ``test_ci``), per row over seeds
-(mean ± std and the t-interval of the mean; a warning when n < 3), whether the published number lies inside the
-latter, and the paired comparisons of rows tested on the same tasks, seed by seed (``--compare``; each run's
-``test_pairs.npz``).  CSV adds the seed intervals, the paper check and (n = 1) the pairs interval as columns;
-``--comparisons-csv FILE`` writes the comparisons.  Runs that share a seed in one row are refused (exit 1).
+Markdown adds the intervals and the paired comparisons of rows tested on the same tasks, seed by seed
+(``--compare``; :func:`cselab.report.render.interval_sections`), CSV their columns
+(:func:`cselab.report.render.table_records`); ``--comparisons-csv FILE`` writes the comparisons.  Runs that share
+a seed in one row are refused (exit 1).
 
-``--figures OUT`` also writes the papers' figures from the runs (:mod:`cselab.report.figures`: each row's STS-B
-dev curve, the sweep curve of a swept numeric key with seed intervals and the paper's marker, the per-task test
-scores with their bootstrap intervals, the alignment-uniformity trajectory of runs that logged it; PNG + SVG +
-the plotted data as JSON) and one static HTML page, ``OUT/index.html``, with the tables (``report.md``,
-``report.tex``, ``report.csv`` beside it) and the figures, readable offline (:mod:`cselab.report.page`).
+``--figures OUT`` also writes the papers' figures from the runs (:mod:`cselab.report.figures`) and one static HTML
+page, ``OUT/index.html``, that shows them with the tables, readable offline (:mod:`cselab.report.page`).
 
 Exit status: 0 on success (failed runs included), 1 when nothing was found, the published data is invalid or two
 runs of a row share a seed, 2 on bad arguments or a missing directory.
@@ -121,19 +117,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     group_by = [k.strip() for k in args.group_by.split(",") if k.strip()] if args.group_by else None
     try:
         published = load_published(args.published)
-    except (OSError, PublishedDataError) as err:
-        return fail(f"error: {err}", 1)
-    try:
         report = collect(args.dirs, group_by=group_by, published=published, log_lines=args.log_lines,
                          paper_backbone=args.paper_backbone)
-    except SameSeedError as err:
+    except (OSError, PublishedDataError, SameSeedError) as err:
         return fail(f"error: {err}", 1)
     if not report.groups and not report.failed:
         return fail(f"error: no results.json or Hydra run directory under {', '.join(args.dirs)}", 1)
     if args.figures_x is not None:
         from cselab.report.figures import swept_keys
 
-        keys = swept_keys([g for g in report.groups if g.runs])
+        keys = swept_keys(report.groups)
         if args.figures_x not in keys:
             parser.error(f"--figures-x {args.figures_x}: not a key that varies across the rows found; they vary in: "
                          f"{', '.join(keys) or 'nothing'}")
@@ -150,9 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{AUTO_MAX_PAIRS}: pass --compare all, or cselab compare RUN_A RUN_B", file=sys.stderr)
     if args.comparisons_csv is not None:
         table = Table.of(*comparison_records(comparisons, group_title))
-        args.comparisons_csv.parent.mkdir(parents=True, exist_ok=True)
-        args.comparisons_csv.write_text(csv_text(table), encoding="utf-8", newline="")
-        print(f"wrote {args.comparisons_csv} ({len(table.rows)} rows)", file=sys.stderr)
+        write_output(csv_text(table), args.comparisons_csv, f" ({len(table.rows)} rows)")
     text = render(report, args.format, dev=args.dev, comparisons=comparisons)
     if args.format == "markdown":  # runs with SentEval transfer results: the papers' transfer tables beside them
         from cselab.report.transfer import render_transfer_tables, transfer_rows_of_runs

@@ -60,15 +60,7 @@ def build_tiny_decoder(kind: str, out_dir: str | Path, lines: Iterable[str], see
         ValueError: an unknown ``kind``.
     """
     from tokenizers import processors
-    from transformers import (
-        LlamaConfig,
-        LlamaModel,
-        OPTConfig,
-        OPTModel,
-        PreTrainedTokenizerFast,
-        Qwen2Config,
-        Qwen2Model,
-    )
+    from transformers import LlamaModel, OPTModel, PreTrainedTokenizerFast, Qwen2Model
 
     if kind not in KINDS:
         raise ValueError(f"kind={kind!r}: expected one of {KINDS}")
@@ -82,29 +74,25 @@ def build_tiny_decoder(kind: str, out_dir: str | Path, lines: Iterable[str], see
                                                            special_tokens=[("</s>", 2)])
         fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="</s>", eos_token="</s>", unk_token="<unk>",
                                        pad_token="<pad>")
-        config = OPTConfig(vocab_size=tok.get_vocab_size(), hidden_size=hidden, num_hidden_layers=layers,
-                           ffn_dim=2 * hidden, num_attention_heads=4, max_position_embeddings=512,
-                           word_embed_proj_dim=hidden, pad_token_id=1, bos_token_id=2, eos_token_id=2)
-        model_cls = OPTModel
+        model_cls, own = OPTModel, {"ffn_dim": 2 * hidden, "word_embed_proj_dim": hidden, "pad_token_id": 1,
+                                    "bos_token_id": 2, "eos_token_id": 2}
     elif kind == "llama":
         specials = ["<unk>", "<s>", "</s>"]
         tok = train_byte_level_bpe(lines, specials, vocab_size)
         tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
                                                            special_tokens=[("<s>", 1)])
         fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
-        config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=hidden, num_hidden_layers=layers,
-                             intermediate_size=2 * hidden, num_attention_heads=4, num_key_value_heads=2,
-                             max_position_embeddings=512, bos_token_id=1, eos_token_id=2, pad_token_id=None)
-        model_cls = LlamaModel
+        model_cls, own = LlamaModel, {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": None}
     else:
         tok = train_byte_level_bpe(lines, [], vocab_size - 1)
         tok.add_special_tokens(["<|endoftext|>"])
         end = tok.token_to_id("<|endoftext|>")
         fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
-        config = Qwen2Config(vocab_size=tok.get_vocab_size(), hidden_size=hidden, num_hidden_layers=layers,
-                             intermediate_size=2 * hidden, num_attention_heads=4, num_key_value_heads=2,
-                             max_position_embeddings=512, eos_token_id=end, pad_token_id=end, bos_token_id=None)
-        model_cls = Qwen2Model
+        model_cls, own = Qwen2Model, {"eos_token_id": end, "pad_token_id": end, "bos_token_id": None}
+    # LLaMA and Qwen2: the MLP width and grouped-query attention
+    llama_like = {} if kind == "opt" else {"intermediate_size": 2 * hidden, "num_key_value_heads": 2}
+    config = model_cls.config_class(vocab_size=tok.get_vocab_size(), hidden_size=hidden, num_hidden_layers=layers,
+                                    num_attention_heads=4, max_position_embeddings=512, **llama_like, **own)
     torch.manual_seed(seed)
     model_cls(config).save_pretrained(out)
     fast.save_pretrained(out)

@@ -5,8 +5,7 @@
 * :mod:`cselab.report.render` -- Markdown / LaTeX / CSV tables;
 * :mod:`cselab.report.figures` -- the papers' figures from the runs (dev curves, sweeps, test scores, the
   alignment-uniformity trajectory), PNG + SVG + their data; :mod:`cselab.report.page` -- the offline HTML page;
-* ``cselab report`` / ``python -m cselab report DIR... [--format markdown|latex|csv] [--out FILE] [--group-by KEYS]
-  [--wandb] [--figures OUT]`` (:mod:`cselab.cli.report`).
+* ``cselab report`` / ``python -m cselab report DIR...`` (:mod:`cselab.cli.report`: its options).
 
 A run's ``results.json`` is written by :mod:`cselab.evaluation.results`.
 """

@@ -46,9 +46,8 @@ HYDRA_DIR = ".hydra"
 #: the three names every grouping key starts with (dotted keys: they name the key's parts and are the
 #: ``--group-by`` spelling, so they are read with :func:`config_value`, like a user's ``--group-by`` keys)
 BASE_KEYS: tuple[str, ...] = ("method.name", "backbone.name", "setting.name")
-#: override keys that never split a group (besides ``hydra.*``): the seed, output-only settings, the data path,
-#: and the config-group choices whose names are already in :data:`BASE_KEYS`
-#: (with :data:`cselab.io.config.OUTPUT_ONLY_KEYS`: logging, paths, resume, compile, progress bar ...)
+#: override keys that never split a group, besides ``hydra.*`` (module docstring; with
+#: :data:`cselab.io.config.OUTPUT_ONLY_KEYS`: logging, paths, resume, compile, progress bar ...)
 IGNORED_OVERRIDE_KEYS: frozenset[str] = frozenset({"seed", "group", "data_dir", "logger", "method", "backbone",
                                                     "setting", *OUTPUT_ONLY_KEYS})
 IGNORED_PREFIXES: tuple[str, ...] = tuple(f"{k}{sep}" for k in OUTPUT_ONLY_KEYS for sep in "./")
@@ -398,31 +397,22 @@ def group_key(run: Run, group_by: Sequence[str] | None = None) -> tuple[tuple[st
         return tuple((k, _hashable(config_value(run.config, k))) for k in group_by)
     base = tuple((k, config_value(run.config, k)) for k in BASE_KEYS)
     if run.overrides is not None:
-        items = []
-        for item in run.overrides:
-            key, _, value = _split_override(item)
-            if key and not _ignored(key):
-                items.append((f"override:{key}", value))
-        return base + tuple(sorted(items))
-    items = []
-    for key, value in _flatten(run.config).items():
-        last = key.rsplit(".", 1)[-1].lower()
-        if key in BASE_KEYS or _ignored(key) or "path" in last or "dir" in last:
-            continue
-        items.append((f"config:{key}", _hashable(value)))
+        overrides = map(_split_override, run.overrides)
+        return base + tuple(sorted((f"override:{key}", value) for key, _, value in overrides
+                                   if key and not _ignored(key)))
+    items = [(f"config:{key}", _hashable(value)) for key, value in _flatten(run.config).items()
+             if key not in BASE_KEYS and not _ignored(key)
+             and not any(word in key.rsplit(".", 1)[-1].lower() for word in ("path", "dir"))]  # paths, directories
     return base + tuple(sorted(items, key=lambda kv: kv[0]))
 
 
 def _label(key: tuple[tuple[str, Any], ...], varying: set[str]) -> str:
-    parts = []
-    for name, value in key:
-        if name.startswith("override:"):
-            parts.append(f"{name[len('override:'):]}={value}")
-        elif name.startswith("config:") and name in varying:
-            parts.append(f"{name[len('config:'):]}={value}")
-        elif not name.startswith(("override:", "config:")) and name not in BASE_KEYS:
-            parts.append(f"{name}={value}")
-    return ", ".join(parts)
+    # the overrides, the config items that vary between rows (``varying``: ``config:`` names), and --group-by
+    # keys other than BASE_KEYS
+    prefixed = ("override:", "config:")
+    return ", ".join(f"{name.partition(':')[2] if name.startswith(prefixed) else name}={value}" for name, value in key
+                     if name.startswith("override:") or name in varying
+                     or not (name.startswith("config:") or name in BASE_KEYS))
 
 
 def _sort_key(group: Group) -> tuple:

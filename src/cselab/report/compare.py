@@ -26,8 +26,8 @@ from cselab.io.tables import Column, Table, csv_text, markdown
 from cselab.report.collect import json_key
 from cselab.report.published import COLUMN_NAMES
 
-__all__ = ["AUTO_MAX_PAIRS", "comparable_pairs", "compare_groups", "comparison_records", "load_pairs", "compare_runs", "comparison_rows", "render_comparison",
-           "seed_difference"]
+__all__ = ["AUTO_MAX_PAIRS", "comparable_pairs", "compare_groups", "comparison_records", "load_pairs", "compare_runs",
+           "render_comparison", "seed_difference"]
 
 
 def load_pairs(run_dir: str | os.PathLike) -> dict[str, TaskPairs]:
@@ -83,25 +83,19 @@ def _p(p: float | None) -> str:
     return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
 
 
-def comparison_rows(cmp: Comparison) -> tuple[list[str], list[list[object]]]:
-    """``(columns, rows)`` of a comparison, one row per task then ``avg`` (plain values, unrounded)."""
-    columns = ["task", "a", "b", "diff", "ci_low", "ci_high", "p", "p_holm", "significant", "ci_method",
-               "n_resamples", "seed"]
-    rows = []
-    for name, c in cmp.tasks.items():
-        rows.append([name, c.a, c.b, c.diff, c.interval.low, c.interval.high, c.p, c.p_holm,
-                     cmp.significant(name), c.interval.method, cmp.n_resamples, cmp.seed])
-    return columns, rows
-
-
 def render_comparison(cmp: Comparison, label_a: str, label_b: str, fmt: str = "markdown") -> str:
-    """A comparison as a Markdown table with its legend (``fmt="markdown"``) or as CSV (``"csv"``).
+    """A comparison as a Markdown table with its legend (``fmt="markdown"``) or as CSV (``"csv"``: one row per task
+    then ``avg``, plain values, unrounded).
 
     Raises:
         ValueError: unknown format.
     """
     if fmt == "csv":
-        return csv_text(Table.of(*comparison_rows(cmp)))
+        return csv_text(Table.of(["task", "a", "b", "diff", "ci_low", "ci_high", "p", "p_holm", "significant",
+                                  "ci_method", "n_resamples", "seed"],
+                                 [[name, c.a, c.b, c.diff, c.interval.low, c.interval.high, c.p, c.p_holm,
+                                   cmp.significant(name), c.interval.method, cmp.n_resamples, cmp.seed]
+                                  for name, c in cmp.tasks.items()]))
     if fmt != "markdown":
         raise ValueError(f"unknown format {fmt!r}; expected markdown or csv")
     level = next(iter(cmp.tasks.values())).interval.level
@@ -162,14 +156,13 @@ def comparable_pairs(groups: Sequence) -> list[tuple]:
 
 def compare_groups(groups: Sequence, pairs: str = "auto", n_resamples: int = DEFAULT_BOOTSTRAP.n_resamples,
                    seed: int = DEFAULT_BOOTSTRAP.seed, level: float = DEFAULT_BOOTSTRAP.level,
-                   method: str = DEFAULT_BOOTSTRAP.method, max_auto: int | None = None) -> list[GroupComparison]:
+                   method: str = DEFAULT_BOOTSTRAP.method) -> list[GroupComparison]:
     """Paired comparisons between report rows tested on the same tasks, matched seed by seed.
 
     Args:
         groups: the report's groups (:class:`cselab.report.collect.Group`).
         pairs: ``auto`` (every pair of rows that share tasks and a seed whose two runs have ``test_pairs.npz``,
-            when there are at most ``max_auto`` such pairs, default :data:`AUTO_MAX_PAIRS`), ``all`` (every such
-            pair), ``none``.
+            when there are at most :data:`AUTO_MAX_PAIRS` such pairs), ``all`` (every such pair), ``none``.
         n_resamples, seed, level, method: as :func:`cselab.evaluation.stats.paired_comparison`.
 
     Returns:
@@ -183,7 +176,7 @@ def compare_groups(groups: Sequence, pairs: str = "auto", n_resamples: int = DEF
     if pairs == "none":
         return []
     candidates = comparable_pairs(groups)
-    if pairs == "auto" and len(candidates) > (AUTO_MAX_PAIRS if max_auto is None else max_auto):
+    if pairs == "auto" and len(candidates) > AUTO_MAX_PAIRS:
         return []
     out = []
     for ga, gb, runs in candidates:

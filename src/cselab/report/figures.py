@@ -109,12 +109,9 @@ def selected_step(run: Run) -> int | None:
 
 def dev_curve(run: Run) -> list[tuple[int, float]]:
     """A run's ``val_curve`` as ``[(step, STS-B dev Spearman x 100)]`` (points without a finite score left out)."""
-    points = []
-    for p in (run.results or {}).get("val_curve") or []:
-        step, score = p.get("step"), finite(p.get("stsb_dev"))
-        if isinstance(step, int) and score is not None:
-            points.append((step, score))
-    return points
+    curve = (run.results or {}).get("val_curve") or []
+    return [(p["step"], score) for p in curve
+            if isinstance(p.get("step"), int) and (score := finite(p.get("stsb_dev"))) is not None]
 
 
 def align_uniform_trajectory(run_dir: Path) -> list[dict[str, float]]:
@@ -237,19 +234,14 @@ def swept_keys(groups: Sequence[Group]) -> list[str]:
 
 def sweep_x_key(groups: Sequence[Group]) -> str | None:
     """The default x of a sweep figure: the first swept key whose values are all numbers (``None`` if none)."""
-    for name in swept_keys(groups):
-        vals = [_key_values(g).get(name) for g in groups]
-        if all(finite(v) is not None for v in vals):
-            return name
-    return None
+    return next((name for name in swept_keys(groups)
+                 if all(finite(_key_values(g).get(name)) is not None for g in groups)), None)
 
 
 def score_column(groups: Sequence[Group]) -> str | None:
     """``avg`` when every row has an Avg (the 7 tasks), else ``stsb`` when every row has STS-B test, else ``None``."""
-    for col in ("avg", "stsb"):
-        if groups and all(g.stat(col).mean is not None for g in groups):
-            return col
-    return None
+    return next((col for col in ("avg", "stsb") if groups and all(g.stat(col).mean is not None for g in groups)),
+                None)
 
 
 def sweep_figure(groups: Sequence[Group], x_key: str | None = None, col: str | None = None) -> FigureSpec | None:
@@ -394,7 +386,7 @@ def align_uniform_figure(groups: Sequence[Group]) -> FigureSpec | None:
     fig, ax = _figure(5.6, 4.8)
     series = []
     colours = {key: f"C{i}" for i, key in enumerate(dict.fromkeys(id(g) for g, _, _ in runs))}
-    names = row_names([g for g in groups if g.runs])
+    names = row_names(groups)
     seen: dict[int, int] = {}
     for g, run, points in runs:
         label = f"{names[id(g)]}, {_seed_label(run)}"
@@ -432,7 +424,7 @@ def build_figures(report: Report, sweep_x: str | None = None, score: str | None 
         sweep_x: the sweep's x key (default :func:`sweep_x_key`).
         score: the sweep's score column (default :func:`score_column`).
     """
-    groups = [g for g in report.groups if g.runs]
+    groups = report.groups  # each with a finished run (collect.group_runs)
     figures = [sweep_figure(groups, sweep_x, score), task_scores_figure(groups), align_uniform_figure(groups)]
     names = row_names(groups)
     figures += [dev_curve_figure(g, i, names[id(g)]) for i, g in enumerate(groups)]

@@ -343,9 +343,8 @@ def recipe_variant(config: Mapping[str, Any] | SavedRunConfig | None) -> str | N
     method, setting, backbone, denoise, prompt = c.method, c.setting, c.backbone, c.denoise, c.prompt
 
     if c.loss in ("infonce_eh", "energy_hinge"):
-        if c.loss_margin is None:  # not a number
-            return "+EH"
-        return "+EH" if math.isclose(c.loss_margin, 0.2) else f"+EH (m={c.loss_margin:g})"
+        # a margin that is not a number (None) reads as the paper's
+        return "+EH" if c.loss_margin is None or math.isclose(c.loss_margin, 0.2) else f"+EH (m={c.loss_margin:g})"
 
     if method == "baseline":
         pooler = c.pooler

@@ -4,10 +4,7 @@ Columns: STS12 STS13 STS14 STS15 STS16 STS-B SICK-R Avg (Spearman x 100), option
 ``mean ± std`` over the group's seeds (std only when n > 1, sample std with ddof=1, as the papers' "±"),
 followed by ``(paper; ours - paper)`` when the matched paper row reports that column.  Rows without a
 published number show ours only.  Failed runs are listed after the table with the last lines of their logs.
-
-CSV is the machine-readable form: one row per group (``status=ok``) with ``<col>_mean``, ``<col>_std``,
-``<col>_n``, ``<col>_paper``, ``<col>_paper_std``, ``<col>_diff`` for every column, then one row per failed
-run (``status=failed``) with its log tail.
+CSV is the machine-readable form (:func:`table_records`).
 """
 
 from __future__ import annotations
@@ -53,13 +50,9 @@ def _source(group: Group) -> str:
 
 
 def _notes(groups: Sequence[Group]) -> list[str]:
-    notes, seen = [], set()
-    for g in groups:
-        p = g.published
-        if p is not None and (p.erratum or p.derived) and p.index not in seen:
-            seen.add(p.index)
-            notes += [f"{p.source} ({p.method}, {p.backbone}, {p.setting}): {part}" for part in _note_parts(p)]
-    return notes
+    rows = {g.published.index: g.published for g in groups if g.published is not None}  # each row once, in order
+    return [f"{p.source} ({p.method}, {p.backbone}, {p.setting}): {part}" for p in rows.values()
+            for part in _note_parts(p)]
 
 
 def _note_parts(p) -> list[str]:
@@ -119,9 +112,8 @@ def sts_table(report: Report, dev: bool = False, markup: str = "markdown") -> Ta
 
 
 def render_markdown(report: Report, dev: bool = False, comparisons: Sequence | None = None) -> str:
-    """The report as a GitHub Markdown table (:func:`sts_table`) plus a legend, paper notes, the intervals (per run
-    over the test pairs, per row over seeds, against the paper), the paired ``comparisons``
-    (:func:`cselab.report.compare.compare_groups`) and the failed-run list."""
+    """The report as a GitHub Markdown table (:func:`sts_table`) plus a legend, paper notes, the intervals and the
+    paired ``comparisons`` (:func:`interval_sections`) and the failed-run list."""
     cols = _columns(dev)
     table = sts_table(report, dev)
     out = ["## STS results (Spearman × 100)", ""]
@@ -179,17 +171,16 @@ def interval_sections(report: Report, cols: Sequence[str], comparisons: Sequence
                     "the average's from the same resamples of every task.  It says how much the score of THIS "
                     "trained model would move on another test set drawn like this one; it does not cover the "
                     "variance over training seeds."]
-    multi = [g for g in report.groups if g.runs]
-    if multi:
+    if report.groups:  # every group holds a finished run (collect.group_runs makes one per finished run's key)
         warnings = []
-        for g in multi:
+        for g in report.groups:
             # the warning of a column the row has scores in (a run that tested a subset of the tasks has no avg:
             # its n=0 there is not the row's n)
             scored = [st for st in (g.stat(c) for c in ("avg", *test_cols)) if st.n]
             warning = scored[0].warning if scored else seed_statistics([]).warning
             if warning:
                 warnings.append(f"- {markdown_escape(group_title(g))}: {warning}")
-        rows = [[g, g.n, _seeds(g), *(_seed_cell(g, c) for c in test_cols)] for g in multi]
+        rows = [[g, g.n, _seeds(g), *(_seed_cell(g, c) for c in test_cols)] for g in report.groups]
         out += ["", "### Per row: seed statistics (mean ± std [95 % t-interval of the mean])", "",
                 *markdown(Table([row_title, Column("n", "right"), Column("Seeds"), *scores], rows)),
                 "", "Interval: mean ± t(0.975, n−1) · std / √n over the n seeds (runs that differ only in seed; "
@@ -197,7 +188,7 @@ def interval_sections(report: Report, cols: Sequence[str], comparisons: Sequence
                     "set, not the test-set sampling of the per-run intervals."]
         if warnings:
             out += ["", "Warnings:", "", *warnings]
-    papers = [g for g in multi if g.published is not None and any(g.paper(c) is not None for c in test_cols)]
+    papers = [g for g in report.groups if g.published is not None and any(g.paper(c) is not None for c in test_cols)]
     if papers:
         rows = [[g, _source(g), g.n, *(_inside_cell(g, c) for c in test_cols)] for g in papers]
         out += ["", "### Against the paper: is the published number inside our seed interval?", "",
@@ -208,10 +199,10 @@ def interval_sections(report: Report, cols: Sequence[str], comparisons: Sequence
         if not gc.by_seed:
             out += [f"_not compared: {'; '.join(gc.skipped) or 'no seed in common'}_"]
             continue
-        tasks = list(next(iter(gc.by_seed.values())).tasks)
+        cmp0 = next(iter(gc.by_seed.values()))
+        tasks = list(cmp0.tasks)
         rows = [[seed, *(_paired_cell(cmp, t) for t in tasks)] for seed, cmp in gc.by_seed.items()]
         rows.append([f"mean over {len(gc.by_seed)} seeds", *(_over_seeds_cell(gc.over_seeds.get(t)) for t in tasks)])
-        cmp0 = next(iter(gc.by_seed.values()))
         out += [*markdown(Table([Column("Seed", format=str), *(Column(COLUMN_TITLES.get(t, t), "right") for t in tasks)],
                                 rows)),
                 "", f"Per seed: A − B (Spearman × 100 points) on the same test pairs, [paired bootstrap "
@@ -302,9 +293,10 @@ def render_latex(report: Report, dev: bool = False) -> str:
 def table_records(report: Report) -> tuple[list[str], list[list[Any]]]:
     """The report as ``(columns, rows)`` of plain values (numbers unrounded; ``None`` when missing).
 
-    Group rows have ``status="ok"``; each failed or unfinished run adds a row with ``status="failed"`` /
-    ``"unfinished"`` (no results.json, no failed.json: running or interrupted), its ``run_dirs``,
-    ``error`` and ``log_tail`` (the last log lines, newline-joined).  Used for CSV and the W&B table.
+    Group rows have ``status="ok"`` and ``<col>_mean``, ``<col>_std``, ``<col>_n``, ``<col>_paper``,
+    ``<col>_paper_std``, ``<col>_diff`` for every column; each failed or unfinished run adds a row with
+    ``status="failed"`` / ``"unfinished"`` (no results.json, no failed.json: running or interrupted), its
+    ``run_dirs``, ``error`` and ``log_tail`` (the last log lines, newline-joined).  Used for CSV and the W&B table.
     """
     cols = _columns(True)
     columns = ["status", "method", "backbone", "setting", "variant", "label", "n", "n_failed", "seeds"]
@@ -332,9 +324,7 @@ def table_records(report: Report) -> tuple[list[str], list[list[Any]]]:
                     *(pairs or [None, None])]
         rows.append(row)
     for run in report.failed:
-        c = run.config
-        names = [(c.get(k) or {}).get("name") if isinstance(c.get(k), dict) else None
-                 for k in ("method", "backbone", "setting")]
+        names = [run.saved.method, run.saved.backbone, run.saved.setting]
         tail = "\n".join(f"[{name}] {line}" for name, lines in run.log_tail.items() for line in lines)
         row = [run.status, *names, None, ", ".join(run.overrides or []), 0, 1,
                "" if run.seed is None else str(run.seed)]

@@ -126,16 +126,12 @@ class SavedRunConfig:
         if isinstance(config, SavedRunConfig):
             return config
         defaults = {f.name: f.default for f in fields(cls)}
-
-        def read(name: str) -> Any:
-            for dotted in SOURCES[name]:
-                value = config_value(config, dotted, _ABSENT)
-                if value is not _ABSENT:
-                    return value
-            return defaults.get(name)
-
-        values = {name: read(name) for name in SOURCES}
-        values["loss_margin"] = _float_or_none(values["loss_margin"])
+        values = {name: next((v for key in keys if (v := config_value(config, key, _ABSENT)) is not _ABSENT),
+                             defaults[name]) for name, keys in SOURCES.items()}
+        try:
+            values["loss_margin"] = float(values["loss_margin"])
+        except (TypeError, ValueError, OverflowError):  # not a number
+            values["loss_margin"] = None
         values["positive_negative_term"] = values["positive_negative_term"] is not False
         values["train"] = values["train"] is not False
         values["topk_denoise"] = bool(values["topk_denoise"])
@@ -146,10 +142,3 @@ class SavedRunConfig:
             values.update(whitening=bool(node.get("enabled")), whitening_fit_on=node.get("fit_on", "nli"),
                           whitening_k=node.get("k"))
         return cls(**values)
-
-
-def _float_or_none(value: Any) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
