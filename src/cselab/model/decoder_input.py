@@ -100,8 +100,6 @@ class PromptCollate:
 
     def __init__(self, tokenizer, views: Sequence[ViewSpec], max_seq_len: int | None = None,
                  eval_rules: bool = False, decode_cleanup: bool | None = None) -> None:
-        if not views:
-            raise ValueError("a collate needs at least one view")
         self.tokenizer = tokenizer
         self.views = list(views)
         self.parts = [split_prompt(v.template) for v in self.views]

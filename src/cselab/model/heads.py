@@ -85,9 +85,9 @@ def head_name(head: nn.Module | None) -> str:
     return next((name for name, cls in HEAD_CLASSES.items() if isinstance(head, cls)), "mlp")
 
 
-def bert_init_(module: nn.Module, std: float = 0.02) -> nn.Module:
+def bert_init_(module: nn.Module, std: float = 0.02) -> None:
     """BERT's ``_init_weights`` on every Linear / LayerNorm of ``module``, in place: Linear weights N(0, std),
-    biases 0; LayerNorm weight 1, bias 0.  Returns ``module``.
+    biases 0; LayerNorm weight 1, bias 0.
 
     Source: transformers ``BertPreTrainedModel._init_weights`` as called by the official ``cl_init`` ->
     ``cls.init_weights()`` (SimCSE ``simcse/models.py:95``).
@@ -100,7 +100,6 @@ def bert_init_(module: nn.Module, std: float = 0.02) -> nn.Module:
         elif isinstance(m, nn.LayerNorm):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
-    return module
 
 
 def build_head(name: str, hidden_size: int, init: str = "bert", std: float = 0.02,

@@ -30,7 +30,6 @@ the suffix loses its trailing whitespace.  ``tokenize_template(..., whole_string
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -120,9 +119,6 @@ class Template:
     def __str__(self) -> str:
         space = " " if self.space_before_sentence else ""
         return f"{self.prefix}{space}{SENT}{self.suffix}"
-
-
-_MASK_SPLIT = re.compile(r"(\[MASK\])")
 
 
 @dataclass(frozen=True)
