@@ -95,8 +95,6 @@ class PromptCollate:
     """
 
     denoise = "none"
-    soft_slots: dict = {}
-    soft_init_ids: list[int] = []
 
     def __init__(self, tokenizer, views: Sequence[ViewSpec], max_seq_len: int | None = None,
                  eval_rules: bool = False, decode_cleanup: bool | None = None) -> None:

@@ -83,14 +83,11 @@ class ViewCollate:
         soft_templates: for continuous templates (``tuning=soft_prompt``): the ordered list of every template
             string that shares the trainable table (train and eval collates get the same list, so slots agree).
             Each template token except [CLS], [SEP] and [MASK] gets a slot; ``template_index`` is emitted.
-        mlm_probability: > 0 adds ``mlm_input_ids`` / ``mlm_labels`` (B, V, T) for the MLM auxiliary loss:
-            that fraction of the SENTENCE tokens is selected, 80 % replaced by [MASK], 10 % by a random token,
-            10 % kept (BERT / SimCSE ``mask_tokens``); labels are -100 elsewhere.
-        mlm_seed: seeds the masking together with the batch's token ids (CRC-32 of ``input_ids``): a batch gets
-            the same masks in whichever DataLoader worker or process it is collated, and in a run resumed
-            mid-epoch (where the workers restart and skip batches), so a resumed run sees the masks of an
-            uninterrupted one.  The run builds the training collate with its ``seed``
-            (:func:`cselab.run.assemble.build_datamodule`).
+        mlm_probability: > 0 adds ``mlm_input_ids`` / ``mlm_labels`` (B, V, T) for the MLM auxiliary loss: BERT's
+            masking of that fraction of the SENTENCE tokens (:func:`.mlm_masking.mask_tokens`).
+        mlm_seed: seeds the masking together with the batch's token ids (:mod:`.mlm_masking`: the same masks in
+            any DataLoader worker or process, and in a run resumed mid-epoch).  The run builds the training
+            collate with its ``seed`` (:func:`cselab.run.assemble.build_datamodule`).
         pad_to_multiple_of: None, or the width T (and Tb of the bias rows) padded up to a multiple of it (never
             beyond ``max_positions``), and the bias rows padded to the fixed count :attr:`max_bias_rows` (copies
             of a real row, which no ``bias_row`` points to), so that a compiled training forward sees a few shapes
