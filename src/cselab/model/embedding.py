@@ -27,7 +27,6 @@ from .backbone import Encoder
 from .collates import build_collate
 from .embedding_folder import load_folder, save_folder
 from .encode_loop import TokenCache, eval_mode, in_length_order
-from .heads import head_name
 from .pooling import needs_hidden_states, pool
 from .spec import EmbeddingSpec, TuningSpec
 from .template_input import ViewCollate
@@ -280,7 +279,7 @@ class EmbeddingModel(nn.Module):
     def save(self, folder: str | os.PathLike) -> None:
         """Write the model into ``folder`` (:func:`.embedding_folder.save_folder`: ``cselab_model.json``,
         ``backbone/`` config and tokenizer, ``cselab_model.safetensors``); :meth:`load` rebuilds it."""
-        save_folder(self, folder, head_name(self.head))
+        save_folder(self, folder)
 
     @classmethod
     def load(cls, folder: str | os.PathLike, device: str | torch.device = "cpu") -> EmbeddingModel:
