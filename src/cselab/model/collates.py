@@ -51,4 +51,3 @@ def build_collate(spec: EmbeddingSpec, tokenizer, backbone: Encoder, kind: str, 
         pad_to_multiple_of=pad_to_multiple_of,
         train_tokenization=spec.train_tokenization if training else "promptbert",
     )
-
