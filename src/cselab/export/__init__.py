@@ -195,7 +195,8 @@ def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verif
             finally:
                 model.whitening = whitening
             entries = json.loads((staging / "modules.json").read_text(encoding="utf-8"))
-            if reason is not None or whitening is not None:
+            remote = reason is not None or whitening is not None  # code files shipped: trust_remote_code
+            if remote:
                 for path in model_code_files():
                     shutil.copyfile(path, staging / path.name)
                 if reason is not None:
@@ -214,7 +215,6 @@ def export(source, out_dir: str | os.PathLike, *, overwrite: bool = False, verif
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        remote = reason is not None or model.whitening is not None
         result = {**plan, "path": str(out), "modules": modules, "trust_remote_code": remote,
                   "max_abs_diff": None, "check": None, "results": str(results_path) if results_path else None}
         if verify:

@@ -17,7 +17,7 @@ from cselab.io.tables import Column, Table, markdown
 from cselab.report.published import COLUMN_NAMES, SCORE_KEYS, TASKS, load_published, lookup, variant_of
 from cselab.report.saved_config import SavedRunConfig, config_value
 
-__all__ = ["CONFIG_KEYS", "export_check_line", "find_results", "model_card", "sts_table"]
+__all__ = ["CONFIG_KEYS", "find_results", "model_card", "sts_table"]
 
 #: the config keys the card lists (dotted, printed as the key column of its Configuration table, so they stay
 #: dotted strings read with :func:`config_value`; those absent from the run's config are skipped)
@@ -30,18 +30,6 @@ CONFIG_KEYS: tuple[str, ...] = (
 #: the method hyper-parameters listed when the run's config is not at hand (no results.json)
 HPARAM_KEYS: tuple[str, ...] = ("setting", "model.pooler", "model.head", "model.denoise", "model.prompt.name",
                                 "loss.name", "loss.temperature", "model.tuning.name", "optim.lr", "model.max_seq_len")
-
-
-def export_check_line(check: Mapping[str, Any] | None) -> str:
-    """The card's sentence on what the export checked (``check``: :func:`cselab.export.check_folder`'s dict, or
-    None: not checked)."""
-    if not check:
-        return "Not checked at export (`--no-verify`)."
-    verdict = "within" if check["passed"] else "ABOVE"
-    return (f"`SentenceTransformer(folder).encode` and `cselab.load(checkpoint).encode` were compared at export on "
-            f"{check['sentences']} probe sentences, each encoded alone (batches of {check['batch_size']}: the same "
-            f"inputs both ways, no padding), float32 on the CPU: largest absolute difference "
-            f"{check['max_abs_diff']:.3g}, {verdict} the tolerance {check['tolerance']:g}.")
 
 
 def find_results(checkpoint: str | os.PathLike | None) -> Path | None:
@@ -148,7 +136,13 @@ def model_card(
          + (" + `Dense` with `Tanh`" if plan.get("use_head") or plan.get("pooler") == "cls" else "")
          + "): no custom code, `trust_remote_code` is not needed."),
         "",
-        "## Export check", "", export_check_line(check), "",
+        "## Export check", "",
+        ("Not checked at export (`--no-verify`)." if not check else
+         f"`SentenceTransformer(folder).encode` and `cselab.load(checkpoint).encode` were compared at export on "
+         f"{check['sentences']} probe sentences, each encoded alone (batches of {check['batch_size']}: the same "
+         f"inputs both ways, no padding), float32 on the CPU: largest absolute difference "
+         f"{check['max_abs_diff']:.3g}, {'within' if check['passed'] else 'ABOVE'} the tolerance "
+         f"{check['tolerance']:g}."), "",
     ]
     chosen = [(k, config_value(config, k)) for k in CONFIG_KEYS]
     if not config and hparams:  # no results.json: the checkpoint's own hyper-parameters

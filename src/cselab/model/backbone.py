@@ -9,6 +9,7 @@ Loading by name (hub id, folder, ``package:``) is :mod:`cselab.model.loading`.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from types import SimpleNamespace
 
 import torch
@@ -62,7 +63,6 @@ class Encoder(nn.Module):
         self.prefix_variant = None
         self.prefix_positions = "shifted"
         self.soft_template: nn.Module | None = None  # tuning=soft_prompt
-        self.lora: dict | None = None  # tuning=lora: its LoraConfig arguments
 
     @property
     def base_model(self) -> nn.Module:
@@ -113,12 +113,11 @@ class Encoder(nn.Module):
         """Freeze the backbone and add trainable prefixes (:func:`cselab.model.prefix.apply_prefix_tuning`).
 
         Raises:
-            ValueError: bad length / variant / positions (names the ``tuning.*`` key).
+            ValueError: ``tuning.variant=input_layer`` with unshifted positions (a bad length, variant or positions
+                value is refused earlier, by :class:`.spec.TuningSpec`).
         """
-        from .prefix import PREFIX_POSITIONS, apply_prefix_tuning
+        from .prefix import apply_prefix_tuning
 
-        if positions not in PREFIX_POSITIONS:
-            raise ValueError(f"tuning.prefix_positions={positions!r}: expected one of {PREFIX_POSITIONS}")
         if variant == "input_layer" and positions != "shifted":
             raise ValueError("tuning.variant=input_layer puts the prompt in the input sequence: its real tokens "
                              "always follow it (tuning.prefix_positions must be 'shifted')")
@@ -142,18 +141,13 @@ class Encoder(nn.Module):
             return None
         return getattr(self.model.prompt_encoder[self.model.active_adapter], "cselab_prefix_draw", None)
 
-    @contextlib.contextmanager
-    def one_prompt_draw(self, kept: dict | None = None):
+    def one_prompt_draw(self, kept: dict | None = None) -> contextlib.AbstractContextManager:
         """Within the block, every forward on the same number of rows reuses one draw of the prefix key/values
         (one dropout mask): the official DCPCSE step, whose contrastive and MLM passes share ``get_prompt``'s
         output (:class:`cselab.model.prefix.PrefixDraw`).  ``kept``: draws to serve, shape -> tensor (rows of
         :meth:`draw_prompt`).  Without prefixes, nothing changes."""
         draw = self.prompt_draw
-        if draw is None:
-            yield
-            return
-        with draw.shared(kept):
-            yield
+        return contextlib.nullcontext() if draw is None else draw.shared(kept)
 
     def draw_prompt(self, rows: int) -> torch.Tensor | None:
         """One draw of the prompt module's output for ``rows`` sequences, dropout applied: (rows, P, L * 2H) for
@@ -170,7 +164,7 @@ class Encoder(nn.Module):
         return tensor
 
     def add_lora(self, r: int = 64, alpha: float = 16, dropout: float = 0.05,
-                 target_modules: str | list[str] = "all-linear", bias: str = "none") -> None:
+                 target_modules: str | Sequence[str] = "all-linear", bias: str = "none") -> None:
         """Freeze the backbone and add LoRA adapters with PEFT (``get_peft_model`` + ``LoraConfig``).
 
         The official PromptEOL recipe (kongds/scaling_sentemb ``train_llm.sh:15-17``, ``ft_llm.py:409-431``): r=64,
@@ -193,9 +187,8 @@ class Encoder(nn.Module):
         try:
             self.model = get_peft_model(self.model, config)
         except ValueError as err:
-            raise ValueError(f"tuning.target_modules={target_modules!r}: {err}") from err
+            raise ValueError(f"tuning.target_modules={targets!r}: {err}") from err
         self.tuning = "lora"
-        self.lora = {"r": int(r), "alpha": alpha, "dropout": float(dropout), "target_modules": targets, "bias": bias}
 
     def merge_lora(self) -> None:
         """Fold the LoRA adapters into the backbone's weights (``merge_and_unload``): the same function, a plain
@@ -207,7 +200,7 @@ class Encoder(nn.Module):
         if self.tuning != "lora":
             raise ValueError(f"merge_lora: the backbone has tuning={self.tuning}, not lora")
         self.model = self.model.merge_and_unload()
-        self.tuning, self.lora = "full", None
+        self.tuning = "full"
 
     def add_soft_template(self, init_ids: list[int]) -> None:
         """Freeze the backbone and make the template tokens continuous (SCPCSE / OptiPrompt).
@@ -244,16 +237,18 @@ class Encoder(nn.Module):
         ``template_index`` (soft templates): slot of each template token, -1 elsewhere.
         """
         kwargs = {"attention_mask": attention_mask, "output_hidden_states": output_hidden_states, "return_dict": True}
+        input_layer = self.tuning == "prefix" and self.prefix_variant == "input_layer"
+        prefix = self.tuning == "prefix" and not input_layer  # deep / layer-shared: past key/values
         if self.is_decoder:  # no KV cache; learned absolute positions follow the left padding
             kwargs["use_cache"] = False
             if self.positions_from_mask and position_ids is None:
                 position_ids = (attention_mask.long().cumsum(1) - 1).clamp(min=0)
-        if self.tuning == "prefix" and self.prefix_variant != "input_layer":
+        if prefix:
             if self.prefix_positions == "unshifted" and position_ids is None:
                 position_ids = self._default_positions(input_ids)
             elif self.prefix_positions == "shifted" and position_ids is not None:
                 position_ids = position_ids + self.prefix_len
-        elif self.tuning == "prefix" and position_ids is not None:
+        elif input_layer and position_ids is not None:
             raise ValueError("explicit position ids (template denoising) are not supported with "
                              "tuning.variant=input_layer")
         if self.soft_template is not None and template_index is not None:
@@ -264,14 +259,13 @@ class Encoder(nn.Module):
         else:
             kwargs["input_ids"] = input_ids
             kwargs["position_ids"] = position_ids
-        prefix = self.tuning == "prefix" and self.prefix_variant != "input_layer"
         if prefix:  # the attention mask extended over the prefix key/values
             n = attention_mask.shape[0]
             ones = torch.ones(n, self.prefix_len, dtype=attention_mask.dtype, device=attention_mask.device)
             kwargs["attention_mask"] = torch.cat([ones, attention_mask], dim=1)
         # no host sync in Hugging Face's mask builder (cselab.model.attention_mask); not with an input-layer prompt,
         # whose PEFT forward concatenates the 2D mask with the prompt's
-        if self.mask_4d and not (self.tuning == "prefix" and self.prefix_variant == "input_layer"):
+        if self.mask_4d and not input_layer:
             if self.opt_positions and kwargs["position_ids"] is None:
                 kwargs["position_ids"] = opt_positions(kwargs["attention_mask"])
             kwargs["attention_mask"] = sdpa_mask_4d(kwargs["attention_mask"], input_ids.shape[1], self.is_decoder)
@@ -282,7 +276,7 @@ class Encoder(nn.Module):
             out = self.model.get_base_model()(**kwargs)
         else:
             out = self.model(**kwargs)
-        if self.tuning == "prefix" and self.prefix_variant == "input_layer":
+        if input_layer:
             p = self.prefix_len
             hs = out.hidden_states
             return SimpleNamespace(

@@ -11,11 +11,10 @@ ZBWpro/PretCoTandKE ``evaluation.py:234-243``, ``train.py:234-259``):
 * the prompt is ONE string, ``template.replace([X], sentence).strip()``, tokenized at once with the tokenizer's
   own special tokens (BOS for OPT / LLaMA, none for GPT-2 / Qwen2), never an EOS; a byte-level BPE merges
   across the template / sentence boundary (``."`` is one pre-token), so the pieces are never tokenized apart;
-* at evaluation (``eval_rules=True``) the sentence first gets, in order: a ``.`` appended unless it ends in
-  ``. ? " '``; every ``"`` replaced by ``'``; a final ``?`` replaced by ``.`` (:func:`prompteol_sentence`).  No
-  truncation at evaluation;
+* at evaluation (``eval_rules=True``) the sentence first gets the official evaluation sentence rules
+  (:func:`prompteol_sentence`); no truncation at evaluation;
 * in training (``max_seq_len`` set) none of these rules: the sentence is tokenized without special tokens, cut
-  to ``max_seq_len`` tokens and decoded back to text (:meth:`PromptCollate.train_sentence`), then inserted;
+  to ``max_seq_len`` tokens and decoded back to text (:meth:`PromptCollate.train_sentences`), then inserted;
 * left padding with pad id 0 (``evaluation.py:143-144``, ``ft_llm.py:334-335``): for LLaMA 0 is ``<unk>``, for
   OPT ``<s>``, for Qwen2 an ordinary token; the attention mask, built from the lengths, hides pads whatever
   their id (the official training mask ``input_ids > 0``, ``ft_llm.py:153``, is the same wherever no real token
@@ -95,13 +94,9 @@ class PromptCollate:
     """
 
     denoise = "none"
-    soft_slots: dict = {}
-    soft_init_ids: list[int] = []
 
     def __init__(self, tokenizer, views: Sequence[ViewSpec], max_seq_len: int | None = None,
                  eval_rules: bool = False, decode_cleanup: bool | None = None) -> None:
-        if not views:
-            raise ValueError("a collate needs at least one view")
         self.tokenizer = tokenizer
         self.views = list(views)
         self.parts = [split_prompt(v.template) for v in self.views]

@@ -11,9 +11,6 @@ Its parts, each one concept and one file of this package:
 * pooling (:mod:`.pooling`), template bias (:mod:`.template_bias`), head (:mod:`.heads`);
 * at test only, after the head: the optional BERT-whitening transform (:mod:`.whitening`, :attr:`EmbeddingModel.whitening`),
   fitted by the run's evaluation (:mod:`cselab.evaluation.whitening`) and saved with the model.
-
-The package imports nothing of cselab outside itself (relative imports only), so that an exported folder can
-hold these very files and ``SentenceTransformer(folder, trust_remote_code=True)`` runs them.
 """
 
 from __future__ import annotations
@@ -29,14 +26,11 @@ from torch import nn
 from .backbone import Encoder
 from .collates import build_collate
 from .embedding_folder import load_folder, save_folder
-from .encode_loop import TokenCache, eval_autocast, eval_batch_size, eval_mode, in_length_order
-from .heads import head_name
+from .encode_loop import TokenCache, eval_mode, in_length_order
 from .pooling import needs_hidden_states, pool
 from .spec import EmbeddingSpec, TuningSpec
 from .template_input import ViewCollate
-from .whitening import Whitening, checked_whitening, describe_whitening, install_on_load
-
-ENCODERS = ("test", "dev")
+from .whitening import Whitening, install_on_load
 
 
 class EmbeddingModel(nn.Module):
@@ -99,9 +93,8 @@ class EmbeddingModel(nn.Module):
         elif name == "soft_prompt":
             backbone.add_soft_template(self.collate("train").soft_init_ids)
         elif name == "lora":
-            target = tuning.target_modules
             backbone.add_lora(r=tuning.r, alpha=tuning.alpha, dropout=tuning.dropout_value,
-                              target_modules=list(target) if isinstance(target, tuple) else target, bias=tuning.bias)
+                              target_modules=tuning.target_modules, bias=tuning.bias)
 
     def merge_lora(self) -> None:
         """Fold the LoRA adapters into the backbone (:meth:`.backbone.Encoder.merge_lora`); ``tuning`` becomes
@@ -218,12 +211,14 @@ class EmbeddingModel(nn.Module):
         Raises:
             ValueError: ``encoder`` is neither ``test`` nor ``dev``.
         """
-        if encoder not in ENCODERS:
+        if encoder not in ("test", "dev"):
             raise ValueError(f"encode(encoder={encoder!r}): expected 'test' or 'dev'")
         collate, device = self.collate(encoder), self.device
-        batch_size = eval_batch_size(batch_size or self.spec.eval_batch_size, device)
+        batch_size = batch_size or self.spec.eval_batch_size or (256 if device.type == "cuda" else 128)
         tokens = self._token_cache.tokens(collate, tuple(sentences))
-        autocast = eval_autocast(self.spec.eval_precision, device)
+        precision = self.spec.eval_precision
+        bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
+        autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
 
         whitening = self.whitening if encoder == "test" else None
         if whitening is not None and whitening.kernel.device != device:
@@ -249,7 +244,10 @@ class EmbeddingModel(nn.Module):
         Raises:
             ValueError: its input dimension is not :attr:`embedding_dim`.
         """
-        self.whitening = checked_whitening(whitening, self.embedding_dim, self.device)
+        if whitening is not None and whitening.in_features != self.embedding_dim:
+            raise ValueError(f"whitening: fitted on {whitening.in_features}-d embeddings, this model's are "
+                             f"{self.embedding_dim}-d")
+        self.whitening = None if whitening is None else whitening.to(self.device)
 
     @property
     def embedding_dim(self) -> int:
@@ -266,7 +264,7 @@ class EmbeddingModel(nn.Module):
         input_layer | soft | lora), "template", "add_period", "pool_layer", "whitening"}`` from its test collate,
         spec, head, prompt module and whitening transform (``whitening``: None or ``{"dim": D, "k": k,
         "normalize": bool}``)."""
-        collate = self.collate("test")
+        collate, w = self.collate("test"), self.whitening
         return {"pooler": self.representation_pooler,
                 "head": "none" if self.head is None else type(self.head).__name__,
                 "use_head": self.head is not None and self.spec.use_head_at_eval,
@@ -274,13 +272,14 @@ class EmbeddingModel(nn.Module):
                 "prompt_kind": self.backbone.prompt_kind,
                 "template": collate.views[0].template, "add_period": collate.add_period,
                 "pool_layer": self.spec.pool_layer,
-                "whitening": describe_whitening(self.whitening)}
+                "whitening": None if w is None else {"dim": w.in_features, "k": w.out_features,
+                                                     "normalize": w.normalize}}
 
     # ----------------------------------------------------------------------------------------- save / load
     def save(self, folder: str | os.PathLike) -> None:
         """Write the model into ``folder`` (:func:`.embedding_folder.save_folder`: ``cselab_model.json``,
         ``backbone/`` config and tokenizer, ``cselab_model.safetensors``); :meth:`load` rebuilds it."""
-        save_folder(self, folder, head_name(self.head))
+        save_folder(self, folder)
 
     @classmethod
     def load(cls, folder: str | os.PathLike, device: str | torch.device = "cpu") -> EmbeddingModel:

@@ -12,7 +12,7 @@ import os
 import torch
 
 from .backbone import Encoder
-from .heads import build_head
+from .heads import build_head, head_name
 from .spec import EmbeddingSpec
 
 CONFIG_FILE = "cselab_model.json"
@@ -20,14 +20,15 @@ WEIGHTS_FILE = "cselab_model.safetensors"
 BACKBONE_DIR = "backbone"
 
 
-def save_folder(model, folder: str | os.PathLike, head_name: str) -> None:
+def save_folder(model, folder: str | os.PathLike) -> None:
     """Write ``model`` (an :class:`.embedding.EmbeddingModel`) into ``folder``: its spec with the backbone's family,
-    pooler-layer presence and head (``head_name``) as built, the backbone's config and tokenizer, every weight."""
+    pooler-layer presence and head (:func:`.heads.head_name`) as built, the backbone's config and tokenizer, every
+    weight."""
     from safetensors.torch import save_model
 
     os.makedirs(folder, exist_ok=True)
     base = model.backbone.base_model
-    config = dataclasses.replace(model.spec, family=model.backbone.family, head=head_name,
+    config = dataclasses.replace(model.spec, family=model.backbone.family, head=head_name(model.head),
                                  has_pooler_layer=getattr(base, "pooler", None) is not None).to_dict()
     with open(os.path.join(folder, CONFIG_FILE), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2)

@@ -1,6 +1,6 @@
 """The pieces of cselab's one encode loop (:meth:`.embedding.EmbeddingModel.encode`): the sentences' tokenization
-cached across calls, the sort-batch-unsort loop by token length, the evaluation batch size and arithmetic, and
-every submodule's train/eval mode restored after."""
+cached across calls, the sort-batch-unsort loop by token length, and every submodule's train/eval mode restored
+after."""
 
 from __future__ import annotations
 
@@ -50,18 +50,6 @@ class TokenCache:
     def clear(self) -> None:
         """Forget every entry (the collates were rebuilt)."""
         self._entries.clear()
-
-
-def eval_batch_size(batch_size: int | None, device: torch.device) -> int:
-    """``batch_size``, else the default: 256 sentences per forward pass on a GPU, 128 on CPU."""
-    return batch_size or (256 if device.type == "cuda" else 128)
-
-
-def eval_autocast(precision: str, device: torch.device) -> torch.autocast:
-    """The arithmetic of ``eval_precision``: ``auto`` (bf16 autocast on a GPU, float32 on CPU), ``32`` or
-    ``bf16`` (autocast on ``device``)."""
-    bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
 
 
 @contextlib.contextmanager

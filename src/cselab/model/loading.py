@@ -217,9 +217,7 @@ def load_mlm_transform(name_or_path: str) -> dict[str, torch.Tensor]:
     transform = getattr(predictions, "transform", None)
     if transform is None or any(".transform." in k for k in missing):
         raise refuse
-    state = {k: v.detach().clone() for k, v in transform.state_dict().items()}
-    del mlm
-    return state
+    return {k: v.detach().clone() for k, v in transform.state_dict().items()}
 
 
 def load_backbone(

@@ -32,13 +32,6 @@ def needs_hidden_states(pooler: str, layer: int = -1) -> bool:
     return pooler in _NEEDS_HIDDEN or (pooler == "last_token" and layer != -1)
 
 
-def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
-    """(N,) index of each row's last attended token in an (N, T) mask, for left or right padding alike."""
-    t = attention_mask.shape[1]
-    positions = torch.arange(t, device=attention_mask.device).expand_as(attention_mask)
-    return torch.where(attention_mask.bool(), positions, torch.full_like(positions, -1)).max(dim=1).values
-
-
 def _masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
     return (hidden * mask).sum(1) / mask.sum(1)
@@ -85,9 +78,11 @@ def pool(
     if hs is None and needs_hidden_states(pooler, layer):
         where = f" at layer {layer}" if pooler == "last_token" else ""
         raise ValueError(f"pooler={pooler}{where} needs output_hidden_states=True")
-    if pooler == "last_token":
+    if pooler == "last_token":  # each row's last attended token, for left or right padding alike
         last = last if layer == -1 else hs[layer]
-        return last[torch.arange(last.shape[0], device=last.device), last_token_index(attention_mask)]
+        positions = torch.arange(attention_mask.shape[1], device=attention_mask.device).expand_as(attention_mask)
+        index = torch.where(attention_mask.bool(), positions, torch.full_like(positions, -1)).max(dim=1).values
+        return last[torch.arange(last.shape[0], device=last.device), index]
     if pooler == "avg_top2":
         return _masked_mean((hs[-1] + hs[-2]) / 2.0, attention_mask)
     first = hs[1] if pooler == "avg_first_last" else hs[0]  # avg_first_last(_legacy)

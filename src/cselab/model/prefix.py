@@ -113,17 +113,11 @@ def apply_prefix_tuning(
 
     Returns:
         the ``PeftModelForFeatureExtraction`` wrapping ``model``; its prompt encoder carries the
-        :class:`PrefixDraw` hook as ``cselab_prefix_draw``.
-
-    Raises:
-        ValueError: ``pre_seq_len < 1`` or an unknown variant (names the config key).
+        :class:`PrefixDraw` hook as ``cselab_prefix_draw``.  ``pre_seq_len`` and ``variant`` are checked by
+        :class:`cselab.model.spec.TuningSpec` (``tuning.pre_seq_len``, ``tuning.variant``).
     """
     from peft import PrefixTuningConfig, PromptTuningConfig, TaskType, get_peft_model
 
-    if pre_seq_len < 1:
-        raise ValueError(f"tuning.pre_seq_len must be >= 1, got {pre_seq_len}")
-    if variant not in PREFIX_VARIANTS:
-        raise ValueError(f"tuning.variant={variant!r}: expected one of {PREFIX_VARIANTS}")
     config = model.config
     if variant == "input_layer":
         peft_cfg = PromptTuningConfig(task_type=TaskType.FEATURE_EXTRACTION, num_virtual_tokens=pre_seq_len)

@@ -2,8 +2,6 @@
 :class:`DevEncoder`), every setting written once with its type, default, unit and source, and its rules checked
 in one place (``__post_init__``).  ``to_dict`` / ``from_dict`` are ``cselab_model.json`` of a saved or exported
 model; :meth:`EmbeddingSpec.from_config` reads the run's ``module.model`` node (``conf/config.yaml``).
-
-Like the rest of :mod:`cselab.model`, this file imports only its siblings, so exported folders ship it.
 """
 
 from __future__ import annotations
@@ -107,15 +105,6 @@ class TuningSpec:
         if self.dropout is not None:
             return float(self.dropout)
         return 0.05 if self.name == "lora" else 0.1
-
-    @classmethod
-    def from_config(cls, node: Mapping[str, Any] | None) -> TuningSpec:
-        """From a ``tuning`` node (``{"name": ..., ...}``; None: ``full``); its ``_doc`` is ignored.
-
-        Raises:
-            ConfigError: an unknown key (named) or a value out of range.
-        """
-        return cls(**_known(node or {}, cls, "tuning", ignore=("_doc",)))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable (``target_modules`` a list when it is one)."""
@@ -228,8 +217,8 @@ class EmbeddingSpec:
         set_ = object.__setattr__
         set_(self, "train_views", _views(self.train_views, "train_views"))
         set_(self, "eval_view", _views([self.eval_view], "eval_view")[0])
-        if isinstance(self.tuning, Mapping) or self.tuning is None:
-            set_(self, "tuning", TuningSpec.from_config(self.tuning))
+        if isinstance(self.tuning, Mapping) or self.tuning is None:  # a tuning node (None: full); its _doc ignored
+            set_(self, "tuning", TuningSpec(**_known(self.tuning or {}, TuningSpec, "tuning", ignore=("_doc",))))
         if isinstance(self.dev_encoder, Mapping):
             set_(self, "dev_encoder", DevEncoder(**_known(self.dev_encoder, DevEncoder, "method.dev_encoder")))
         if self.dev_encoder is not None and self.denoise == "none" and self.dev_encoder.denoise:
@@ -324,18 +313,9 @@ class EmbeddingSpec:
     # ------------------------------------------------------------------------------------------- (de)serialise
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable, with ``spec_version`` (:data:`SPEC_VERSION`): ``cselab_model.json``."""
-        out: dict[str, Any] = {"spec_version": SPEC_VERSION}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "tuning":
-                value = value.to_dict()
-            elif f.name == "dev_encoder":
-                value = None if value is None else dataclasses.asdict(value)
-            elif f.name == "train_views":
-                value = [list(v) for v in value]
-            elif f.name == "eval_view":
-                value = list(value)
-            out[f.name] = value
+        out: dict[str, Any] = {"spec_version": SPEC_VERSION, **dataclasses.asdict(self)}  # dev_encoder: a dict
+        out.update(tuning=self.tuning.to_dict(), train_views=[list(v) for v in self.train_views],
+                   eval_view=list(self.eval_view))
         return out
 
     @classmethod

@@ -30,7 +30,7 @@ the suffix loses its trailing whitespace.  ``tokenize_template(..., whole_string
 
 from __future__ import annotations
 
-import re
+import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -120,9 +120,6 @@ class Template:
     def __str__(self) -> str:
         space = " " if self.space_before_sentence else ""
         return f"{self.prefix}{space}{SENT}{self.suffix}"
-
-
-_MASK_SPLIT = re.compile(r"(\[MASK\])")
 
 
 @dataclass(frozen=True)
@@ -229,12 +226,9 @@ def append_period_spaced(sentence: str) -> str:
     sentence is returned unchanged (the official code raises IndexError on it).
     """
     stripped = sentence.strip()
-    if stripped and stripped[-1] not in _PUNCTUATION:
+    if stripped and stripped[-1] not in string.punctuation:
         return sentence + " ."
     return sentence
-
-
-_PUNCTUATION = frozenset('!"#$%&\'()*+,-./:;<=>?@[\\]^_`{|}~')  # string.punctuation
 
 
 def period_rule(rule: bool | str):

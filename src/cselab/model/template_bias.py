@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
+import torch.nn.functional as F
 
 from .template import TokenizedTemplate
 
@@ -117,7 +118,8 @@ def bias_table(templates: Sequence[TokenizedTemplate], sent_len: torch.Tensor, m
 
     def table(key: str, value: int | None) -> torch.Tensor:
         """The parts' ``key`` tensors stacked (widths padded with ``value``), then ``extra`` copies of row 0."""
-        t = torch.cat([p[key] if value is None else pad_to(p[key], width, value) for p in parts])
+        t = torch.cat([p[key] if value is None else F.pad(p[key], (0, width - p[key].shape[1]), value=value)
+                       for p in parts])
         return torch.cat([t, t[:1].expand(extra, *t.shape[1:])]) if extra > 0 else t
 
     out = {
@@ -129,8 +131,3 @@ def bias_table(templates: Sequence[TokenizedTemplate], sent_len: torch.Tensor, m
     if mode == "position":
         out["bias_position_ids"] = table("position_ids", position_offset)
     return out
-
-
-def pad_to(t: torch.Tensor, width: int, value: int) -> torch.Tensor:
-    """(R, T) -> (R, width): ``t`` padded on the right with ``value``."""
-    return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)

@@ -83,14 +83,11 @@ class ViewCollate:
         soft_templates: for continuous templates (``tuning=soft_prompt``): the ordered list of every template
             string that shares the trainable table (train and eval collates get the same list, so slots agree).
             Each template token except [CLS], [SEP] and [MASK] gets a slot; ``template_index`` is emitted.
-        mlm_probability: > 0 adds ``mlm_input_ids`` / ``mlm_labels`` (B, V, T) for the MLM auxiliary loss:
-            that fraction of the SENTENCE tokens is selected, 80 % replaced by [MASK], 10 % by a random token,
-            10 % kept (BERT / SimCSE ``mask_tokens``); labels are -100 elsewhere.
-        mlm_seed: seeds the masking together with the batch's token ids (CRC-32 of ``input_ids``): a batch gets
-            the same masks in whichever DataLoader worker or process it is collated, and in a run resumed
-            mid-epoch (where the workers restart and skip batches), so a resumed run sees the masks of an
-            uninterrupted one.  The run builds the training collate with its ``seed``
-            (:func:`cselab.run.assemble.build_datamodule`).
+        mlm_probability: > 0 adds ``mlm_input_ids`` / ``mlm_labels`` (B, V, T) for the MLM auxiliary loss: BERT's
+            masking of that fraction of the SENTENCE tokens (:func:`.mlm_masking.mask_tokens`).
+        mlm_seed: seeds the masking together with the batch's token ids (:mod:`.mlm_masking`: the same masks in
+            any DataLoader worker or process, and in a run resumed mid-epoch).  The run builds the training
+            collate with its ``seed`` (:func:`cselab.run.assemble.build_datamodule`).
         pad_to_multiple_of: None, or the width T (and Tb of the bias rows) padded up to a multiple of it (never
             beyond ``max_positions``), and the bias rows padded to the fixed count :attr:`max_bias_rows` (copies
             of a real row, which no ``bias_row`` points to), so that a compiled training forward sees a few shapes
@@ -132,8 +129,6 @@ class ViewCollate:
     ) -> None:
         if denoise not in DENOISE_MODES:
             raise ValueError(f"denoise={denoise!r}: expected one of {DENOISE_MODES}")
-        if not views:
-            raise ValueError("a collate needs at least one view")
         self.tokenizer = tokenizer
         self.pad_to_multiple_of = pad_to_multiple_of
         self.views = list(views)
@@ -141,9 +136,6 @@ class ViewCollate:
         self.denoise = denoise
         self.add_period = add_period
         self._period = period_rule(add_period)
-        if train_tokenization not in TRAIN_TOKENIZATIONS:
-            raise ValueError(f"train_tokenization={train_tokenization!r}: expected one of {TRAIN_TOKENIZATIONS}")
-        self.train_tokenization = train_tokenization
         self.budget_includes_template = train_tokenization == "sncse"
         self.official_test_tokenization = bool(official_test_tokenization)
         keep_space = self.budget_includes_template and not self.official_test_tokenization
@@ -230,10 +222,14 @@ class ViewCollate:
         if self.soft_slots:
             out["template_index"] = template_index(input_ids.shape, sent_len, self.views, self.templates,
                                                    self.soft_slots)
-        if self.mlm_probability > 0:
-            out.update(self._mlm(input_ids, sent_len))
-        if self.denoise != "none":
-            out.update(self._bias(sent_len))
+        if self.mlm_probability > 0:  # BERT masking on sentence tokens, seeded by mlm_seed and the batch
+            eligible = self._sentence_mask(input_ids.shape, sent_len)
+            out.update(mask_tokens(input_ids, eligible, self.mlm_probability, self.mlm_seed,
+                                   self.tokenizer.mask_token_id, len(self.tokenizer)))
+        if self.denoise != "none":  # with pad_to_multiple_of, max_bias_rows rows
+            rows = self.max_bias_rows if self.pad_to_multiple_of else None
+            out.update(bias_table(self.templates, sent_len, self.denoise, self.pad_id, self.position_offset,
+                                  self._padded_width, rows))
         return out
 
     def _padded_width(self, width: int) -> int:
@@ -261,16 +257,3 @@ class ViewCollate:
             for b in range(shape[0]):
                 mask[b, v, p : p + int(sent_len[b, v])] = True
         return mask
-
-    def _mlm(self, input_ids: torch.Tensor, sent_len: torch.Tensor) -> dict[str, torch.Tensor]:
-        """BERT masking on sentence tokens, seeded by ``mlm_seed`` and the batch (:func:`.mlm_masking.mask_tokens`)."""
-        eligible = self._sentence_mask(input_ids.shape, sent_len)
-        return mask_tokens(input_ids, eligible, self.mlm_probability, self.mlm_seed, self.tokenizer.mask_token_id,
-                           len(self.tokenizer))
-
-    def _bias(self, sent_len: torch.Tensor) -> dict[str, torch.Tensor]:
-        """One template-only row per (distinct template, distinct length) in the batch
-        (:func:`.template_bias.bias_table`); with ``pad_to_multiple_of``, :attr:`max_bias_rows` rows."""
-        rows = self.max_bias_rows if self.pad_to_multiple_of else None
-        return bias_table(self.templates, sent_len, self.denoise, self.pad_id, self.position_offset,
-                          self._padded_width, rows)

@@ -137,24 +137,6 @@ class Whitening(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
 
-    @classmethod
-    def empty(cls, d: int = 1, k: int = 1, normalize: bool = True) -> Whitening:
-        """A placeholder of shape (d, k) to load a state dict into (its shapes are taken on load)."""
-        return cls(torch.zeros(d), torch.zeros(d, k), normalize=normalize)
-
-
-def checked_whitening(whitening: Whitening | None, dim: int, device: torch.device) -> Whitening | None:
-    """``whitening`` moved to ``device`` for an embedding model of dimension ``dim`` (None: none).
-
-    Raises:
-        ValueError: its input dimension is not ``dim``.
-    """
-    if whitening is None:
-        return None
-    if whitening.in_features != dim:
-        raise ValueError(f"whitening: fitted on {whitening.in_features}-d embeddings, this model's are {dim}-d")
-    return whitening.to(device)
-
 
 def install_on_load(model: nn.Module, state_dict, prefix: str, *_) -> None:
     """A ``load_state_dict`` pre-hook of the embedding model: a state dict with ``whitening.*`` entries installs a
@@ -162,13 +144,7 @@ def install_on_load(model: nn.Module, state_dict, prefix: str, *_) -> None:
     model (checkpoints, ``EmbeddingModel.load``)."""
     if prefix + "whitening.kernel" in state_dict:
         if model.whitening is None:
-            model.whitening = Whitening.empty().to(model.device)  # the saved shapes are taken on load
+            # a (1, 1) placeholder: the saved shapes are taken on load
+            model.whitening = Whitening(torch.zeros(1), torch.zeros(1, 1)).to(model.device)
     elif model.whitening is not None:
         model.whitening = None
-
-
-def describe_whitening(whitening: Whitening | None) -> dict | None:
-    """``{"dim": D, "k": k, "normalize": bool}`` of a transform, None without one (model cards, export reports)."""
-    if whitening is None:
-        return None
-    return {"dim": whitening.in_features, "k": whitening.out_features, "normalize": whitening.normalize}

@@ -92,18 +92,6 @@ def mlm_head(encoder) -> Callable[[torch.Tensor], torch.Tensor]:
                      "a `cls` nor an `lm_head` module; cannot apply its MLM head to a hidden state")
 
 
-def _head_chunks(head: torch.nn.Module, h: torch.Tensor, batch_size: int):
-    """``(start, logits)``: the MLM head (in eval mode, its mode restored after) on consecutive chunks of
-    ``batch_size`` rows of ``h`` from row ``start``, (b, V) float32 logits (so that they stay small)."""
-    was_training = head.training
-    head.eval()
-    try:
-        for start in range(0, h.shape[0], batch_size):
-            yield start, head(h[start : start + batch_size].to(next(head.parameters()).dtype)).float()
-    finally:
-        head.train(was_training)
-
-
 def mask_model(encoder, tokenizer, template: str, denoise: bool = False, batch_size: int = 64,
                add_period: bool = True) -> EmbeddingModel:
     """The embedding model whose test encoder is the [MASK] representation of ``template`` on the raw backbone:
@@ -118,24 +106,22 @@ def mask_model(encoder, tokenizer, template: str, denoise: bool = False, batch_s
     return EmbeddingModel(encoder, tokenizer, None, spec, apply_tuning=False)
 
 
-def mask_states(
-    encoder,
-    tokenizer,
-    template: str,
-    sentences: Sequence[str],
-    denoise: bool = False,
-    batch_size: int = 64,
-    add_period: bool = True,
-) -> torch.Tensor:
-    """Last-layer hidden state at the template's representation [MASK]: (N, D) float32, on the model's device,
-    rows in input order: :meth:`cselab.model.embedding.EmbeddingModel.encode` of :func:`mask_model` (the one
-    inference path: its ``represent``, no head).
-
-    With ``denoise=True`` the position-denoising template bias ``h_hat_L`` is subtracted (module docstring):
-    ``h_[MASK] - h_hat_L``.  The model runs in eval mode (dropout off); its train/eval mode is restored after.
-    """
-    device = next(encoder.model.parameters()).device
-    return mask_model(encoder, tokenizer, template, denoise, batch_size, add_period).encode(sentences).to(device)
+def _head_chunks(head: torch.nn.Module, encoder, tokenizer, template: str, sentences: Sequence[str], denoise: bool,
+                 batch_size: int, add_period: bool):
+    """``(start, logits)``: the MLM head (in eval mode, its mode restored after) on consecutive chunks of
+    ``batch_size`` rows from row ``start`` of the last-layer states at the template's representation [MASK]
+    (``h_[MASK]``, or ``h_[MASK] - h_hat_L`` with ``denoise``, module docstring): the test encoder of
+    :func:`mask_model` (the one inference path: its ``represent``, no head, in eval mode, its train/eval mode
+    restored after), rows in input order; (b, V) float32 logits (so that they stay small)."""
+    h = mask_model(encoder, tokenizer, template, denoise, batch_size, add_period).encode(sentences)
+    param = next(head.parameters())
+    was_training = head.training
+    head.eval()
+    try:
+        for start in range(0, h.shape[0], batch_size):
+            yield start, head(h[start : start + batch_size].to(param.device, param.dtype)).float()
+    finally:
+        head.train(was_training)
 
 
 @torch.no_grad()
@@ -157,9 +143,9 @@ def mask_logits(
         ValueError: the backbone has no MLM head (see :func:`mlm_head`).
     """
     head = mlm_head(encoder)  # fail before any forward pass
-    h = mask_states(encoder, tokenizer, template, sentences, denoise, batch_size, add_period)
     vocab = encoder.model.embeddings.word_embeddings.weight.shape[0]
-    parts = [logits.cpu() for _, logits in _head_chunks(head, h, batch_size)]
+    chunks = _head_chunks(head, encoder, tokenizer, template, sentences, denoise, batch_size, add_period)
+    parts = [logits.cpu() for _, logits in chunks]
     return torch.cat(parts) if parts else torch.zeros(0, vocab)
 
 
@@ -222,8 +208,7 @@ def topk_token_encoder(
     def encode(sentences: list[str]) -> torch.Tensor:
         static = weight.detach().float()
         parts = []
-        h = mask_states(encoder, tokenizer, tpl, sentences, denoise, batch_size, add_period)
-        for _, logits in _head_chunks(head, h, batch_size):
+        for _, logits in _head_chunks(head, encoder, tokenizer, tpl, sentences, denoise, batch_size, add_period):
             w, top = topk_weights(logits, k)  # (b, k), renormalised over the top k
             parts.append((w.unsqueeze(-1) * static[top]).sum(1).cpu())  # sum_v w_v W_v
         return torch.cat(parts) if parts else torch.zeros(0, static.shape[1])
@@ -264,8 +249,8 @@ def topk_mask_tokens(
         raise ValueError(f"k={k}: expected 1 <= k <= vocabulary size {vocab}")
     out: list[list[tuple[str, float]]] = [[] for _ in sentences]
     with torch.no_grad():
-        h = mask_states(encoder, tokenizer, tpl, sentences, denoise, batch_size, add_period)
-        for start, logits in _head_chunks(head, h, batch_size):
+        for start, logits in _head_chunks(head, encoder, tokenizer, tpl, sentences, denoise, batch_size,
+                                          add_period):
             top = torch.softmax(logits, dim=-1).topk(k, dim=-1)
             for i, values, indices in zip(range(start, start + len(logits)), top.values.tolist(),
                                           top.indices.tolist(), strict=True):
