@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from cselab.data.sts import STSPairs, canonical_task, load_task, task_splits
+from cselab.data.sts import STSPairs, canonical_task, load_task
 from cselab.io.tables import Column, Table, text_lines
 
 #: the seven tasks of the papers' STS table, in column order.
@@ -66,22 +66,16 @@ def spearman(
     Raises:
         ValueError: inputs are not 1-D, differ in length, or have fewer than 2 elements.
     """
-    xa = _as_1d_float64(x, "x")
-    ya = _as_1d_float64(y, "y")
+    xa, ya = (np.asarray(v.detach().cpu().double().numpy() if isinstance(v, torch.Tensor) else v, dtype=np.float64)
+              for v in (x, y))
+    for what, a in (("x", xa), ("y", ya)):
+        if a.ndim != 1:
+            raise ValueError(f"spearman: {what} must be 1-D, got shape {tuple(a.shape)}")
     if xa.shape != ya.shape:
         raise ValueError(f"spearman: x and y must have the same length, got {xa.shape[0]} and {ya.shape[0]}")
     if xa.shape[0] < 2:
         raise ValueError(f"spearman: need at least 2 points, got {xa.shape[0]}")
     return float(spearmanr(xa, ya)[0])
-
-
-def _as_1d_float64(v: Sequence[float] | np.ndarray | torch.Tensor, what: str) -> np.ndarray:
-    if isinstance(v, torch.Tensor):
-        v = v.detach().cpu().double().numpy()
-    a = np.asarray(v, dtype=np.float64)
-    if a.ndim != 1:
-        raise ValueError(f"spearman: {what} must be 1-D, got shape {tuple(a.shape)}")
-    return a
 
 
 def cosine_scores(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -148,11 +142,6 @@ class TaskScore:
     system: list[float] = field(default_factory=list, repr=False)
     gold: list[float] = field(default_factory=list, repr=False)
 
-    def score(self, aggregation: str = "all") -> float:
-        """The task score under ``aggregation`` (``"all"``, ``"mean"``, ``"wmean"``), Spearman x 100."""
-        _check_aggregation(aggregation)
-        return float(getattr(self, aggregation))
-
 
 @dataclass(frozen=True)
 class STSReport:
@@ -170,14 +159,9 @@ class STSReport:
     scores: dict[str, float] = field(init=False)
 
     def __post_init__(self) -> None:
-        scores = {t: ts.score(self.aggregation) for t, ts in self.tasks.items()}
+        scores = {t: float(getattr(ts, self.aggregation)) for t, ts in self.tasks.items()}  # all | mean | wmean
         scores["avg"] = float(np.mean(list(scores.values()))) if scores else math.nan
         object.__setattr__(self, "scores", scores)
-
-
-def _check_aggregation(aggregation: str) -> None:
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"unknown aggregation {aggregation!r}; valid: {', '.join(AGGREGATIONS)}")
 
 
 class STSEvaluator:
@@ -210,7 +194,8 @@ class STSEvaluator:
         ``split`` applies to stsb / sickr; STS12-16 only have ``"test"``.
 
         Raises:
-            ValueError: unknown / duplicated task, no tasks, or a task without ``split``.
+            ValueError: unknown / duplicated task, no tasks, or a task without ``split`` (that one from
+                :func:`cselab.data.sts.load_task`, which lists the task's splits).
             FileNotFoundError, cselab.data.sts.STSFormatError: from the readers.
         """
         if isinstance(tasks, str):
@@ -220,12 +205,6 @@ class STSEvaluator:
             raise ValueError(f"no tasks requested; valid tasks: {', '.join(TEST_TASKS)}")
         if len(set(names)) != len(names):
             raise ValueError(f"duplicated task in {names}")
-        for t in names:
-            if split not in task_splits(t):
-                raise ValueError(
-                    f"task {t!r} has no split {split!r} (valid: {', '.join(task_splits(t))}); "
-                    f"STS12-16 only have 'test', use split='dev' with tasks=('stsb',) or ('stsb', 'sickr')"
-                )
         return {t: load_task(self.data_dir, t, split) for t in names}
 
     # ------------------------------------------------------------------ encoding
@@ -270,7 +249,8 @@ class STSEvaluator:
                 row per sentence.
             FileNotFoundError, cselab.data.sts.STSFormatError: from the readers.
         """
-        _check_aggregation(aggregation)
+        if aggregation not in AGGREGATIONS:
+            raise ValueError(f"unknown aggregation {aggregation!r}; valid: {', '.join(AGGREGATIONS)}")
         data = self.load(tasks, split)
 
         if progress is None:
