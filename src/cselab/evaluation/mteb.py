@@ -29,7 +29,7 @@ Protocol differences from MTEB's published tasks (its hub datasets), to keep in 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -160,16 +160,13 @@ def local_sts_task(task: str, data_dir: str | os.PathLike, split: str = "test") 
         sample_creation="found",
         bibtex_citation="",
     )
-    cls = type(f"Local{name.upper()}STS", (AbsTaskSTS,), {
-        "metadata": metadata, "min_score": low, "max_score": high, "load_data": _preloaded(dataset)})
-    task_obj = cls()
-    task_obj.load_data()
-    return task_obj
 
-
-def _preloaded(dataset) -> Callable[..., None]:
     def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
         self.dataset = dataset
         self.data_loaded = True
 
-    return load_data
+    cls = type(f"Local{name.upper()}STS", (AbsTaskSTS,), {
+        "metadata": metadata, "min_score": low, "max_score": high, "load_data": load_data})
+    task_obj = cls()
+    task_obj.load_data()
+    return task_obj

@@ -4,21 +4,16 @@ Every number here is in the evaluator's unit, Spearman x 100 (accuracies x 100 f
 :func:`binomial_interval`).  Three kinds of uncertainty, which do not replace one another:
 
 * **test pairs** (:func:`bootstrap_scores`): a 95 % bootstrap interval of one run's task scores, resampling the
-  sentence pairs of the test set (``scipy.stats.bootstrap``, percentile method, a fixed seed).  It says how much
-  the score would move on another test set drawn like this one, for THIS trained model.  It does not cover
-  seed (training) variance.
+  sentence pairs of the test set.  It says how much the score would move on another test set drawn like this
+  one, for THIS trained model.  It does not cover seed (training) variance.
 * **paired comparison** (:func:`paired_comparison`): two runs scored on the same pairs; the difference of each
-  task's Spearman with a paired bootstrap interval (the same resampled pairs for both runs), and a two-sided
-  p-value from a paired permutation test (``scipy.stats.permutation_test``, ``permutation_type="samples"``: each
-  pair's two predictions swapped between the runs at random), Holm-adjusted across the tasks.
+  task's Spearman with a paired bootstrap interval and a paired permutation test's p-value.
 * **seeds** (:func:`seed_statistics`): mean, sample std and a t-based 95 % interval of the mean over runs that
   differ only in seed.  It covers training variance on THIS test set, not test-set sampling.
 
 A task's score is a weighted sum of Spearman correlations over *segments* of pairs (:class:`TaskPairs`): the
 papers' STS12-16 ``all`` is one Spearman over the concatenated subsets (one segment); ``mean`` / ``wmean`` are
-the (weighted) mean of per-subset Spearman (one segment per subset, resampled within each subset).  The 7-task
-average's interval resamples every segment independently with the same resample index and averages the task
-scores of that resample.
+the (weighted) mean of per-subset Spearman (one segment per subset, resampled within each subset).
 
 The vectorised Spearman (:func:`spearman_rows`) ranks each resample by counting (``numpy.bincount`` of the
 values' dense codes), which gives exactly the average ranks of ``scipy.stats.rankdata`` (ties averaged, as
