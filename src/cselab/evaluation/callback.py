@@ -137,7 +137,12 @@ class STSCallback(L.Callback):
         """
         if self.whitening is not None:
             self.whitening(model, batch_size=self.batch_size)
-            self._save_untrained(model)
+            # a run that trains nothing (method.train=false): the whitened model is its checkpoint (cselab.load,
+            # export); eval.test_backbone's reloaded model of a trained run has the run's best checkpoint
+            hparams = getattr(model, "hparams", None)
+            if self.run_dir is not None and hparams is not None and not hparams.get("train", True):
+                path = save_untrained_checkpoint(os.path.join(self.run_dir, "checkpoints", "best-step0.ckpt"), model)
+                log.info("the whitened model: %s", path)
         self.test_scores = papers_avg(self._score(None, model, self.test_tasks, "test", keep_pairs=True))
         self.dev_scores = {self.dev_task: self._score(None, model, (self.dev_task,), "dev",
                                                       encoder=dev_encoder)[self.dev_task]}
@@ -194,15 +199,6 @@ class STSCallback(L.Callback):
         if trainer.ckpt_path and os.path.isfile(trainer.ckpt_path):
             add_to_checkpoint(trainer.ckpt_path, pl_module)
             log.info("whitening written into %s", trainer.ckpt_path)
-
-    def _save_untrained(self, model) -> None:
-        """A run that trains nothing (``method.train=false``) with whitening: the whitened model as
-        ``<run_dir>/checkpoints/best-step0.ckpt`` (the run's checkpoint for ``cselab.load`` / ``export``)."""
-        hparams = getattr(model, "hparams", None)
-        if self.run_dir is None or hparams is None or hparams.get("train", True):
-            return  # eval.test_backbone's reloaded model of a trained run: its best checkpoint is the run's
-        path = save_untrained_checkpoint(os.path.join(self.run_dir, "checkpoints", "best-step0.ckpt"), model)
-        log.info("the whitened model: %s", path)
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.test_scores = papers_avg(self._score(trainer, pl_module, self.test_tasks, "test", keep_pairs=True))

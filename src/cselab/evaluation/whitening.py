@@ -137,13 +137,8 @@ def read_sentences(path: str | os.PathLike) -> list[str]:
 def target_sentences(data_dir: str | os.PathLike, tasks: Sequence[str]) -> list[str]:
     """Both sentences of every pair of every split of ``tasks`` (official ``fit_on=target``: STS-B and SICK-R
     train, dev and test; STS12-16 all subsets), in task order, duplicates kept."""
-    out: list[str] = []
-    for task in tasks:
-        for split in task_splits(task):
-            for pairs in load_task(data_dir, task, split).values():
-                for a, b in zip(pairs.sent1, pairs.sent2, strict=True):
-                    out.extend((a, b))
-    return out
+    return [s for task in tasks for split in task_splits(task) for pairs in load_task(data_dir, task, split).values()
+            for pair in zip(pairs.sent1, pairs.sent2, strict=True) for s in pair]
 
 
 def embedding_model_of(model):
@@ -225,10 +220,8 @@ def add_to_checkpoint(path: str | os.PathLike, model) -> None:
     checkpoint at ``path`` (its ``state_dict``, replacing any), atomically: the tested checkpoint then loads
     (``cselab.load``, ``cselab export``) as the whitened encoder that was tested."""
     ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    ckpt.setdefault("state_dict", {})
-    for key in [k for k in ckpt["state_dict"] if is_whitening_key(k)]:
-        del ckpt["state_dict"][key]
-    ckpt["state_dict"].update({k: v.detach().cpu() for k, v in model.state_dict().items() if is_whitening_key(k)})
+    kept = {k: v for k, v in ckpt.get("state_dict", {}).items() if not is_whitening_key(k)}
+    ckpt["state_dict"] = kept | {k: v.detach().cpu() for k, v in model.state_dict().items() if is_whitening_key(k)}
     ckpt["cselab_whitening"] = True
     with staged(path) as f:
         torch.save(ckpt, f)
