@@ -17,7 +17,6 @@ distinct (whitespace-normalised) sentence of the requested tasks and encodes eac
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -160,7 +159,7 @@ class STSReport:
 
     def __post_init__(self) -> None:
         scores = {t: float(getattr(ts, self.aggregation)) for t, ts in self.tasks.items()}  # all | mean | wmean
-        scores["avg"] = float(np.mean(list(scores.values()))) if scores else math.nan
+        scores["avg"] = float(np.mean(list(scores.values())))  # STSEvaluator.load refuses no tasks
         object.__setattr__(self, "scores", scores)
 
 

@@ -98,8 +98,7 @@ class WhiteningOptions:
         if file is not None and (fit_on == "target" or not isinstance(file, str)):
             raise ConfigError(f"eval.whitening.file={file!r}: expected a path string for fit_on=nli | wiki "
                               "(fit_on=target reads the test tasks)")
-        return cls(fit_on=fit_on, file=file, n_sentences=node.get("n_sentences"), k=node.get("k"),
-                   normalize=bool(node.get("normalize", True)))
+        return cls(**{key: value for key, value in node.items() if key != "enabled"})  # checked above
 
     def corpus_file(self) -> str | None:
         """The corpus file read (relative to ``data_dir`` unless absolute): ``file`` or the default of ``nli`` /
