@@ -211,12 +211,6 @@ class STSEvaluator:
     #: every few seconds on a CPU (a chunk is sorted by length inside ``encode``, so larger chunks pad less)
     PROGRESS_CHUNK: int = 1024
 
-    def _encode_all(self, encode: EncodeFn, sentences: list[str], progress=None) -> torch.Tensor:
-        if not sentences:
-            raise ValueError("no sentences to encode")
-        size = self.batch_size or (self.PROGRESS_CHUNK if progress is not None else len(sentences))
-        return encode_sentences(encode, sentences, size, progress)
-
     # ------------------------------------------------------------------ evaluation
     def evaluate_detailed(
         self,
@@ -255,7 +249,9 @@ class STSEvaluator:
         if progress is None:
             sentences = sorted({s for subsets in data.values() for pairs in subsets.values()
                                 for s in (*pairs.sent1, *pairs.sent2)})
-            emb = self._encode_all(encode, sentences)
+            if not sentences:
+                raise ValueError("no sentences to encode")
+            emb = encode_sentences(encode, sentences, self.batch_size)
         else:  # task by task, so that the progress is per task; a sentence seen in an earlier task is not redone
             sentences, parts = [], []
             for task, subsets in data.items():
@@ -263,7 +259,8 @@ class STSEvaluator:
                 new = sorted({s for pairs in subsets.values() for s in (*pairs.sent1, *pairs.sent2)} - seen)
                 progress(task, 0, len(new))
                 if new:
-                    parts.append(self._encode_all(encode, new, lambda done, total, t=task: progress(t, done, total)))
+                    parts.append(encode_sentences(encode, new, self.batch_size or self.PROGRESS_CHUNK,
+                                                  lambda done, total, t=task: progress(t, done, total)))
                     sentences.extend(new)
             emb = torch.cat(parts)
         row = {s: i for i, s in enumerate(sentences)}

@@ -94,10 +94,7 @@ class TransferProtocol:
 
     def to_dict(self) -> dict:
         """The protocol as recorded in results.json (with the SentEval commit)."""
-        out = asdict(self)
-        out["l2_grid"] = list(self.l2_grid)
-        out["senteval_commit"] = SENTEVAL_COMMIT
-        return out
+        return {**asdict(self), "l2_grid": list(self.l2_grid), "senteval_commit": SENTEVAL_COMMIT}
 
 
 #: SimCSE / PromptBERT ``evaluation.py``: ``test`` (kfold 10, adam, batch 64, tenacity 5, epoch size 4) and
