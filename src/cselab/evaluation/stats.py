@@ -419,9 +419,8 @@ def paired_comparison(
                      f"{len(common)} x that after Holm: no task can reach {alpha:g}; use at least "
                      f"{math.ceil(2 * len(common) / alpha)} resamples")
     ta = {t: a[t] for t in common}
-    tb = {t: b[t] for t in common}
     segs = _segments(ta)
-    codes = [(dense_codes(ta[common[t]].system[s:e]), dense_codes(tb[common[t]].system[s:e]),
+    codes = [(dense_codes(ta[common[t]].system[s:e]), dense_codes(b[common[t]].system[s:e]),
               dense_codes(ta[common[t]].gold[s:e])) for t, _, s, e in segs]
     n_tasks = len(common)
     with_avg = n_tasks > 1
@@ -439,7 +438,7 @@ def paired_comparison(
     for (t, w, s, e), (_, _, (gc, gk)) in zip(segs, codes, strict=True):
         name = common[t]
         ra2 = _rank_codes(ta[name].system[s:e])
-        rb2 = _rank_codes(tb[name].system[s:e])
+        rb2 = _rank_codes(b[name].system[s:e])
         ry = _average_ranks(gc[None], gk)[0]
         seg_ranks.append((t, w, ra2, rb2, ry - (e - s + 1) / 2.0, e - s))
 
@@ -473,7 +472,7 @@ def paired_comparison(
     out: dict[str, TaskComparison] = {}
     for t, name in enumerate(common):
         sa = _score(ta[name])
-        sb = _score(tb[name])
+        sb = _score(b[name])
         out[name] = TaskComparison(name, sa, sb, sa - sb, intervals[t], pvals[t], adjusted[t])
     if with_avg:
         sa = float(np.mean([c.a for c in out.values()]))

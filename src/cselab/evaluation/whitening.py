@@ -1,9 +1,7 @@
 """Fitting BERT-whitening before the test: the corpus of ``eval.whitening.fit_on`` encoded by the model's test
 encoder, ``mu`` and ``W`` fitted (:class:`cselab.model.whitening.Whitening`), installed on the embedding model
-(:meth:`cselab.model.embedding.EmbeddingModel.set_whitening`) and saved with it.
-
-Called by the STS callback (:class:`cselab.evaluation.callback.STSCallback`) at the start of the test, so every
-test embedding -- STS, the transfer tasks, exports -- is whitened, and the evaluator still knows only ``encode``.
+(:meth:`cselab.model.embedding.EmbeddingModel.set_whitening`) and saved with it: every test embedding (STS, the
+transfer tasks, exports) is whitened.  When: :mod:`cselab.evaluation.callback`.
 
 Corpora (``eval.whitening.fit_on``; official ``eng/eval.py``'s ``normalized_by``, ``eval.py:13, 78-98``):
 
