@@ -128,12 +128,8 @@ class AlignUniformInputs:
         pos = [i for i, s in enumerate(pairs.scores) if s > threshold]
         if not pos:
             raise ValueError(f"STS {pairs.name}: no pair with gold score > {threshold}")
-        everything = [*pairs.sent1, *pairs.sent2]
-        sentences = list(dict.fromkeys(everything))
-        where = {s: i for i, s in enumerate(sentences)}
-        rows = [where[s] for s in everything]
-        n = len(pairs.sent1)
-        return cls(tuple(sentences), tuple(rows[i] for i in pos), tuple(rows[n + i] for i in pos))
+        where = {s: i for i, s in enumerate(dict.fromkeys([*pairs.sent1, *pairs.sent2]))}  # first occurrence order
+        return cls(tuple(where), tuple(where[pairs.sent1[i]] for i in pos), tuple(where[pairs.sent2[i]] for i in pos))
 
     def measure(self, encode: Callable[[list[str]], torch.Tensor], alpha: float = 2.0,
                 t: float = 2.0) -> dict[str, float]:

@@ -323,32 +323,27 @@ def encode_sentences(encode: EncodeFn, sentences: list[str], size: int | None = 
             between calls.
     """
     size = size or max(len(sentences), 1)
+    what = ("encode(sentences) must return a 2-D torch.Tensor [len(sentences), D] of floats, one row per sentence "
+            "in the order given")
     chunks = []
     for start in range(0, len(sentences), size):
         batch = sentences[start : start + size]
-        chunks.append(_check_encoded(encode(batch), len(batch)).to("cpu", dtype))
+        out = encode(batch)
+        if isinstance(out, np.ndarray):
+            out = torch.from_numpy(out)
+        if not isinstance(out, torch.Tensor):
+            raise ValueError(f"{what}; got {type(out).__name__}")
+        if out.ndim != 2 or out.shape[0] != len(batch):
+            raise ValueError(f"{what}; got shape {tuple(out.shape)} for {len(batch)} sentences")
+        if not out.is_floating_point():
+            raise ValueError(f"{what}; got dtype {out.dtype}")
+        chunks.append(out.detach().to("cpu", dtype))
         if progress is not None:
             progress(start + len(batch), len(sentences))
     dims = {c.shape[1] for c in chunks}
     if len(dims) > 1:
         raise ValueError(f"encode returned embeddings of different sizes across calls: {sorted(dims)}")
     return torch.cat(chunks, dim=0) if chunks else torch.zeros(0, 0, dtype=dtype)
-
-
-def _check_encoded(out: object, n: int) -> torch.Tensor:
-    what = (
-        "encode(sentences) must return a 2-D torch.Tensor [len(sentences), D] of floats, one row per sentence "
-        "in the order given"
-    )
-    if isinstance(out, np.ndarray):
-        out = torch.from_numpy(out)
-    if not isinstance(out, torch.Tensor):
-        raise ValueError(f"{what}; got {type(out).__name__}")
-    if out.ndim != 2 or out.shape[0] != n:
-        raise ValueError(f"{what}; got shape {tuple(out.shape)} for {n} sentences")
-    if not out.is_floating_point():
-        raise ValueError(f"{what}; got dtype {out.dtype}")
-    return out.detach()
 
 
 def format_table(scores: Mapping[str, float], intervals: Mapping[str, Sequence[float]] | None = None) -> str:

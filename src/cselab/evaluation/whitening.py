@@ -178,8 +178,7 @@ class WhiteningFit:
             sentences = target_sentences(self.data_dir, self.test_tasks)
         else:
             sentences = read_sentences(self.data_dir / opts.corpus_file())
-        if opts.n_sentences is not None:
-            sentences = sentences[: opts.n_sentences]
+        sentences = sentences[: opts.n_sentences]  # None: all
         if not sentences:
             raise ConfigError(f"eval.whitening: the corpus of fit_on={opts.fit_on} is empty")
         return sentences
