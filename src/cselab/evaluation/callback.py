@@ -93,13 +93,12 @@ class STSCallback(L.Callback):
         self.progress_every_s = progress_every_s
         self.started = time.perf_counter() if started is None else started  # this process's run clock
         self.elapsed_before = 0.0  # seconds the run had spent in earlier processes (a resumed run)
-        self._loaded_elapsed: float | None = None
+        self._loaded: tuple[list[dict], float] | None = None  # (history, elapsed_before) of a loaded checkpoint
         self.test_tasks = tuple(test_tasks)
         self.dev_task = dev_task
         self.aggregation = aggregation
         self.batch_size = batch_size
         self.history: list[dict] = []
-        self._loaded_history: list[dict] | None = None
         self.test_scores: dict[str, float] = {}
         self.dev_scores: dict[str, float] = {}
         self.tested_dev: float | None = None
@@ -116,14 +115,11 @@ class STSCallback(L.Callback):
         """Keep the dev curve and wall time of a checkpoint; a resumed ``fit`` continues them
         (:meth:`on_fit_start`).  Loading the best checkpoint to test restores them too, but must not cut the
         curve back to that step."""
-        self._loaded_history = list(state_dict.get("history", []))
-        self._loaded_elapsed = float(state_dict.get("elapsed_s", 0.0))
+        self._loaded = (list(state_dict.get("history", [])), float(state_dict.get("elapsed_s", 0.0)))
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._loaded_history is not None:
-            self.history, self._loaded_history = self._loaded_history, None
-        if self._loaded_elapsed is not None:
-            self.elapsed_before, self._loaded_elapsed = self._loaded_elapsed, None
+        if self._loaded is not None:
+            (self.history, self.elapsed_before), self._loaded = self._loaded, None
 
     def evaluate_encoder(self, model: SentenceEncoder, dev_encoder: str = "test") -> None:
         """Without a Trainer: the test tasks and the dev task on ``model.encode`` (a method or any object with
