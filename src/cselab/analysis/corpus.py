@@ -25,8 +25,4 @@ def read_corpus(path: str | Path, sample: int | None, seed: int, lower: bool = T
     if sample is not None and sample < len(lines):
         keep = sorted(random.Random(seed).sample(range(len(lines)), sample))
         lines = [lines[i] for i in keep]
-    out = []
-    for ln in lines:
-        words = (ln.lower() if lower else ln).split()
-        out.append(" ".join(words[:max_words] if max_words else words))
-    return out
+    return [" ".join((ln.lower() if lower else ln).split()[: max_words or None]) for ln in lines]

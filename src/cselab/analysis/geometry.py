@@ -1,18 +1,12 @@
-"""Geometry of sentence embeddings: anisotropy (PromptBERT Eq. 1).
+"""Geometry of sentence embeddings: anisotropy, PromptBERT Eq. 1 (after Ethayarajh 2019)::
 
-* Anisotropy, PromptBERT Eq. 1 (after Ethayarajh 2019)::
+    anisotropy(M) = | sum_i sum_{j != i} cos(M(s_i), M(s_j)) | / (n^2 - n)
 
-      anisotropy(M) = | sum_i sum_{j != i} cos(M(s_i), M(s_j)) | / (n^2 - n)
-
-  the mean cosine over ordered pairs of DISTINCT sentences (absolute value as printed in Eq. 1; it only matters
-  when the mean is negative).  The paper uses 100,000 Wikipedia sentences.  The official ``cal_avg_cosine``
-  averages ``cos(s_i, s)`` over ALL j, self-pairs included, i.e. ``(sum_{i != j} cos + n) / n^2`` (and takes
-  the first 100,000 lines of wiki1m, lower-cased, 32 words at most); ``include_self=True`` gives that variant,
-  which differs by ``(1 - a) / n`` -- 1e-5 at n = 100,000.
-
-Alignment and uniformity (Wang & Isola 2020; SimCSE Sec. 5, Fig. 2) are defined once, in
-:mod:`cselab.evaluation.align_uniform`, which the training callback
-(:class:`cselab.callbacks.align_uniform.AlignUniform`) shares with the analyses.
+the mean cosine over ordered pairs of DISTINCT sentences (absolute value as printed in Eq. 1; it only matters
+when the mean is negative).  The paper uses 100,000 Wikipedia sentences.  The official ``cal_avg_cosine``
+averages ``cos(s_i, s)`` over ALL j, self-pairs included, i.e. ``(sum_{i != j} cos + n) / n^2`` (and takes
+the first 100,000 lines of wiki1m, lower-cased, 32 words at most); ``include_self=True`` gives that variant,
+which differs by ``(1 - a) / n`` -- 1e-5 at n = 100,000.
 """
 
 from __future__ import annotations

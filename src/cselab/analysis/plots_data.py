@@ -42,8 +42,7 @@ def wiki_sample_sentences(data_dir: str | os.PathLike, sample: int | None = None
                           lower: bool = False, max_words: int | None = None) -> list[str]:
     """Sentences of the wiki1m sample (``<data_dir>/wiki1m_sample/...``), ``sample`` of them drawn with ``seed``.
 
-    Same reading as ``python -m cselab analysis --corpus`` (:func:`cselab.analysis.corpus.read_corpus`): non-empty
-    lines, file order kept, optionally lower-cased and cut to ``max_words`` words.
+    Read as ``python -m cselab analysis --corpus`` reads (:func:`cselab.analysis.corpus.read_corpus`).
 
     Raises:
         FileNotFoundError: the sample is missing (names the path).
@@ -173,9 +172,8 @@ def token_bias_pca(
 
 def subsample_pairs(pairs: STSPairs, n: int | None, seed: int = 0) -> STSPairs:
     """``n`` pairs drawn without replacement with ``random.Random(seed)`` (original order kept); all if None."""
-    if n is None or n >= len(pairs):
-        return STSPairs(list(pairs.sent1), list(pairs.sent2), list(pairs.scores), pairs.name)
-    keep = sorted(random.Random(seed).sample(range(len(pairs)), n))
+    keep = (range(len(pairs)) if n is None or n >= len(pairs)
+            else sorted(random.Random(seed).sample(range(len(pairs)), n)))
     return STSPairs([pairs.sent1[i] for i in keep], [pairs.sent2[i] for i in keep],
                     [pairs.scores[i] for i in keep], pairs.name)
 

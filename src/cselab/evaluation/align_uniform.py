@@ -109,7 +109,7 @@ class AlignUniformInputs:
 
     Attributes:
         sentences: the sentences encoded (the uniformity sample): every distinct sentence of the pairs in first
-            occurrence order (``unique=True``), else all ``2 N`` sides.
+            occurrence order (a repeated sentence would add zero-distance pairs).
         left, right: row indices into ``sentences`` of the positive pairs' two sides (gold > ``threshold``).
     """
 
@@ -118,7 +118,7 @@ class AlignUniformInputs:
     right: tuple[int, ...]
 
     @classmethod
-    def from_pairs(cls, pairs: STSPairs, threshold: float = 4.0, unique: bool = True) -> AlignUniformInputs:
+    def from_pairs(cls, pairs: STSPairs, threshold: float = 4.0) -> AlignUniformInputs:
         """The inputs of one STS split (SimCSE's protocol: positives are the pairs with gold STRICTLY above
         ``threshold``).
 
@@ -128,15 +128,8 @@ class AlignUniformInputs:
         pos = [i for i, s in enumerate(pairs.scores) if s > threshold]
         if not pos:
             raise ValueError(f"STS {pairs.name}: no pair with gold score > {threshold}")
-        everything = [*pairs.sent1, *pairs.sent2]
-        if unique:
-            sentences = list(dict.fromkeys(everything))
-            where = {s: i for i, s in enumerate(sentences)}
-            rows = [where[s] for s in everything]
-        else:
-            sentences, rows = everything, list(range(len(everything)))
-        n = len(pairs.sent1)
-        return cls(tuple(sentences), tuple(rows[i] for i in pos), tuple(rows[n + i] for i in pos))
+        where = {s: i for i, s in enumerate(dict.fromkeys([*pairs.sent1, *pairs.sent2]))}  # first occurrence order
+        return cls(tuple(where), tuple(where[pairs.sent1[i]] for i in pos), tuple(where[pairs.sent2[i]] for i in pos))
 
     def measure(self, encode: Callable[[list[str]], torch.Tensor], alpha: float = 2.0,
                 t: float = 2.0) -> dict[str, float]:
@@ -168,7 +161,6 @@ def align_uniform_stsb(
     alpha: float = 2.0,
     t: float = 2.0,
     split: str = "test",
-    unique: bool = True,
 ) -> dict[str, float]:
     """Alignment and uniformity of an encoder on STS-B (SimCSE Sec. 5 / Fig. 2 protocol; docs/fidelity.md).
 
@@ -178,8 +170,6 @@ def align_uniform_stsb(
         threshold: positive pairs are those with gold score STRICTLY greater than this (4.0).
         alpha, t: the exponents of :func:`alignment` / :func:`uniformity`.
         split: STS-B split (``test``; the training callback uses ``dev``).
-        unique: uniformity over the distinct sentences (first occurrence order); ``False`` keeps duplicates
-            (a repeated sentence then adds zero-distance pairs).
 
     Returns:
         ``{"alignment", "uniformity", "n_pairs" (positive pairs), "n_sentences" (uniformity sample)}``.
@@ -189,4 +179,4 @@ def align_uniform_stsb(
         the wrong number of rows.
     """
     pairs = load_task(data_dir, "stsb", split)[split]
-    return AlignUniformInputs.from_pairs(pairs, threshold, unique).measure(encode, alpha, t)
+    return AlignUniformInputs.from_pairs(pairs, threshold).measure(encode, alpha, t)

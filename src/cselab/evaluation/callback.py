@@ -93,13 +93,12 @@ class STSCallback(L.Callback):
         self.progress_every_s = progress_every_s
         self.started = time.perf_counter() if started is None else started  # this process's run clock
         self.elapsed_before = 0.0  # seconds the run had spent in earlier processes (a resumed run)
-        self._loaded_elapsed: float | None = None
+        self._loaded: tuple[list[dict], float] | None = None  # (history, elapsed_before) of a loaded checkpoint
         self.test_tasks = tuple(test_tasks)
         self.dev_task = dev_task
         self.aggregation = aggregation
         self.batch_size = batch_size
         self.history: list[dict] = []
-        self._loaded_history: list[dict] | None = None
         self.test_scores: dict[str, float] = {}
         self.dev_scores: dict[str, float] = {}
         self.tested_dev: float | None = None
@@ -116,14 +115,11 @@ class STSCallback(L.Callback):
         """Keep the dev curve and wall time of a checkpoint; a resumed ``fit`` continues them
         (:meth:`on_fit_start`).  Loading the best checkpoint to test restores them too, but must not cut the
         curve back to that step."""
-        self._loaded_history = list(state_dict.get("history", []))
-        self._loaded_elapsed = float(state_dict.get("elapsed_s", 0.0))
+        self._loaded = (list(state_dict.get("history", [])), float(state_dict.get("elapsed_s", 0.0)))
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._loaded_history is not None:
-            self.history, self._loaded_history = self._loaded_history, None
-        if self._loaded_elapsed is not None:
-            self.elapsed_before, self._loaded_elapsed = self._loaded_elapsed, None
+        if self._loaded is not None:
+            (self.history, self.elapsed_before), self._loaded = self._loaded, None
 
     def evaluate_encoder(self, model: SentenceEncoder, dev_encoder: str = "test") -> None:
         """Without a Trainer: the test tasks and the dev task on ``model.encode`` (a method or any object with
@@ -137,7 +133,12 @@ class STSCallback(L.Callback):
         """
         if self.whitening is not None:
             self.whitening(model, batch_size=self.batch_size)
-            self._save_untrained(model)
+            # a run that trains nothing (method.train=false): the whitened model is its checkpoint (cselab.load,
+            # export); eval.test_backbone's reloaded model of a trained run has the run's best checkpoint
+            hparams = getattr(model, "hparams", None)
+            if self.run_dir is not None and hparams is not None and not hparams.get("train", True):
+                path = save_untrained_checkpoint(os.path.join(self.run_dir, "checkpoints", "best-step0.ckpt"), model)
+                log.info("the whitened model: %s", path)
         self.test_scores = papers_avg(self._score(None, model, self.test_tasks, "test", keep_pairs=True))
         self.dev_scores = {self.dev_task: self._score(None, model, (self.dev_task,), "dev",
                                                       encoder=dev_encoder)[self.dev_task]}
@@ -194,15 +195,6 @@ class STSCallback(L.Callback):
         if trainer.ckpt_path and os.path.isfile(trainer.ckpt_path):
             add_to_checkpoint(trainer.ckpt_path, pl_module)
             log.info("whitening written into %s", trainer.ckpt_path)
-
-    def _save_untrained(self, model) -> None:
-        """A run that trains nothing (``method.train=false``) with whitening: the whitened model as
-        ``<run_dir>/checkpoints/best-step0.ckpt`` (the run's checkpoint for ``cselab.load`` / ``export``)."""
-        hparams = getattr(model, "hparams", None)
-        if self.run_dir is None or hparams is None or hparams.get("train", True):
-            return  # eval.test_backbone's reloaded model of a trained run: its best checkpoint is the run's
-        path = save_untrained_checkpoint(os.path.join(self.run_dir, "checkpoints", "best-step0.ckpt"), model)
-        log.info("the whitened model: %s", path)
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.test_scores = papers_avg(self._score(trainer, pl_module, self.test_tasks, "test", keep_pairs=True))

@@ -82,7 +82,7 @@ def iter_bootstrap_samples(
         raise ValueError(
             f"a sample of {query_fraction} x {n_queries} queries has {k} pair(s); Spearman needs at least 2"
         )
-    flat = np.concatenate(groups) if n_queries else np.zeros(0, dtype=np.int64)
+    flat = np.concatenate(groups)  # k >= 2 above: there are queries
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     rng = np.random.default_rng(seed)
     for _ in range(n_samples):

@@ -16,17 +16,6 @@ def gold_bin_labels(edges: Sequence[float] = DEFAULT_GOLD_EDGES) -> list[str]:
     return [f"{lo:g}-{hi:g}" for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
 
 
-def _bin_index(gold: np.ndarray, edges: Sequence[float]) -> np.ndarray:
-    """Bin of each score: [e_i, e_{i+1}) and the last bin closed; -1 outside [e_0, e_last]."""
-    e = np.asarray(edges, dtype=np.float64)
-    if e.ndim != 1 or e.size < 2 or np.any(np.diff(e) <= 0):
-        raise ValueError(f"edges must be increasing with at least 2 values, got {list(edges)}")
-    idx = np.searchsorted(e, gold, side="right") - 1
-    idx[gold == e[-1]] = e.size - 2
-    idx[(gold < e[0]) | (gold > e[-1])] = -1
-    return idx
-
-
 def cosine_by_gold_bin(cosine: Sequence[float] | np.ndarray, gold: Sequence[float] | np.ndarray,
                        edges: Sequence[float] = DEFAULT_GOLD_EDGES) -> dict[str, np.ndarray]:
     """Split the pairs' cosines by gold-score bin (PromCSE Fig. 3 groups).
@@ -42,5 +31,10 @@ def cosine_by_gold_bin(cosine: Sequence[float] | np.ndarray, gold: Sequence[floa
     cos, g = np.asarray(cosine, dtype=np.float64), np.asarray(gold, dtype=np.float64)
     if cos.shape != g.shape:
         raise ValueError(f"cosine {cos.shape} and gold {g.shape} must have the same length")
-    idx = _bin_index(g, edges)
+    e = np.asarray(edges, dtype=np.float64)
+    if e.ndim != 1 or e.size < 2 or np.any(np.diff(e) <= 0):
+        raise ValueError(f"edges must be increasing with at least 2 values, got {list(edges)}")
+    idx = np.searchsorted(e, g, side="right") - 1  # the bin of each score; -1: dropped
+    idx[g == e[-1]] = e.size - 2
+    idx[(g < e[0]) | (g > e[-1])] = -1
     return {label: cos[idx == i] for i, label in enumerate(gold_bin_labels(edges))}

@@ -4,9 +4,7 @@ SentEval scores a transfer task by training ``senteval/tools/classifier.py``'s `
 ``nn.Linear``, cross-entropy, Adam or RMSprop with the L2 penalty as ``weight_decay``, early stopping on a
 validation split) once per cell of its grid (folds x L2 values), one cell after the other.  The cells are
 independent problems of the same shape, so :func:`fit_grid` trains them together as one batched tensor program,
-with per-problem early stopping, and gives each problem exactly what the sequential training gives it.  The
-cells of one fold (its L2 values) see the same rows in the same order, so their batch rows are gathered once
-and multiplied by all their weights at once (weights ``(groups, members * C, D)``):
+with per-problem early stopping, and gives each problem exactly what the sequential training gives it:
 
 * the same initial weights: every SentEval classifier re-seeds (``classifier.py:27-30``: ``np.random.seed``,
   ``torch.manual_seed``) before building its ``nn.Linear`` (``classifier.py:185-188``), so every cell starts

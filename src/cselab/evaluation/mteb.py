@@ -29,7 +29,7 @@ Protocol differences from MTEB's published tasks (its hub datasets), to keep in 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -89,7 +89,17 @@ class CselabMTEBEncoder(AbsEncoder):
         Raises:
             ValueError: a batch has no ``text`` column (a non-text task).
         """
-        texts = _texts(inputs)
+        if isinstance(inputs, str):
+            texts = [inputs]
+        elif isinstance(inputs, Sequence) and all(isinstance(t, str) for t in inputs):
+            texts = list(inputs)
+        else:
+            texts = []
+            for batch in inputs:
+                if not isinstance(batch, dict) or "text" not in batch:
+                    keys = sorted(batch) if isinstance(batch, dict) else type(batch).__name__
+                    raise ValueError(f"CselabMTEBEncoder encodes text only; got a batch with {keys}")
+                texts.extend(str(t) for t in batch["text"])
         if not texts:
             return np.zeros((0, self.mteb_model_meta.embed_dim or 0), dtype=np.float32)
         try:
@@ -99,20 +109,6 @@ class CselabMTEBEncoder(AbsEncoder):
         if isinstance(out, torch.Tensor):
             out = out.detach().float().cpu().numpy()
         return np.asarray(out, dtype=np.float32)
-
-
-def _texts(inputs) -> list[str]:
-    if isinstance(inputs, str):
-        return [inputs]
-    if isinstance(inputs, Sequence) and all(isinstance(t, str) for t in inputs):
-        return list(inputs)
-    texts: list[str] = []
-    for batch in inputs:
-        if not isinstance(batch, dict) or "text" not in batch:
-            keys = sorted(batch) if isinstance(batch, dict) else type(batch).__name__
-            raise ValueError(f"CselabMTEBEncoder encodes text only; got a batch with {keys}")
-        texts.extend(str(t) for t in batch["text"])
-    return texts
 
 
 def local_sts_task(task: str, data_dir: str | os.PathLike, split: str = "test") -> AbsTaskSTS:
@@ -160,16 +156,13 @@ def local_sts_task(task: str, data_dir: str | os.PathLike, split: str = "test") 
         sample_creation="found",
         bibtex_citation="",
     )
-    cls = type(f"Local{name.upper()}STS", (AbsTaskSTS,), {
-        "metadata": metadata, "min_score": low, "max_score": high, "load_data": _preloaded(dataset)})
-    task_obj = cls()
-    task_obj.load_data()
-    return task_obj
 
-
-def _preloaded(dataset) -> Callable[..., None]:
     def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
         self.dataset = dataset
         self.data_loaded = True
 
-    return load_data
+    cls = type(f"Local{name.upper()}STS", (AbsTaskSTS,), {
+        "metadata": metadata, "min_score": low, "max_score": high, "load_data": load_data})
+    task_obj = cls()
+    task_obj.load_data()
+    return task_obj

@@ -16,7 +16,6 @@ in SentEval order, the order of the ``all`` Spearman), and the subset sizes.  Ar
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -63,12 +62,10 @@ def write_pair_scores(
         arrays[f"{task}.gold"] = compact(gold)
         arrays[f"{task}.subsets"] = np.array(list(sizes.values()), dtype=np.int64)
         arrays[f"{task}.subset_names"] = np.array(list(sizes), dtype=np.str_)
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with staged(path, "wb") as f:
-        f.write(buf.getvalue())
+        np.savez_compressed(f, **arrays)
     return path
 
 

@@ -4,21 +4,16 @@ Every number here is in the evaluator's unit, Spearman x 100 (accuracies x 100 f
 :func:`binomial_interval`).  Three kinds of uncertainty, which do not replace one another:
 
 * **test pairs** (:func:`bootstrap_scores`): a 95 % bootstrap interval of one run's task scores, resampling the
-  sentence pairs of the test set (``scipy.stats.bootstrap``, percentile method, a fixed seed).  It says how much
-  the score would move on another test set drawn like this one, for THIS trained model.  It does not cover
-  seed (training) variance.
+  sentence pairs of the test set.  It says how much the score would move on another test set drawn like this
+  one, for THIS trained model.  It does not cover seed (training) variance.
 * **paired comparison** (:func:`paired_comparison`): two runs scored on the same pairs; the difference of each
-  task's Spearman with a paired bootstrap interval (the same resampled pairs for both runs), and a two-sided
-  p-value from a paired permutation test (``scipy.stats.permutation_test``, ``permutation_type="samples"``: each
-  pair's two predictions swapped between the runs at random), Holm-adjusted across the tasks.
+  task's Spearman with a paired bootstrap interval and a paired permutation test's p-value.
 * **seeds** (:func:`seed_statistics`): mean, sample std and a t-based 95 % interval of the mean over runs that
   differ only in seed.  It covers training variance on THIS test set, not test-set sampling.
 
 A task's score is a weighted sum of Spearman correlations over *segments* of pairs (:class:`TaskPairs`): the
 papers' STS12-16 ``all`` is one Spearman over the concatenated subsets (one segment); ``mean`` / ``wmean`` are
-the (weighted) mean of per-subset Spearman (one segment per subset, resampled within each subset).  The 7-task
-average's interval resamples every segment independently with the same resample index and averages the task
-scores of that resample.
+the (weighted) mean of per-subset Spearman (one segment per subset, resampled within each subset).
 
 The vectorised Spearman (:func:`spearman_rows`) ranks each resample by counting (``numpy.bincount`` of the
 values' dense codes), which gives exactly the average ranks of ``scipy.stats.rankdata`` (ties averaged, as
@@ -424,9 +419,8 @@ def paired_comparison(
                      f"{len(common)} x that after Holm: no task can reach {alpha:g}; use at least "
                      f"{math.ceil(2 * len(common) / alpha)} resamples")
     ta = {t: a[t] for t in common}
-    tb = {t: b[t] for t in common}
     segs = _segments(ta)
-    codes = [(dense_codes(ta[common[t]].system[s:e]), dense_codes(tb[common[t]].system[s:e]),
+    codes = [(dense_codes(ta[common[t]].system[s:e]), dense_codes(b[common[t]].system[s:e]),
               dense_codes(ta[common[t]].gold[s:e])) for t, _, s, e in segs]
     n_tasks = len(common)
     with_avg = n_tasks > 1
@@ -444,7 +438,7 @@ def paired_comparison(
     for (t, w, s, e), (_, _, (gc, gk)) in zip(segs, codes, strict=True):
         name = common[t]
         ra2 = _rank_codes(ta[name].system[s:e])
-        rb2 = _rank_codes(tb[name].system[s:e])
+        rb2 = _rank_codes(b[name].system[s:e])
         ry = _average_ranks(gc[None], gk)[0]
         seg_ranks.append((t, w, ra2, rb2, ry - (e - s + 1) / 2.0, e - s))
 
@@ -478,7 +472,7 @@ def paired_comparison(
     out: dict[str, TaskComparison] = {}
     for t, name in enumerate(common):
         sa = _score(ta[name])
-        sb = _score(tb[name])
+        sb = _score(b[name])
         out[name] = TaskComparison(name, sa, sb, sa - sb, intervals[t], pvals[t], adjusted[t])
     if with_avg:
         sa = float(np.mean([c.a for c in out.values()]))

@@ -17,7 +17,6 @@ distinct (whitespace-normalised) sentence of the requested tasks and encodes eac
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from cselab.data.sts import STSPairs, canonical_task, load_task, task_splits
+from cselab.data.sts import STSPairs, canonical_task, load_task
 from cselab.io.tables import Column, Table, text_lines
 
 #: the seven tasks of the papers' STS table, in column order.
@@ -66,22 +65,16 @@ def spearman(
     Raises:
         ValueError: inputs are not 1-D, differ in length, or have fewer than 2 elements.
     """
-    xa = _as_1d_float64(x, "x")
-    ya = _as_1d_float64(y, "y")
+    xa, ya = (np.asarray(v.detach().cpu().double().numpy() if isinstance(v, torch.Tensor) else v, dtype=np.float64)
+              for v in (x, y))
+    for what, a in (("x", xa), ("y", ya)):
+        if a.ndim != 1:
+            raise ValueError(f"spearman: {what} must be 1-D, got shape {tuple(a.shape)}")
     if xa.shape != ya.shape:
         raise ValueError(f"spearman: x and y must have the same length, got {xa.shape[0]} and {ya.shape[0]}")
     if xa.shape[0] < 2:
         raise ValueError(f"spearman: need at least 2 points, got {xa.shape[0]}")
     return float(spearmanr(xa, ya)[0])
-
-
-def _as_1d_float64(v: Sequence[float] | np.ndarray | torch.Tensor, what: str) -> np.ndarray:
-    if isinstance(v, torch.Tensor):
-        v = v.detach().cpu().double().numpy()
-    a = np.asarray(v, dtype=np.float64)
-    if a.ndim != 1:
-        raise ValueError(f"spearman: {what} must be 1-D, got shape {tuple(a.shape)}")
-    return a
 
 
 def cosine_scores(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -148,11 +141,6 @@ class TaskScore:
     system: list[float] = field(default_factory=list, repr=False)
     gold: list[float] = field(default_factory=list, repr=False)
 
-    def score(self, aggregation: str = "all") -> float:
-        """The task score under ``aggregation`` (``"all"``, ``"mean"``, ``"wmean"``), Spearman x 100."""
-        _check_aggregation(aggregation)
-        return float(getattr(self, aggregation))
-
 
 @dataclass(frozen=True)
 class STSReport:
@@ -170,14 +158,9 @@ class STSReport:
     scores: dict[str, float] = field(init=False)
 
     def __post_init__(self) -> None:
-        scores = {t: ts.score(self.aggregation) for t, ts in self.tasks.items()}
-        scores["avg"] = float(np.mean(list(scores.values()))) if scores else math.nan
+        scores = {t: float(getattr(ts, self.aggregation)) for t, ts in self.tasks.items()}  # all | mean | wmean
+        scores["avg"] = float(np.mean(list(scores.values())))  # STSEvaluator.load refuses no tasks
         object.__setattr__(self, "scores", scores)
-
-
-def _check_aggregation(aggregation: str) -> None:
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"unknown aggregation {aggregation!r}; valid: {', '.join(AGGREGATIONS)}")
 
 
 class STSEvaluator:
@@ -210,7 +193,8 @@ class STSEvaluator:
         ``split`` applies to stsb / sickr; STS12-16 only have ``"test"``.
 
         Raises:
-            ValueError: unknown / duplicated task, no tasks, or a task without ``split``.
+            ValueError: unknown / duplicated task, no tasks, or a task without ``split`` (that one from
+                :func:`cselab.data.sts.load_task`, which lists the task's splits).
             FileNotFoundError, cselab.data.sts.STSFormatError: from the readers.
         """
         if isinstance(tasks, str):
@@ -220,24 +204,12 @@ class STSEvaluator:
             raise ValueError(f"no tasks requested; valid tasks: {', '.join(TEST_TASKS)}")
         if len(set(names)) != len(names):
             raise ValueError(f"duplicated task in {names}")
-        for t in names:
-            if split not in task_splits(t):
-                raise ValueError(
-                    f"task {t!r} has no split {split!r} (valid: {', '.join(task_splits(t))}); "
-                    f"STS12-16 only have 'test', use split='dev' with tasks=('stsb',) or ('stsb', 'sickr')"
-                )
         return {t: load_task(self.data_dir, t, split) for t in names}
 
     # ------------------------------------------------------------------ encoding
     #: sentences per ``encode`` call when progress is reported (and no ``batch_size`` is set): a progress update
     #: every few seconds on a CPU (a chunk is sorted by length inside ``encode``, so larger chunks pad less)
     PROGRESS_CHUNK: int = 1024
-
-    def _encode_all(self, encode: EncodeFn, sentences: list[str], progress=None) -> torch.Tensor:
-        if not sentences:
-            raise ValueError("no sentences to encode")
-        size = self.batch_size or (self.PROGRESS_CHUNK if progress is not None else len(sentences))
-        return encode_sentences(encode, sentences, size, progress)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate_detailed(
@@ -270,13 +242,16 @@ class STSEvaluator:
                 row per sentence.
             FileNotFoundError, cselab.data.sts.STSFormatError: from the readers.
         """
-        _check_aggregation(aggregation)
+        if aggregation not in AGGREGATIONS:
+            raise ValueError(f"unknown aggregation {aggregation!r}; valid: {', '.join(AGGREGATIONS)}")
         data = self.load(tasks, split)
 
         if progress is None:
             sentences = sorted({s for subsets in data.values() for pairs in subsets.values()
                                 for s in (*pairs.sent1, *pairs.sent2)})
-            emb = self._encode_all(encode, sentences)
+            if not sentences:
+                raise ValueError("no sentences to encode")
+            emb = encode_sentences(encode, sentences, self.batch_size)
         else:  # task by task, so that the progress is per task; a sentence seen in an earlier task is not redone
             sentences, parts = [], []
             for task, subsets in data.items():
@@ -284,7 +259,8 @@ class STSEvaluator:
                 new = sorted({s for pairs in subsets.values() for s in (*pairs.sent1, *pairs.sent2)} - seen)
                 progress(task, 0, len(new))
                 if new:
-                    parts.append(self._encode_all(encode, new, lambda done, total, t=task: progress(t, done, total)))
+                    parts.append(encode_sentences(encode, new, self.batch_size or self.PROGRESS_CHUNK,
+                                                  lambda done, total, t=task: progress(t, done, total)))
                     sentences.extend(new)
             emb = torch.cat(parts)
         row = {s: i for i, s in enumerate(sentences)}
@@ -347,32 +323,27 @@ def encode_sentences(encode: EncodeFn, sentences: list[str], size: int | None = 
             between calls.
     """
     size = size or max(len(sentences), 1)
+    what = ("encode(sentences) must return a 2-D torch.Tensor [len(sentences), D] of floats, one row per sentence "
+            "in the order given")
     chunks = []
     for start in range(0, len(sentences), size):
         batch = sentences[start : start + size]
-        chunks.append(_check_encoded(encode(batch), len(batch)).to("cpu", dtype))
+        out = encode(batch)
+        if isinstance(out, np.ndarray):
+            out = torch.from_numpy(out)
+        if not isinstance(out, torch.Tensor):
+            raise ValueError(f"{what}; got {type(out).__name__}")
+        if out.ndim != 2 or out.shape[0] != len(batch):
+            raise ValueError(f"{what}; got shape {tuple(out.shape)} for {len(batch)} sentences")
+        if not out.is_floating_point():
+            raise ValueError(f"{what}; got dtype {out.dtype}")
+        chunks.append(out.detach().to("cpu", dtype))
         if progress is not None:
             progress(start + len(batch), len(sentences))
     dims = {c.shape[1] for c in chunks}
     if len(dims) > 1:
         raise ValueError(f"encode returned embeddings of different sizes across calls: {sorted(dims)}")
     return torch.cat(chunks, dim=0) if chunks else torch.zeros(0, 0, dtype=dtype)
-
-
-def _check_encoded(out: object, n: int) -> torch.Tensor:
-    what = (
-        "encode(sentences) must return a 2-D torch.Tensor [len(sentences), D] of floats, one row per sentence "
-        "in the order given"
-    )
-    if isinstance(out, np.ndarray):
-        out = torch.from_numpy(out)
-    if not isinstance(out, torch.Tensor):
-        raise ValueError(f"{what}; got {type(out).__name__}")
-    if out.ndim != 2 or out.shape[0] != n:
-        raise ValueError(f"{what}; got shape {tuple(out.shape)} for {n} sentences")
-    if not out.is_floating_point():
-        raise ValueError(f"{what}; got dtype {out.dtype}")
-    return out.detach()
 
 
 def format_table(scores: Mapping[str, float], intervals: Mapping[str, Sequence[float]] | None = None) -> str:

@@ -94,10 +94,7 @@ class TransferProtocol:
 
     def to_dict(self) -> dict:
         """The protocol as recorded in results.json (with the SentEval commit)."""
-        out = asdict(self)
-        out["l2_grid"] = list(self.l2_grid)
-        out["senteval_commit"] = SENTEVAL_COMMIT
-        return out
+        return {**asdict(self), "l2_grid": list(self.l2_grid), "senteval_commit": SENTEVAL_COMMIT}
 
 
 #: SimCSE / PromptBERT ``evaluation.py``: ``test`` (kfold 10, adam, batch 64, tenacity 5, epoch size 4) and
@@ -142,19 +139,16 @@ def run_classifier(task: TransferTask, features: dict[str, torch.Tensor], protoc
     if task.classifier == "inner_kfold":  # validation.py:57-107
         data = rows["all"]
         outer = _folds(y_np[data], k, 1111)  # validation.py:63-65: random_state=1111 (not the seed)
-        problems, where = [], []
-        for f, (tr, _) in enumerate(outer):
+        problems = []
+        for tr, _ in outer:  # each outer fold: every L2 value on the k inner folds of its training part
             inner = _folds(y_np[data][tr], k, 1111)
-            for r, reg in enumerate(grid):
-                for itr, ite in inner:
-                    problems.append(Problem(data[tr][itr], reg, dev=data[tr][ite]))
-                    where.append((f, r))
+            problems += [Problem(data[tr][itr], reg, dev=data[tr][ite]) for reg in grid for itr, ite in inner]
         total = len(problems) + len(outer)
         fitted = fit_grid(X, y, task.nclasses, problems, cfg, _offset(progress, 0, total), threads=threads)
+        accuracy = np.array([p.best_accuracy for p in fitted]).reshape(len(outer), len(grid), k)  # fold, L2, inner
         dev_results, chosen = [], []
         for f in range(len(outer)):
-            scores = [round(100 * np.mean([fitted[i].best_accuracy for i, w in enumerate(where) if w == (f, r)]), 2)
-                      for r in range(len(grid))]
+            scores = [round(100 * np.mean(accuracy[f, r]), 2) for r in range(len(grid))]
             chosen.append(grid[int(np.argmax(scores))])
             dev_results.append(np.max(scores))
         finals = [Problem(data[tr], chosen[f], validation_split=protocol.validation_split)

@@ -1,9 +1,7 @@
 """Fitting BERT-whitening before the test: the corpus of ``eval.whitening.fit_on`` encoded by the model's test
 encoder, ``mu`` and ``W`` fitted (:class:`cselab.model.whitening.Whitening`), installed on the embedding model
-(:meth:`cselab.model.embedding.EmbeddingModel.set_whitening`) and saved with it.
-
-Called by the STS callback (:class:`cselab.evaluation.callback.STSCallback`) at the start of the test, so every
-test embedding -- STS, the transfer tasks, exports -- is whitened, and the evaluator still knows only ``encode``.
+(:meth:`cselab.model.embedding.EmbeddingModel.set_whitening`) and saved with it: every test embedding (STS, the
+transfer tasks, exports) is whitened.  When: :mod:`cselab.evaluation.callback`.
 
 Corpora (``eval.whitening.fit_on``; official ``eng/eval.py``'s ``normalized_by``, ``eval.py:13, 78-98``):
 
@@ -98,8 +96,7 @@ class WhiteningOptions:
         if file is not None and (fit_on == "target" or not isinstance(file, str)):
             raise ConfigError(f"eval.whitening.file={file!r}: expected a path string for fit_on=nli | wiki "
                               "(fit_on=target reads the test tasks)")
-        return cls(fit_on=fit_on, file=file, n_sentences=node.get("n_sentences"), k=node.get("k"),
-                   normalize=bool(node.get("normalize", True)))
+        return cls(**{key: value for key, value in node.items() if key != "enabled"})  # checked above
 
     def corpus_file(self) -> str | None:
         """The corpus file read (relative to ``data_dir`` unless absolute): ``file`` or the default of ``nli`` /
@@ -137,13 +134,8 @@ def read_sentences(path: str | os.PathLike) -> list[str]:
 def target_sentences(data_dir: str | os.PathLike, tasks: Sequence[str]) -> list[str]:
     """Both sentences of every pair of every split of ``tasks`` (official ``fit_on=target``: STS-B and SICK-R
     train, dev and test; STS12-16 all subsets), in task order, duplicates kept."""
-    out: list[str] = []
-    for task in tasks:
-        for split in task_splits(task):
-            for pairs in load_task(data_dir, task, split).values():
-                for a, b in zip(pairs.sent1, pairs.sent2, strict=True):
-                    out.extend((a, b))
-    return out
+    return [s for task in tasks for split in task_splits(task) for pairs in load_task(data_dir, task, split).values()
+            for pair in zip(pairs.sent1, pairs.sent2, strict=True) for s in pair]
 
 
 def embedding_model_of(model):
@@ -186,8 +178,7 @@ class WhiteningFit:
             sentences = target_sentences(self.data_dir, self.test_tasks)
         else:
             sentences = read_sentences(self.data_dir / opts.corpus_file())
-        if opts.n_sentences is not None:
-            sentences = sentences[: opts.n_sentences]
+        sentences = sentences[: opts.n_sentences]  # None: all
         if not sentences:
             raise ConfigError(f"eval.whitening: the corpus of fit_on={opts.fit_on} is empty")
         return sentences
@@ -225,10 +216,8 @@ def add_to_checkpoint(path: str | os.PathLike, model) -> None:
     checkpoint at ``path`` (its ``state_dict``, replacing any), atomically: the tested checkpoint then loads
     (``cselab.load``, ``cselab export``) as the whitened encoder that was tested."""
     ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    ckpt.setdefault("state_dict", {})
-    for key in [k for k in ckpt["state_dict"] if is_whitening_key(k)]:
-        del ckpt["state_dict"][key]
-    ckpt["state_dict"].update({k: v.detach().cpu() for k, v in model.state_dict().items() if is_whitening_key(k)})
+    kept = {k: v for k, v in ckpt.get("state_dict", {}).items() if not is_whitening_key(k)}
+    ckpt["state_dict"] = kept | {k: v.detach().cpu() for k, v in model.state_dict().items() if is_whitening_key(k)}
     ckpt["cselab_whitening"] = True
     with staged(path) as f:
         torch.save(ckpt, f)
