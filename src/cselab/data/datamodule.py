@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 import lightning as L
@@ -130,7 +131,7 @@ class SentenceDataModule(L.LightningDataModule):
         processed = trainer.fit_loop.epoch_loop.batch_progress.current.processed
         position = DataPosition(epoch=trainer.current_epoch, batches=processed, batch_size=self.batch_size,
                                 world_size=trainer.world_size)
-        return {"data_position": position.to_dict()}
+        return {"data_position": asdict(position)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Remember a checkpoint's data position; the next training loader resumes from it.
