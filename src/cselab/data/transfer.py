@@ -161,8 +161,7 @@ def _lines_mrpc(path: Path) -> tuple[list[list[str]], list[list[str]], list[int]
 def _count(task: str, path: Path) -> int:
     """Samples in ``path`` as SentEval's reader for ``task`` counts them."""
     if task in ("mr", "cr", "subj", "mpqa"):
-        with open(path, encoding="latin-1") as f:
-            return len(f.read().splitlines())
+        return len(_lines_binary(path))
     with open(path, encoding="utf-8" if task in ("sst2", "mrpc") else "latin-1") as f:
         n = sum(1 for _ in f)
     return n - 1 if task == "mrpc" else n

@@ -29,7 +29,6 @@ def register_resolvers() -> None:
         "eq": lambda a, b: str(a) == str(b),
         "cselab_or": lambda a, b: b if a is None or a == "" else a,
         "cselab_prompt": lambda p: p if has_templates(p) else None,  # the module's prompt: None for prompt=none
-        # eval.dev_encoder: official -> the method's, test -> None
         "cselab_dev_encoder": lambda choice, spec: spec if choice == "official" else None,
         "cselab_backbone_name": backbone_name,  # conf/backbone/auto.yaml: the name of an id / folder
         "cselab_file_line": file_line,  # conf/prompt/icl_file.yaml: one template per line
@@ -286,16 +285,12 @@ def run_name(overrides: list[str], method: str, backbone: str, setting: str, mul
     """
     overrides = last_of_each_key(overrides)
     named = {override_key(o): o.split("=", 1)[1] if "=" in o else "" for o in overrides}
-    base = None
-    for key in ("sweep", "experiment") if multirun else ("experiment",):
-        if named.get(key):
-            base = named[key].replace("/", "-")
-            break
+    keys = ("sweep", "experiment") if multirun else ("experiment",)
+    default = None if multirun else f"{method}_{backbone}_{setting}"
+    base = next((named[k].replace("/", "-") for k in keys if named.get(k)), default)  # the first one given
     skip = {"sweep", "experiment"} | (set() if multirun else {"method", "backbone", "setting"})
     extra = sorted(o.lstrip("+") for o in overrides
                    if override_key(o) not in skip and not key_matches(override_key(o), OUTPUT_ONLY_KEYS))
-    if base is None and not multirun:
-        base = f"{method}_{backbone}_{setting}"
     return shorten_name([base, *extra] if base else extra) or "sweep"
 
 
