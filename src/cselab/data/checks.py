@@ -89,8 +89,8 @@ def scan_lines(path: str | os.PathLike, limit: int = SCAN_BYTES, skip_header: bo
     return LineStats(lines, empty, undecodable, truncated, control)
 
 
-def _scan_and_check(path: str | os.PathLike, what: str, max_undecodable_share: float, max_control_share: float,
-                    skip_header: bool = False) -> LineStats:
+def _scan_and_check(path: str | os.PathLike, what: str, max_undecodable_share: float,
+                    max_control_share: float, skip_header: bool = False) -> LineStats:
     path = Path(path)
     stats = scan_lines(path, skip_header=skip_header)
     where = f"{path} (config key data.path, {what})"
@@ -153,7 +153,7 @@ def check_nli(path: str | os.PathLike, max_undecodable_share: float = 0.01,
             f"(SimCSE's nli_for_simcse.csv), found {header if first.strip() else 'an empty first line'}; "
             f"missing {missing}"
         )
-    return _scan_and_check(path, "NLI triplets csv", max_undecodable_share, max_control_share, skip_header=True)
+    return _scan_and_check(path, "NLI triplets csv", max_undecodable_share, max_control_share, True)
 
 
 def check_sts_tasks(data_dir: str | os.PathLike, test_tasks, dev_task: str | None) -> None:

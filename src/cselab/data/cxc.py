@@ -17,11 +17,9 @@ Each of the 25,000 captions of a split is ``caption1`` of 1-3 rows (exactly one 
 0-2 ``c2c_isim`` rows): the ``caption1`` column is the bootstrap's "query" (see
 :mod:`cselab.evaluation.cxc`). Sizes: test 44,045 pairs, val 44,009 pairs, 25,000 distinct ids each.
 
-The caption text is not distributed with CxC: it is read from Karpathy's ``dataset_coco.json``
-(``{"images": [{"sentences": [{"sentid": int, "raw": str, ...}, ...], ...}, ...]}``, in
-``caption_datasets.zip`` / ``coco.zip`` of https://cs.stanford.edu/people/karpathy/deepimagesent/), or,
-equivalently, from MS-COCO's ``captions_val2014.json`` (``{"annotations": [{"id": int, "caption": str}]}``).
-Caption text is whitespace-normalised (``" ".join(raw.split())``).
+The caption text is not distributed with CxC: it is read from Karpathy's ``dataset_coco.json`` or,
+equivalently, MS-COCO's ``captions_val2014.json`` (the layouts: :func:`load_coco_captions`; where to get
+them: :data:`CAPTIONS_HINT`).
 """
 
 from __future__ import annotations

@@ -11,10 +11,9 @@ Why not ``datasets``' own streaming: a ``load_dataset("text", streaming=True)`` 
 and ``datasets`` shards an ``IterableDataset`` across DataLoader workers by shard, so with one file every
 worker beyond the first gets nothing (``datasets`` warns "Too many dataloader workers") and
 ``split_dataset_by_node`` followed by workers still leaves worker 1.. idle.  :class:`StreamingSentences`
-instead partitions EXAMPLES: every (rank, worker) reads the same seeded shuffled stream and keeps every
-K-th sentence, K = world_size x num_workers, so the K shards partition one global order (no sentence seen
-twice, none missed).  Rows are the same as the memory-mapped path's (``datasets``' text reader: universal
-newlines, split on ``"\\n"``, line break removed); empty and whitespace-only lines are skipped.
+instead partitions EXAMPLES (K = world_size x num_workers shards of one seeded order: its docstring).
+Rows are the same as the memory-mapped path's (``datasets``' text reader: universal newlines, split on
+``"\\n"``, line break removed); empty and whitespace-only lines are skipped.
 """
 
 from __future__ import annotations

@@ -78,9 +78,7 @@ class OneLineLoadReport(logging.Filter):
 
 
 def quiet_third_party() -> None:
-    """Third-party output fit for a log file (idempotent): transformers' LOAD REPORT as one line
-    (:class:`OneLineLoadReport`); when stderr is not a terminal, transformers' and huggingface_hub's progress bars
-    off."""
+    """Third-party output fit for a log file, as the module docstring says (idempotent)."""
     logger = logging.getLogger(LOAD_REPORT_LOGGER)
     if not any(isinstance(f, OneLineLoadReport) for f in logger.filters):
         logger.addFilter(OneLineLoadReport())

@@ -17,7 +17,7 @@ import sys
 import time
 
 import lightning as L
-from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.callbacks.progress.rich_progress import CustomTimeColumn, ProcessingSpeedColumn
 
 from cselab.io.logs import interactive
@@ -102,10 +102,10 @@ class _LossOnLoggingSteps:
 
 
 class StepRichProgressBar(_LossOnLoggingSteps, RichProgressBar):
-    """Lightning's Rich progress bar, training total bounded by ``trainer.max_steps``; its time and speed columns
-    fall back to the average since a task began (:func:`average_speed`), so an evaluation shows its time left;
-    its postfix ``loss`` is the last logging step's (``train/loss`` is logged without ``prog_bar``, which
-    Lightning would read on the host after every batch)."""
+    """Lightning's Rich progress bar, training total bounded by ``trainer.max_steps``; its time and speed
+    columns fall back to the average since a task began (:func:`average_speed`), so an evaluation shows its
+    time left; its postfix ``loss`` is the last logging step's (``train/loss`` is logged without ``prog_bar``,
+    which Lightning would read on the host after every batch)."""
 
     @property
     def total_train_batches(self) -> int | float:
@@ -214,9 +214,9 @@ class EvalProgress:
     def __init__(self, trainer: L.Trainer | None, split: str, every_s: float = 60.0) -> None:
         self.split = split
         self.every_s = float(every_s)
-        bar = getattr(trainer, "progress_bar_callback", None) if trainer is not None else None
+        bar = getattr(trainer, "progress_bar_callback", None)
         self._bar = bar if bar is not None and bar.is_enabled and interactive() else None
-        self._tqdm = isinstance(self._bar, TQDMProgressBar) or (trainer is None and interactive())
+        self._tqdm = trainer is None and interactive()  # no trainer: a tqdm bar of our own
         self._task = None  # (task name, rich task id | tqdm bar | None)
         self._start = self._last = 0.0
 

@@ -109,8 +109,7 @@ def resolve_target(target: str | os.PathLike) -> ModelTarget:
     """The model ``target`` names (module docstring); nothing is loaded.
 
     Raises:
-        TargetError: a path that does not exist and is no hub id, a folder that is no model, or a run directory
-            without a best checkpoint (the message names the target and lists :data:`TARGETS`).
+        TargetError: the module docstring's cases (the message names the target and lists :data:`TARGETS`).
     """
     given = str(target)
     path = Path(os.path.expanduser(given))
