@@ -148,8 +148,7 @@ def read_cxc_scores(path: str | os.PathLike[str], name: str | None = None) -> Cx
             except ValueError as err:
                 raise CxCFormatError(f"{p}, line {lineno}: {err}") from None
             rows.append((a, b, y, row[3]))
-    if name is None:
-        name = p.stem[4:] if p.stem.startswith("sts_") else p.stem
+    name = p.stem.removeprefix("sts_") if name is None else name
     columns = [list(column) for column in zip(*rows, strict=True)] or [[], [], [], []]  # id1, id2, scores, methods
     return CxCScores(*columns, name)
 

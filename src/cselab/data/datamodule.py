@@ -41,9 +41,7 @@ class SentenceDataModule(L.LightningDataModule):
             (``method.prepare_train_set``: ESimCSE's repetitions), applied once when :meth:`setup` has read it;
             None: the corpus as read.
 
-    Mid-epoch resume: :meth:`state_dict` puts the data position (epoch, batches trained on in it) in every
-    checkpoint; after :meth:`load_state_dict` the next loader skips exactly those samples (see
-    :mod:`cselab.data.resume`).
+    Mid-epoch resume: :meth:`state_dict` / :meth:`load_state_dict` and the next loader (:mod:`cselab.data.resume`).
     """
 
     def __init__(

@@ -204,9 +204,7 @@ def read_stsb(path: str | os.PathLike[str], name: str | None = None) -> STSPairs
         STSFormatError: a line has fewer than 7 columns or a non-numeric score (message names file and line).
     """
     key = _stat_key(path)
-    if name is None:
-        stem = Path(path).stem
-        name = stem[4:] if stem.startswith("sts-") else stem
+    name = Path(path).stem.removeprefix("sts-") if name is None else name
     return _to_pairs(_parse_columns(key, False, 4, 5, 6), name)
 
 

@@ -100,10 +100,7 @@ class TransferTask:
 
     def sentences(self) -> list[str]:
         """Every sentence of every split (with repeats), the set to encode."""
-        out: list[str] = []
-        for split in self.splits.values():
-            out += split.sentences + (split.pairs or [])
-        return out
+        return [s for split in self.splits.values() for s in split.sentences + (split.pairs or [])]
 
 
 def canonical_transfer_task(name: str) -> str:

@@ -186,13 +186,12 @@ class ProgressLog(_LossOnLoggingSteps, L.Callback):
         total = trainer.estimated_stepping_batches
         steps = max(step - self._first_step, 1)
         rate = (now - self._start - self._eval_s) / steps  # training only
-        loss = self.shown_loss
-        parts = [f"training: step {step:,}/{int(total):,} ({100 * step / total:.0f}%)" if math.isfinite(total)
-                 else f"training: step {step:,}", f"{rate:.2f} s/step"]
+        parts = [f"training: step {step:,}", f"{rate:.2f} s/step"]
         if math.isfinite(total):
+            parts[0] += f"/{int(total):,} ({100 * step / total:.0f}%)"
             parts.append(f"{_duration((now - self._start) / steps * (total - step))} left")
-        if loss is not None:
-            parts.append(f"loss {loss:.4f}")
+        if self.shown_loss is not None:
+            parts.append(f"loss {self.shown_loss:.4f}")
         log.info(", ".join(parts))
 
 
