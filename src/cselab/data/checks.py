@@ -60,8 +60,7 @@ def scan_lines(path: str | os.PathLike, limit: int = SCAN_BYTES, skip_header: bo
     Lines are split on ``\\n`` (a trailing ``\\r`` is dropped); with ``skip_header`` the first line is not counted.
     Also counts the lines made mostly of control characters (:attr:`LineStats.control`).
     """
-    lines = empty = undecodable = control = 0
-    read = 0
+    lines = empty = undecodable = control = read = 0
     truncated = False
     with open(path, "rb") as f:
         for i, raw in enumerate(f):

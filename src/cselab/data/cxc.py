@@ -172,8 +172,7 @@ def load_coco_captions(path: str | os.PathLike[str], sentids: set[int] | None = 
     if not p.is_file():
         raise FileNotFoundError(f"MS-COCO caption file not found: {p.resolve()}. {CAPTIONS_HINT}")
     try:
-        with open(p, encoding="utf-8") as f:
-            data = json.load(f)
+        data = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise CxCFormatError(f"{p}: not valid JSON (line {err.lineno}: {err.msg})") from None
     out: dict[int, str] = {}
@@ -230,9 +229,7 @@ def join_captions(scores: CxCScores, captions: dict[int, str], source: str = "th
     missing = sorted(needed - captions.keys())
     if missing:
         missing_set = set(missing)
-        rows = sum(
-            1 for a, b in zip(scores.id1, scores.id2, strict=True) if a in missing_set or b in missing_set
-        )
+        rows = sum(a in missing_set or b in missing_set for a, b in zip(scores.id1, scores.id2, strict=True))
         examples = ", ".join(f"{CXC_ID_PREFIX}{i}" for i in missing[:5])
         raise MissingCaptionsError(
             f"CxC {scores.name}: {len(missing)} of {len(needed)} caption ids ({rows} of {len(scores)} pairs) are "

@@ -91,10 +91,9 @@ class SentenceDataModule(L.LightningDataModule):
         """
         rank, world = self._rank_world()
         generator = torch.Generator()
-        sampler = None
-        if not isinstance(dataset, IterableDataset):
-            sampler = ResumableSampler(dataset, num_replicas=world, rank=rank, shuffle=shuffle, seed=self.seed,
-                                       drop_last=False, generator=generator)
+        sampler = None if isinstance(dataset, IterableDataset) else ResumableSampler(
+            dataset, num_replicas=world, rank=rank, shuffle=shuffle, seed=self.seed, drop_last=False,
+            generator=generator)
         if self._resume is not None:
             self._resume.check(self.batch_size, world)
             if sampler is not None:

@@ -112,10 +112,8 @@ def _parse_sts_year(
 ) -> tuple[tuple[str, str, float], ...]:
     input_path, gold_path = input_key[0], gold_key[0]
     # SentEval: io.open(..., encoding='utf8').read().splitlines() on both files.
-    with open(input_path, encoding="utf-8") as f:
-        input_lines = f.read().splitlines()
-    with open(gold_path, encoding="utf-8") as f:
-        gold_lines = f.read().splitlines()
+    input_lines = Path(input_path).read_text(encoding="utf-8").splitlines()
+    gold_lines = Path(gold_path).read_text(encoding="utf-8").splitlines()
     if len(input_lines) != len(gold_lines):
         raise STSFormatError(
             f"{input_path} has {len(input_lines)} lines but {gold_path} has {len(gold_lines)}; "

@@ -116,8 +116,7 @@ def canonical_transfer_task(name: str) -> str:
 
 
 def _lines_binary(path: Path) -> list[list[str]]:
-    with open(path, encoding="latin-1") as f:  # binary.py:20-21
-        return [line.split() for line in f.read().splitlines()]
+    return [line.split() for line in path.read_text(encoding="latin-1").splitlines()]  # binary.py:20-21
 
 
 def _lines_sst(path: Path) -> tuple[list[list[str]], list[int]]:
