@@ -113,12 +113,11 @@ MOVED_KEYS: dict[str, str] = {"train": "method.train", "pooler": "method.pooler"
                               "trainer.progress_log_s": "progress.log_s"}
 
 
-def moved_key_error(argv: list[str], moved: dict[str, str] | None = None) -> str | None:
+def moved_key_error(argv: list[str], moved: dict[str, str] = MOVED_KEYS) -> str | None:
     """A message for command-line overrides that use a moved key (``pooler=avg`` -> ``method.pooler=avg``),
     or ``None``.  Hydra alone would answer ``Key 'pooler' is not in struct``; run.py prints this instead.
     ``moved``: old key -> new key (default :data:`MOVED_KEYS`; run.py adds the ``module`` node's,
     :data:`cselab.methods.checks.MOVED_MODULE_KEYS`)."""
-    moved = MOVED_KEYS if moved is None else moved
     wrong = [item for item in argv if not item.startswith("-") and override_key(item) in moved]
     if not wrong:
         return None
@@ -197,8 +196,7 @@ def backbone_path_overrides(argv: list[str], options: set[str]) -> list[str]:
         if not item.startswith("backbone=") or "(" in item:
             out.append(item)
             continue
-        value = item.split("=", 1)[1]
-        values = [v for v in value.split(",") if v]
+        values = [v for v in item.split("=", 1)[1].split(",") if v]
         models = [v for v in values if v not in options and looks_like_model(v)]
         if not models:
             out.append(item)

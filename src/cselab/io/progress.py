@@ -83,9 +83,7 @@ def is_logging_step(trainer: L.Trainer | None) -> bool:
     """True on the training steps whose logged values Lightning writes (every ``trainer.log_every_n_steps``):
     the only steps on which cselab reads a value of the device on the host (the loss for the progress display,
     the non-finite flags, the throughput clock).  From ``on_train_batch_end``; False without a Trainer."""
-    if trainer is None:
-        return False
-    return bool(trainer._logger_connector.should_update_logs) or bool(trainer.fast_dev_run)
+    return trainer is not None and bool(trainer._logger_connector.should_update_logs or trainer.fast_dev_run)
 
 
 class _LossOnLoggingSteps:
