@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from cselab.data.nli import NLI_COLUMNS
+from cselab.data.nli import check_header
 from cselab.data.sts import STSFormatError, canonical_task, load_task, task_splits
 
 #: bytes of a training file scanned for the checks (a larger file is judged on its start)
@@ -145,13 +145,8 @@ def check_nli(path: str | os.PathLike, max_undecodable_share: float = 0.01,
     with open(path, "rb") as f:
         first = f.readline()
     header = next(csv.reader([first.decode("utf-8-sig", errors="replace").strip()]), [])
-    missing = [c for c in NLI_COLUMNS if c not in header]
-    if missing:
-        raise ValueError(
-            f"{path} (config key data.path, NLI triplets csv): expected the header sent0,sent1,hard_neg "
-            f"(SimCSE's nli_for_simcse.csv), found {header if first.strip() else 'an empty first line'}; "
-            f"missing {missing}"
-        )
+    check_header(header, f"{path} (config key data.path, NLI triplets csv)",
+                 None if first.strip() else "an empty first line")
     return _scan_and_check(path, "NLI triplets csv", max_undecodable_share, max_control_share, True)
 
 
