@@ -84,11 +84,9 @@ def quiet_third_party() -> None:
         logger.addFilter(OneLineLoadReport())
     if interactive():
         return
-    try:
-        from huggingface_hub.utils import disable_progress_bars
-        from transformers.utils import logging as hf_logging
-    except ImportError:  # pragma: no cover - both are dependencies
-        return
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as hf_logging
+
     disable_progress_bars()
     hf_logging.disable_progress_bar()
 

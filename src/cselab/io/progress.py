@@ -15,10 +15,12 @@ import logging
 import math
 import sys
 import time
+from datetime import timedelta
 
 import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.callbacks.progress.rich_progress import CustomTimeColumn, ProcessingSpeedColumn
+from rich.text import Text
 
 from cselab.io.logs import interactive
 
@@ -58,10 +60,6 @@ class TimeLeftColumn(CustomTimeColumn):
     """``elapsed • left`` as Lightning's column, the time left from :func:`time_left`."""
 
     def render(self, task):
-        from datetime import timedelta
-
-        from rich.text import Text
-
         elapsed = task.finished_time if task.finished else task.elapsed
         left = time_left(task)
         shown = ["-:--:--" if t is None else str(timedelta(seconds=int(t))) for t in (elapsed, left)]
@@ -72,8 +70,6 @@ class SpeedColumn(ProcessingSpeedColumn):
     """``12.34it/s`` (or the task's ``unit``, ``sent/s``) at :func:`average_speed`; ``-`` before any."""
 
     def render(self, task):
-        from rich.text import Text
-
         speed = average_speed(task)
         unit = task.fields.get("unit", "it")
         return Text(f"{speed:.2f}{unit}/s" if speed else f"-{unit}/s", style=self.style)
