@@ -41,7 +41,7 @@ class SentenceDataModule(L.LightningDataModule):
             (``method.prepare_train_set``: ESimCSE's repetitions), applied once when :meth:`setup` has read it;
             None: the corpus as read.
 
-    Mid-epoch resume: :meth:`state_dict`, :meth:`load_state_dict`, the next loader (:mod:`cselab.data.resume`)
+    Mid-epoch resume: :meth:`state_dict` and :meth:`load_state_dict`, see :mod:`cselab.data.resume`.
     """
 
     def __init__(
