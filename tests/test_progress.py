@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cselab.io.progress import EvalProgress, ProgressLog, StepRichProgressBar, StepTQDMProgressBar
+from cselab.io.progress import EvalProgress, ProgressLog, StepRichProgressBar
 
 
 def _trainer(global_step=0, batches=187, max_steps=20, restarting=False, ready=0, accumulate=1, total=None):
@@ -19,7 +19,7 @@ def _trainer(global_step=0, batches=187, max_steps=20, restarting=False, ready=0
                            _logger_connector=SimpleNamespace(should_update_logs=True))
 
 
-@pytest.mark.parametrize("bar_class", [StepRichProgressBar, StepTQDMProgressBar])
+@pytest.mark.parametrize("bar_class", [StepRichProgressBar])
 def test_training_bar_total_is_bounded_by_max_steps(bar_class, monkeypatch):
     bar = bar_class()
     for trainer, expected in [

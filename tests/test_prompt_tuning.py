@@ -227,6 +227,8 @@ def test_mlm_masks_are_seeded_by_the_batch_and_survive_a_mid_epoch_resume(tiny_m
     """The masks are a function of ``mlm_seed`` and the batch: BERT's 15 % / 80-10-10 statistics, the same
     masks for the same batch in any process, other masks for another seed; and a loader resumed mid-epoch
     with 2 workers yields exactly the batches (masks included) of the uninterrupted loader."""
+    from dataclasses import asdict
+
     from cselab.data.resume import DataPosition
     from cselab.data.unsup import UnsupDataModule
     from cselab.methods.registry import method_class
@@ -260,7 +262,7 @@ def test_mlm_masks_are_seeded_by_the_batch_and_survive_a_mid_epoch_resume(tiny_m
         dm = UnsupDataModule(seeded, path=str(corpus), batch_size=4, num_workers=2, seed=5)
         dm.setup("fit")
         if position is not None:
-            dm.load_state_dict({"data_position": position.to_dict()})
+            dm.load_state_dict({"data_position": asdict(position)})
         loader = dm.train_dataloader()
         loader.sampler.set_epoch(1)
         return [(b["input_ids"], b["mlm_input_ids"], b["mlm_labels"]) for b in loader]

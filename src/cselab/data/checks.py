@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from cselab.data.nli import NLI_COLUMNS
+from cselab.data.nli import check_header
 from cselab.data.sts import STSFormatError, canonical_task, load_task, task_splits
 
 #: bytes of a training file scanned for the checks (a larger file is judged on its start)
@@ -60,8 +60,7 @@ def scan_lines(path: str | os.PathLike, limit: int = SCAN_BYTES, skip_header: bo
     Lines are split on ``\\n`` (a trailing ``\\r`` is dropped); with ``skip_header`` the first line is not counted.
     Also counts the lines made mostly of control characters (:attr:`LineStats.control`).
     """
-    lines = empty = undecodable = control = 0
-    read = 0
+    lines = empty = undecodable = control = read = 0
     truncated = False
     with open(path, "rb") as f:
         for i, raw in enumerate(f):
@@ -89,13 +88,15 @@ def scan_lines(path: str | os.PathLike, limit: int = SCAN_BYTES, skip_header: bo
     return LineStats(lines, empty, undecodable, truncated, control)
 
 
-def _check_lines(path: Path, stats: LineStats, what: str, max_undecodable_share: float,
-                 max_control_share: float = 0.01) -> None:
+def _scan_and_check(path: str | os.PathLike, what: str, max_undecodable_share: float,
+                    max_control_share: float, skip_header: bool = False) -> LineStats:
+    path = Path(path)
+    stats = scan_lines(path, skip_header=skip_header)
     where = f"{path} (config key data.path, {what})"
-    scope = f"in its first {SCAN_BYTES // 2**20} MiB" if stats.truncated else ""
+    scope = f" in its first {SCAN_BYTES // 2**20} MiB" if stats.truncated else ""
     if stats.usable == 0:
         raise ValueError(
-            f"{where}: no usable line{' ' + scope if scope else ''}: {stats.lines:,} lines, {stats.empty:,} empty, "
+            f"{where}: no usable line{scope}: {stats.lines:,} lines, {stats.empty:,} empty, "
             f"{stats.undecodable:,} not UTF-8; expected UTF-8 text"
             + (", one sentence a line" if what == "unsup corpus" else " rows sent0,sent1,hard_neg")
         )
@@ -103,7 +104,7 @@ def _check_lines(path: Path, stats: LineStats, what: str, max_undecodable_share:
     share = stats.undecodable / nonempty
     if share > max_undecodable_share:
         raise ValueError(
-            f"{where}: {stats.undecodable:,} of {nonempty:,} non-empty lines{' ' + scope if scope else ''} are not "
+            f"{where}: {stats.undecodable:,} of {nonempty:,} non-empty lines{scope} are not "
             f"UTF-8 ({share:.1%}, above data.max_undecodable_share={max_undecodable_share:g}); only "
             f"{stats.usable:,} lines would be trained on. Is this the right file? (a few such lines are skipped "
             "and counted; raise data.max_undecodable_share to accept more)"
@@ -112,11 +113,12 @@ def _check_lines(path: Path, stats: LineStats, what: str, max_undecodable_share:
     share = stats.control / decoded if decoded else 0.0
     if share > max_control_share:
         raise ValueError(
-            f"{where}: {stats.control:,} of {decoded:,} non-empty UTF-8 lines{' ' + scope if scope else ''} are "
+            f"{where}: {stats.control:,} of {decoded:,} non-empty UTF-8 lines{scope} are "
             f"mostly control characters such as NUL ({share:.1%}, above data.max_control_share="
             f"{max_control_share:g}); expected text. Is this the right file? (raise data.max_control_share to "
             "accept it)"
         )
+    return stats
 
 
 def check_corpus(path: str | os.PathLike, max_undecodable_share: float = 0.01,
@@ -128,10 +130,7 @@ def check_corpus(path: str | os.PathLike, max_undecodable_share: float = 0.01,
             more than ``max_control_share`` of the UTF-8 ones are mostly control characters (names the file, the
             config key and the counts).
     """
-    path = Path(path)
-    stats = scan_lines(path)
-    _check_lines(path, stats, "unsup corpus", max_undecodable_share, max_control_share)
-    return stats
+    return _scan_and_check(path, "unsup corpus", max_undecodable_share, max_control_share)
 
 
 def check_nli(path: str | os.PathLike, max_undecodable_share: float = 0.01,
@@ -146,16 +145,9 @@ def check_nli(path: str | os.PathLike, max_undecodable_share: float = 0.01,
     with open(path, "rb") as f:
         first = f.readline()
     header = next(csv.reader([first.decode("utf-8-sig", errors="replace").strip()]), [])
-    missing = [c for c in NLI_COLUMNS if c not in header]
-    if missing:
-        raise ValueError(
-            f"{path} (config key data.path, NLI triplets csv): expected the header sent0,sent1,hard_neg "
-            f"(SimCSE's nli_for_simcse.csv), found {header if first.strip() else 'an empty first line'}; "
-            f"missing {missing}"
-        )
-    stats = scan_lines(path, skip_header=True)
-    _check_lines(path, stats, "NLI triplets csv", max_undecodable_share, max_control_share)
-    return stats
+    check_header(header, f"{path} (config key data.path, NLI triplets csv)",
+                 None if first.strip() else "an empty first line")
+    return _scan_and_check(path, "NLI triplets csv", max_undecodable_share, max_control_share, True)
 
 
 def check_sts_tasks(data_dir: str | os.PathLike, test_tasks, dev_task: str | None) -> None:

@@ -17,11 +17,9 @@ Each of the 25,000 captions of a split is ``caption1`` of 1-3 rows (exactly one 
 0-2 ``c2c_isim`` rows): the ``caption1`` column is the bootstrap's "query" (see
 :mod:`cselab.evaluation.cxc`). Sizes: test 44,045 pairs, val 44,009 pairs, 25,000 distinct ids each.
 
-The caption text is not distributed with CxC: it is read from Karpathy's ``dataset_coco.json``
-(``{"images": [{"sentences": [{"sentid": int, "raw": str, ...}, ...], ...}, ...]}``, in
-``caption_datasets.zip`` / ``coco.zip`` of https://cs.stanford.edu/people/karpathy/deepimagesent/), or,
-equivalently, from MS-COCO's ``captions_val2014.json`` (``{"annotations": [{"id": int, "caption": str}]}``).
-Caption text is whitespace-normalised (``" ".join(raw.split())``).
+The caption text is not distributed with CxC: it is read from Karpathy's ``dataset_coco.json`` or,
+equivalently, MS-COCO's ``captions_val2014.json`` (the layouts: :func:`load_coco_captions`; where to get
+them: :data:`CAPTIONS_HINT`).
 """
 
 from __future__ import annotations
@@ -150,8 +148,7 @@ def read_cxc_scores(path: str | os.PathLike[str], name: str | None = None) -> Cx
             except ValueError as err:
                 raise CxCFormatError(f"{p}, line {lineno}: {err}") from None
             rows.append((a, b, y, row[3]))
-    if name is None:
-        name = p.stem[4:] if p.stem.startswith("sts_") else p.stem
+    name = p.stem.removeprefix("sts_") if name is None else name
     columns = [list(column) for column in zip(*rows, strict=True)] or [[], [], [], []]  # id1, id2, scores, methods
     return CxCScores(*columns, name)
 
@@ -175,8 +172,7 @@ def load_coco_captions(path: str | os.PathLike[str], sentids: set[int] | None = 
     if not p.is_file():
         raise FileNotFoundError(f"MS-COCO caption file not found: {p.resolve()}. {CAPTIONS_HINT}")
     try:
-        with open(p, encoding="utf-8") as f:
-            data = json.load(f)
+        data = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise CxCFormatError(f"{p}: not valid JSON (line {err.lineno}: {err.msg})") from None
     out: dict[int, str] = {}
@@ -233,9 +229,7 @@ def join_captions(scores: CxCScores, captions: dict[int, str], source: str = "th
     missing = sorted(needed - captions.keys())
     if missing:
         missing_set = set(missing)
-        rows = sum(
-            1 for a, b in zip(scores.id1, scores.id2, strict=True) if a in missing_set or b in missing_set
-        )
+        rows = sum(a in missing_set or b in missing_set for a, b in zip(scores.id1, scores.id2, strict=True))
         examples = ", ".join(f"{CXC_ID_PREFIX}{i}" for i in missing[:5])
         raise MissingCaptionsError(
             f"CxC {scores.name}: {len(missing)} of {len(needed)} caption ids ({rows} of {len(scores)} pairs) are "

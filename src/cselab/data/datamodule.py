@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 import lightning as L
@@ -40,9 +41,7 @@ class SentenceDataModule(L.LightningDataModule):
             (``method.prepare_train_set``: ESimCSE's repetitions), applied once when :meth:`setup` has read it;
             None: the corpus as read.
 
-    Mid-epoch resume: :meth:`state_dict` puts the data position (epoch, batches trained on in it) in every
-    checkpoint; after :meth:`load_state_dict` the next loader skips exactly those samples (see
-    :mod:`cselab.data.resume`).
+    Mid-epoch resume: :meth:`state_dict` and :meth:`load_state_dict`, see :mod:`cselab.data.resume`.
     """
 
     def __init__(
@@ -92,10 +91,9 @@ class SentenceDataModule(L.LightningDataModule):
         """
         rank, world = self._rank_world()
         generator = torch.Generator()
-        sampler = None
-        if not isinstance(dataset, IterableDataset):
-            sampler = ResumableSampler(dataset, num_replicas=world, rank=rank, shuffle=shuffle, seed=self.seed,
-                                       drop_last=False, generator=generator)
+        sampler = None if isinstance(dataset, IterableDataset) else ResumableSampler(
+            dataset, num_replicas=world, rank=rank, shuffle=shuffle, seed=self.seed, drop_last=False,
+            generator=generator)
         if self._resume is not None:
             self._resume.check(self.batch_size, world)
             if sampler is not None:
@@ -130,7 +128,7 @@ class SentenceDataModule(L.LightningDataModule):
         processed = trainer.fit_loop.epoch_loop.batch_progress.current.processed
         position = DataPosition(epoch=trainer.current_epoch, batches=processed, batch_size=self.batch_size,
                                 world_size=trainer.world_size)
-        return {"data_position": position.to_dict()}
+        return {"data_position": asdict(position)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Remember a checkpoint's data position; the next training loader resumes from it.

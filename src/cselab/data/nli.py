@@ -12,6 +12,14 @@ from cselab.data.paths import UNDECODABLE, data_root, require
 NLI_COLUMNS = ("sent0", "sent1", "hard_neg")
 
 
+def check_header(header: list[str], where: str, found: object = None) -> None:
+    """Refuse ``header`` unless it holds sent0, sent1 and hard_neg: a ValueError naming ``where``, the header
+    found (``found`` when given) and the missing columns."""
+    if missing := [c for c in NLI_COLUMNS if c not in header]:
+        raise ValueError(f"{where}: expected the header sent0,sent1,hard_neg (SimCSE's nli_for_simcse.csv), "
+                         f"found {header if found is None else found}; missing {missing}")
+
+
 class NLIDataModule(SentenceDataModule):
     """Premise, entailment and contradiction hypotheses; rows are ``{"sent0", "sent1", "hard_neg"}``.
 
@@ -40,12 +48,7 @@ class NLIDataModule(SentenceDataModule):
 
         require(self.path, "NLI triplets csv", "data.path")
         ds = datasets.load_dataset("csv", data_files={"train": self.path}, split="train", encoding_errors="replace")
-        missing = [c for c in NLI_COLUMNS if c not in ds.column_names]
-        if missing:
-            raise ValueError(
-                f"{self.path}: expected the header sent0,sent1,hard_neg (SimCSE's nli_for_simcse.csv), "
-                f"found {ds.column_names}; missing {missing}"
-            )
+        check_header(ds.column_names, self.path)
         ds = ds.select_columns(list(NLI_COLUMNS))
         ds, self.skipped_rows = self._skip(
             ds, lambda row: all(isinstance(row[c], str) and row[c].strip() for c in NLI_COLUMNS),

@@ -25,7 +25,7 @@ continuing; with ``num_workers=0`` (the default) the resumed run is bit-identica
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
@@ -46,10 +46,6 @@ class DataPosition:
     batches: int
     batch_size: int
     world_size: int
-
-    def to_dict(self) -> dict[str, int]:
-        """A plain dict for the checkpoint."""
-        return asdict(self)
 
     @classmethod
     def from_dict(cls, state: dict, where: str = "checkpoint") -> DataPosition:

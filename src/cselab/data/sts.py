@@ -7,9 +7,10 @@ The conventions are those of SentEval's ``senteval/sts.py`` as used by SimCSE's 
   each line is ``split("\\t")`` into the two sentences; ``STS.gs.<subset>.txt`` likewise, one gold score a
   line. An EMPTY gold line means the pair was not scored: the pair is dropped.
 * STS-B (``STSBenchmarkEval.loadFile``): no header; each line ``line.strip().split("\\t")``; the gold score is
-  column 4, the sentences are columns 5 and 6; extra columns are ignored (no csv quote parsing).
+  column 4, the sentences are columns 5 and 6 (0-based); extra columns (the raw distribution's source
+  columns) are ignored (no csv quote parsing).
 * SICK-R (``SICKRelatednessEval.loadFile``): the first line is a header; columns pair_ID, sentence_A,
-  sentence_B, relatedness_score, ...
+  sentence_B, relatedness_score (0-3), entailment_judgment (4, ignored).
 * Every sentence is whitespace-split and re-joined with single spaces (SentEval stores ``s.split()``,
   SimCSE's batcher does ``' '.join(s)``), so ``' '.join(s.split())`` is what the encoder sees.
 
@@ -93,18 +94,11 @@ def _norm(sentence: str) -> str:
     return " ".join(sentence.split())
 
 
-def _missing(path: Path) -> FileNotFoundError:
-    return FileNotFoundError(f"STS data file not found: {path}; {_MISSING_HINT}")
-
-
 def _stat_key(path: str | os.PathLike[str]) -> tuple[str, int, int]:
     p = Path(path).resolve()
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise _missing(p) from None
     if not p.is_file():
-        raise _missing(p)
+        raise FileNotFoundError(f"STS data file not found: {p}; {_MISSING_HINT}")
+    st = p.stat()
     return str(p), st.st_size, st.st_mtime_ns
 
 
@@ -118,10 +112,8 @@ def _parse_sts_year(
 ) -> tuple[tuple[str, str, float], ...]:
     input_path, gold_path = input_key[0], gold_key[0]
     # SentEval: io.open(..., encoding='utf8').read().splitlines() on both files.
-    with open(input_path, encoding="utf-8") as f:
-        input_lines = f.read().splitlines()
-    with open(gold_path, encoding="utf-8") as f:
-        gold_lines = f.read().splitlines()
+    input_lines = Path(input_path).read_text(encoding="utf-8").splitlines()
+    gold_lines = Path(gold_path).read_text(encoding="utf-8").splitlines()
     if len(input_lines) != len(gold_lines):
         raise STSFormatError(
             f"{input_path} has {len(input_lines)} lines but {gold_path} has {len(gold_lines)}; "
@@ -198,10 +190,8 @@ def _parse_columns(
 
 
 def read_stsb(path: str | os.PathLike[str], name: str | None = None) -> STSPairs:
-    """Read an STS-B file (``sts-{train,dev,test}.csv``) the way SentEval's ``STSBenchmarkEval`` does.
-
-    No header; each line is ``line.strip().split('\\t')``: score = column 4, sentences = columns 5 and 6
-    (0-based); further columns (the raw distribution's source columns) are ignored; no csv quoting.
+    """Read an STS-B file (``sts-{train,dev,test}.csv``) the way SentEval's ``STSBenchmarkEval`` does (the
+    layout: module docstring).
 
     Args:
         path: the csv file.
@@ -212,17 +202,13 @@ def read_stsb(path: str | os.PathLike[str], name: str | None = None) -> STSPairs
         STSFormatError: a line has fewer than 7 columns or a non-numeric score (message names file and line).
     """
     key = _stat_key(path)
-    if name is None:
-        stem = Path(path).stem
-        name = stem[4:] if stem.startswith("sts-") else stem
+    name = Path(path).stem.removeprefix("sts-") if name is None else name
     return _to_pairs(_parse_columns(key, False, 4, 5, 6), name)
 
 
 def read_sick(path: str | os.PathLike[str], name: str | None = None) -> STSPairs:
-    """Read a SICK file (``SICK_{train,trial,test_annotated}.txt``) like SentEval's ``SICKRelatednessEval``.
-
-    The first line (header) is skipped; columns: pair_ID (0), sentence_A (1), sentence_B (2),
-    relatedness_score (3), entailment_judgment (4, ignored).
+    """Read a SICK file (``SICK_{train,trial,test_annotated}.txt``) like SentEval's ``SICKRelatednessEval``
+    (the layout: module docstring).
 
     Args:
         path: the SICK file.

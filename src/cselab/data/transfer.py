@@ -100,10 +100,7 @@ class TransferTask:
 
     def sentences(self) -> list[str]:
         """Every sentence of every split (with repeats), the set to encode."""
-        out: list[str] = []
-        for split in self.splits.values():
-            out += split.sentences + (split.pairs or [])
-        return out
+        return [s for split in self.splits.values() for s in split.sentences + (split.pairs or [])]
 
 
 def canonical_transfer_task(name: str) -> str:
@@ -119,8 +116,7 @@ def canonical_transfer_task(name: str) -> str:
 
 
 def _lines_binary(path: Path) -> list[list[str]]:
-    with open(path, encoding="latin-1") as f:  # binary.py:20-21
-        return [line.split() for line in f.read().splitlines()]
+    return [line.split() for line in path.read_text(encoding="latin-1").splitlines()]  # binary.py:20-21
 
 
 def _lines_sst(path: Path) -> tuple[list[list[str]], list[int]]:
@@ -161,8 +157,7 @@ def _lines_mrpc(path: Path) -> tuple[list[list[str]], list[list[str]], list[int]
 def _count(task: str, path: Path) -> int:
     """Samples in ``path`` as SentEval's reader for ``task`` counts them."""
     if task in ("mr", "cr", "subj", "mpqa"):
-        with open(path, encoding="latin-1") as f:
-            return len(f.read().splitlines())
+        return len(_lines_binary(path))
     with open(path, encoding="utf-8" if task in ("sst2", "mrpc") else "latin-1") as f:
         n = sum(1 for _ in f)
     return n - 1 if task == "mrpc" else n

@@ -11,16 +11,16 @@ Why not ``datasets``' own streaming: a ``load_dataset("text", streaming=True)`` 
 and ``datasets`` shards an ``IterableDataset`` across DataLoader workers by shard, so with one file every
 worker beyond the first gets nothing (``datasets`` warns "Too many dataloader workers") and
 ``split_dataset_by_node`` followed by workers still leaves worker 1.. idle.  :class:`StreamingSentences`
-instead partitions EXAMPLES: every (rank, worker) reads the same seeded shuffled stream and keeps every
-K-th sentence, K = world_size x num_workers, so the K shards partition one global order (no sentence seen
-twice, none missed).  Rows are the same as the memory-mapped path's (``datasets``' text reader: universal
-newlines, split on ``"\\n"``, line break removed); empty and whitespace-only lines are skipped.
+instead partitions EXAMPLES (K = world_size x num_workers shards of one seeded order: its docstring).
+Rows are the same as the memory-mapped path's (``datasets``' text reader: universal newlines, split on
+``"\\n"``, line break removed); empty and whitespace-only lines are skipped.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -121,13 +121,13 @@ class StreamingSentences(IterableDataset):
                 if line.strip():
                     yield line
 
-    def ordered(self, epoch: int | None = None) -> Iterator[str]:
-        """The global (unsharded) order of epoch ``epoch`` (default: the current one)."""
+    def ordered(self) -> Iterator[str]:
+        """The global (unsharded) order of the current epoch."""
         items = self.lines()
         if self.shuffle_buffer <= 1:
             yield from items
             return
-        rng = np.random.default_rng([self.seed, self.epoch if epoch is None else int(epoch)])
+        rng = np.random.default_rng([self.seed, self.epoch])
         size = self.shuffle_buffer
         buffer: list[str] = []
         draws: list[int] = []
@@ -143,15 +143,6 @@ class StreamingSentences(IterableDataset):
         rng.shuffle(buffer)
         yield from buffer
 
-    def shard(self, worker: int | None = None) -> tuple[int, int]:
-        """(this shard's index k, number of shards K) for the calling process / DataLoader worker (or for
-        worker ``worker`` of this rank)."""
-        info = get_worker_info()
-        workers = info.num_workers if info is not None else 1
-        if worker is None:
-            worker = info.id if info is not None else 0
-        return worker * self.world_size + self.rank, workers * self.world_size
-
     def __iter__(self) -> Iterator[dict[str, str]]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
@@ -164,12 +155,10 @@ class StreamingSentences(IterableDataset):
             worker = (worker + position.batches) % workers
             skip = position.samples_to_skip(worker, self._resume[1])
         self._resume = None  # this epoch only (in a worker: its copy; the parent's copy is not iterated)
-        for i, row in enumerate(self._shard_rows(worker)):
-            if i >= skip:
-                yield row
+        shard = worker * self.world_size + self.rank  # of workers * world_size shards (class docstring)
+        yield from islice(self._shard_rows(shard, workers * self.world_size), skip, None)
 
-    def _shard_rows(self, worker: int) -> Iterator[dict[str, str]]:
-        k, n_shards = self.shard(worker)
+    def _shard_rows(self, k: int, n_shards: int) -> Iterator[dict[str, str]]:
         group_end = k - self.rank + self.world_size - 1  # last position (mod K) of this shard's rank group
         pending: str | None = None
         for p, text in enumerate(self.ordered()):

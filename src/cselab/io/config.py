@@ -29,7 +29,6 @@ def register_resolvers() -> None:
         "eq": lambda a, b: str(a) == str(b),
         "cselab_or": lambda a, b: b if a is None or a == "" else a,
         "cselab_prompt": lambda p: p if has_templates(p) else None,  # the module's prompt: None for prompt=none
-        # eval.dev_encoder: official -> the method's, test -> None
         "cselab_dev_encoder": lambda choice, spec: spec if choice == "official" else None,
         "cselab_backbone_name": backbone_name,  # conf/backbone/auto.yaml: the name of an id / folder
         "cselab_file_line": file_line,  # conf/prompt/icl_file.yaml: one template per line
@@ -114,12 +113,11 @@ MOVED_KEYS: dict[str, str] = {"train": "method.train", "pooler": "method.pooler"
                               "trainer.progress_log_s": "progress.log_s"}
 
 
-def moved_key_error(argv: list[str], moved: dict[str, str] | None = None) -> str | None:
+def moved_key_error(argv: list[str], moved: dict[str, str] = MOVED_KEYS) -> str | None:
     """A message for command-line overrides that use a moved key (``pooler=avg`` -> ``method.pooler=avg``),
     or ``None``.  Hydra alone would answer ``Key 'pooler' is not in struct``; run.py prints this instead.
     ``moved``: old key -> new key (default :data:`MOVED_KEYS`; run.py adds the ``module`` node's,
     :data:`cselab.methods.checks.MOVED_MODULE_KEYS`)."""
-    moved = MOVED_KEYS if moved is None else moved
     wrong = [item for item in argv if not item.startswith("-") and override_key(item) in moved]
     if not wrong:
         return None
@@ -198,8 +196,7 @@ def backbone_path_overrides(argv: list[str], options: set[str]) -> list[str]:
         if not item.startswith("backbone=") or "(" in item:
             out.append(item)
             continue
-        value = item.split("=", 1)[1]
-        values = [v for v in value.split(",") if v]
+        values = [v for v in item.split("=", 1)[1].split(",") if v]
         models = [v for v in values if v not in options and looks_like_model(v)]
         if not models:
             out.append(item)
@@ -286,16 +283,12 @@ def run_name(overrides: list[str], method: str, backbone: str, setting: str, mul
     """
     overrides = last_of_each_key(overrides)
     named = {override_key(o): o.split("=", 1)[1] if "=" in o else "" for o in overrides}
-    base = None
-    for key in ("sweep", "experiment") if multirun else ("experiment",):
-        if named.get(key):
-            base = named[key].replace("/", "-")
-            break
+    keys = ("sweep", "experiment") if multirun else ("experiment",)
+    default = None if multirun else f"{method}_{backbone}_{setting}"
+    base = next((named[k].replace("/", "-") for k in keys if named.get(k)), default)  # the first one given
     skip = {"sweep", "experiment"} | (set() if multirun else {"method", "backbone", "setting"})
     extra = sorted(o.lstrip("+") for o in overrides
                    if override_key(o) not in skip and not key_matches(override_key(o), OUTPUT_ONLY_KEYS))
-    if base is None and not multirun:
-        base = f"{method}_{backbone}_{setting}"
     return shorten_name([base, *extra] if base else extra) or "sweep"
 
 

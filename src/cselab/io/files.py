@@ -191,8 +191,7 @@ def read_json_object(path: str | os.PathLike) -> dict:
     import json
 
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}

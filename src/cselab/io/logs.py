@@ -78,19 +78,15 @@ class OneLineLoadReport(logging.Filter):
 
 
 def quiet_third_party() -> None:
-    """Third-party output fit for a log file (idempotent): transformers' LOAD REPORT as one line
-    (:class:`OneLineLoadReport`); when stderr is not a terminal, transformers' and huggingface_hub's progress bars
-    off."""
+    """Third-party output fit for a log file, as the module docstring says (idempotent)."""
     logger = logging.getLogger(LOAD_REPORT_LOGGER)
     if not any(isinstance(f, OneLineLoadReport) for f in logger.filters):
         logger.addFilter(OneLineLoadReport())
     if interactive():
         return
-    try:
-        from huggingface_hub.utils import disable_progress_bars
-        from transformers.utils import logging as hf_logging
-    except ImportError:  # pragma: no cover - both are dependencies
-        return
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as hf_logging
+
     disable_progress_bars()
     hf_logging.disable_progress_bar()
 

@@ -1,6 +1,6 @@
 """Progress a person can follow, in a terminal and in a log file.
 
-* In a terminal: Lightning's progress bar (Rich when installed, else tqdm) whose training total is bounded by
+* In a terminal: Lightning's Rich progress bar (``rich`` is a dependency) whose training total is bounded by
   ``trainer.max_steps`` (Lightning bounds it only when ``max_epochs=-1``), and, at every validation and test, one
   bar per STS task counting the sentences encoded (:class:`EvalProgress`, a task of the same Rich display).
 * Not a terminal (a log file, a batch job, a pipe): no bars; a log line every ``every_s`` seconds of training
@@ -15,9 +15,12 @@ import logging
 import math
 import sys
 import time
+from datetime import timedelta
 
 import lightning as L
-from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import RichProgressBar
+from lightning.pytorch.callbacks.progress.rich_progress import CustomTimeColumn, ProcessingSpeedColumn
+from rich.text import Text
 
 from cselab.io.logs import interactive
 
@@ -31,21 +34,6 @@ def _duration(seconds: float) -> str:
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
-class _BoundedByMaxSteps:
-    """The training bar's total: this epoch's batches, but no more than ``trainer.max_steps`` allows."""
-
-    @property
-    def total_train_batches(self) -> int | float:
-        trainer = self.trainer
-        total = trainer.num_training_batches
-        if trainer.max_steps is not None and trainer.max_steps > 0:
-            loop = trainer.fit_loop.epoch_loop
-            done = loop.batch_progress.current.ready if loop.restarting else 0  # a resumed epoch's batches
-            left = (trainer.max_steps - trainer.global_step) * trainer.accumulate_grad_batches
-            total = min(total, done + max(left, 0))
-        return total
 
 
 def average_speed(task) -> float | None:
@@ -68,42 +56,30 @@ def time_left(task) -> float | None:
     return max(task.total - task.completed, 0) / speed
 
 
-try:
-    from lightning.pytorch.callbacks.progress.rich_progress import CustomTimeColumn, ProcessingSpeedColumn
+class TimeLeftColumn(CustomTimeColumn):
+    """``elapsed • left`` as Lightning's column, the time left from :func:`time_left`."""
 
-    class TimeLeftColumn(CustomTimeColumn):
-        """``elapsed • left`` as Lightning's column, the time left from :func:`time_left`."""
+    def render(self, task):
+        elapsed = task.finished_time if task.finished else task.elapsed
+        left = time_left(task)
+        shown = ["-:--:--" if t is None else str(timedelta(seconds=int(t))) for t in (elapsed, left)]
+        return Text(f"{shown[0]} • {shown[1]}", style=self.style)
 
-        def render(self, task):
-            from datetime import timedelta
 
-            from rich.text import Text
+class SpeedColumn(ProcessingSpeedColumn):
+    """``12.34it/s`` (or the task's ``unit``, ``sent/s``) at :func:`average_speed`; ``-`` before any."""
 
-            elapsed = task.finished_time if task.finished else task.elapsed
-            left = time_left(task)
-            shown = ["-:--:--" if t is None else str(timedelta(seconds=int(t))) for t in (elapsed, left)]
-            return Text(f"{shown[0]} • {shown[1]}", style=self.style)
-
-    class SpeedColumn(ProcessingSpeedColumn):
-        """``12.34it/s`` (or the task's ``unit``, ``sent/s``) at :func:`average_speed`; ``-`` before any."""
-
-        def render(self, task):
-            from rich.text import Text
-
-            speed = average_speed(task)
-            unit = task.fields.get("unit", "it")
-            return Text(f"{speed:.2f}{unit}/s" if speed else f"-{unit}/s", style=self.style)
-except ImportError:  # no rich: the tqdm bar
-    TimeLeftColumn = SpeedColumn = None
+    def render(self, task):
+        speed = average_speed(task)
+        unit = task.fields.get("unit", "it")
+        return Text(f"{speed:.2f}{unit}/s" if speed else f"-{unit}/s", style=self.style)
 
 
 def is_logging_step(trainer: L.Trainer | None) -> bool:
     """True on the training steps whose logged values Lightning writes (every ``trainer.log_every_n_steps``):
     the only steps on which cselab reads a value of the device on the host (the loss for the progress display,
     the non-finite flags, the throughput clock).  From ``on_train_batch_end``; False without a Trainer."""
-    if trainer is None:
-        return False
-    return bool(trainer._logger_connector.should_update_logs) or bool(trainer.fast_dev_run)
+    return trainer is not None and bool(trainer._logger_connector.should_update_logs or trainer.fast_dev_run)
 
 
 class _LossOnLoggingSteps:
@@ -119,9 +95,23 @@ class _LossOnLoggingSteps:
             self.shown_loss = None if loss is None else float(loss)
 
 
-class _BarLoss(_LossOnLoggingSteps):
-    """A Lightning progress bar's postfix ``loss``: the last logging step's (``train/loss`` is logged without
-    ``prog_bar``, which Lightning would read on the host after every batch)."""
+class StepRichProgressBar(_LossOnLoggingSteps, RichProgressBar):
+    """Lightning's Rich progress bar, training total bounded by ``trainer.max_steps``; its time and speed
+    columns fall back to the average since a task began (:func:`average_speed`), so an evaluation shows its
+    time left; its postfix ``loss`` is the last logging step's (``train/loss`` is logged without ``prog_bar``,
+    which Lightning would read on the host after every batch)."""
+
+    @property
+    def total_train_batches(self) -> int | float:
+        """This epoch's batches, but no more than ``trainer.max_steps`` allows."""
+        trainer = self.trainer
+        total = trainer.num_training_batches
+        if trainer.max_steps is not None and trainer.max_steps > 0:
+            loop = trainer.fit_loop.epoch_loop
+            done = loop.batch_progress.current.ready if loop.restarting else 0  # a resumed epoch's batches
+            left = (trainer.max_steps - trainer.global_step) * trainer.accumulate_grad_batches
+            total = min(total, done + max(left, 0))
+        return total
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         self._read_loss(trainer)
@@ -131,29 +121,18 @@ class _BarLoss(_LossOnLoggingSteps):
         metrics = super().get_metrics(trainer, pl_module)
         return metrics if self.shown_loss is None else {**metrics, "loss": f"{self.shown_loss:.4f}"}
 
-
-class StepRichProgressBar(_BarLoss, _BoundedByMaxSteps, RichProgressBar):
-    """Lightning's Rich progress bar, training total bounded by ``trainer.max_steps``; its time and speed columns
-    fall back to the average since a task began (:func:`average_speed`), so an evaluation shows its time left."""
-
     def configure_columns(self, trainer: L.Trainer) -> list:
         columns = super().configure_columns(trainer)
         swap = {CustomTimeColumn: lambda c: TimeLeftColumn(style=c.style),
-                ProcessingSpeedColumn: lambda c: SpeedColumn(style=c.style)} if TimeLeftColumn else {}
+                ProcessingSpeedColumn: lambda c: SpeedColumn(style=c.style)}
         return [swap[type(c)](c) if type(c) in swap else c for c in columns]
 
 
-class StepTQDMProgressBar(_BarLoss, _BoundedByMaxSteps, TQDMProgressBar):
-    """Lightning's tqdm progress bar, training total bounded by ``trainer.max_steps``."""
-
-
 def progress_callback(bars: bool = True, every_s: float = 60.0) -> L.Callback:
-    """The training progress of a run (``conf/callbacks/default.yaml``): when ``bars`` and stderr is a terminal
-    (:func:`interactive`), the bar Lightning would pick (Rich when installed, else tqdm) bounded by
-    ``trainer.max_steps``; else a :class:`ProgressLog` line every ``every_s`` seconds."""
-    if not (bars and interactive()):
-        return ProgressLog(float(every_s))
-    return StepRichProgressBar() if TimeLeftColumn is not None else StepTQDMProgressBar()  # None: no rich
+    """The training progress of a run (``conf/callbacks/default.yaml``): when ``bars`` and stderr is a
+    terminal (:func:`interactive`), the Rich bar bounded by ``trainer.max_steps``
+    (:class:`StepRichProgressBar`); else a :class:`ProgressLog` line every ``every_s`` seconds."""
+    return StepRichProgressBar() if bars and interactive() else ProgressLog(float(every_s))
 
 
 class ProgressLog(_LossOnLoggingSteps, L.Callback):
@@ -201,13 +180,12 @@ class ProgressLog(_LossOnLoggingSteps, L.Callback):
         total = trainer.estimated_stepping_batches
         steps = max(step - self._first_step, 1)
         rate = (now - self._start - self._eval_s) / steps  # training only
-        loss = self.shown_loss
-        parts = [f"training: step {step:,}/{int(total):,} ({100 * step / total:.0f}%)" if math.isfinite(total)
-                 else f"training: step {step:,}", f"{rate:.2f} s/step"]
+        parts = [f"training: step {step:,}", f"{rate:.2f} s/step"]
         if math.isfinite(total):
+            parts[0] += f"/{int(total):,} ({100 * step / total:.0f}%)"
             parts.append(f"{_duration((now - self._start) / steps * (total - step))} left")
-        if loss is not None:
-            parts.append(f"loss {loss:.4f}")
+        if self.shown_loss is not None:
+            parts.append(f"loss {self.shown_loss:.4f}")
         log.info(", ".join(parts))
 
 
@@ -229,9 +207,9 @@ class EvalProgress:
     def __init__(self, trainer: L.Trainer | None, split: str, every_s: float = 60.0) -> None:
         self.split = split
         self.every_s = float(every_s)
-        bar = getattr(trainer, "progress_bar_callback", None) if trainer is not None else None
+        bar = getattr(trainer, "progress_bar_callback", None)
         self._bar = bar if bar is not None and bar.is_enabled and interactive() else None
-        self._tqdm = isinstance(self._bar, TQDMProgressBar) or (trainer is None and interactive())
+        self._tqdm = trainer is None and interactive()  # no trainer: a tqdm bar of our own
         self._task = None  # (task name, rich task id | tqdm bar | None)
         self._start = self._last = 0.0
 

@@ -102,10 +102,7 @@ class Table:
 
     def widths(self, min_width: int = 0) -> list[int]:
         """Per column, the longest of its header and its cells (characters), at least ``min_width``."""
-        widths = [max(min_width, len(c.header)) for c in self.columns]
-        for row in self.cells():
-            widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
-        return widths
+        return [max(min_width, *map(len, column)) for column in zip(self.headers, *self.cells(), strict=True)]
 
 
 def markdown_escape(value: str) -> str:

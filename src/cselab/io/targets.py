@@ -62,12 +62,6 @@ def best_checkpoint(run_dir: str | Path) -> Path:
     return ckpts[-1]
 
 
-def is_run_dir(path: str | Path) -> bool:
-    """A cselab run directory: ``results.json`` or a ``checkpoints`` folder."""
-    path = Path(path)
-    return path.is_dir() and ((path / "results.json").is_file() or (path / "checkpoints").is_dir())
-
-
 class TargetError(FileNotFoundError):
     """A model target that names none of :data:`TARGETS` (the message says which and lists them)."""
 
@@ -115,14 +109,13 @@ def resolve_target(target: str | os.PathLike) -> ModelTarget:
     """The model ``target`` names (module docstring); nothing is loaded.
 
     Raises:
-        TargetError: a path that does not exist and is no hub id, a folder that is no model, or a run directory
-            without a best checkpoint (the message names the target and lists :data:`TARGETS`).
+        TargetError: the module docstring's cases (the message names the target and lists :data:`TARGETS`).
     """
     given = str(target)
     path = Path(os.path.expanduser(given))
     if is_exported_folder(path):
         return ModelTarget(given, "exported", str(path))
-    if is_run_dir(path):
+    if path.is_dir() and ((path / "results.json").is_file() or (path / "checkpoints").is_dir()):  # run dir
         try:
             return ModelTarget(given, "run_dir", str(best_checkpoint(path)))
         except FileNotFoundError as err:
