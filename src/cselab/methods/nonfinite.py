@@ -70,13 +70,10 @@ class NonFinitePolicy:
         skipped: steps skipped so far (counted when their flags are read on the host).
         found_inf: the float32 scalar the optimizer reads (device mode), or None (host mode).
 
-    Raises:
-        ValueError: an unknown policy (names ``method.on_nonfinite``).
+    The policy comes checked (:data:`POLICIES`, by :func:`cselab.methods.checks.check_method`).
     """
 
     def __init__(self, policy: str = "stop") -> None:
-        if policy not in POLICIES:
-            raise ValueError(f"method.on_nonfinite={policy!r}: expected 'stop' or 'skip'")
         self.policy = policy
         self.skipped = 0
         self.found_inf: torch.Tensor | None = None
