@@ -90,7 +90,20 @@ class RankCSE(ContrastiveMethod):
             ConfigError: names the key and what was expected.
         """
         loss = dict(loss or cls.default_loss)
-        _check_rankcse(loss=loss, model=kwargs.get("model"))
+        if int(loss.get("groups", 1) or 1) != 1:
+            raise ConfigError(f"method=rankcse with loss.groups={loss['groups']}: the teachers' targets cover the "
+                              "whole batch; set loss.groups=1")
+        try:
+            built = build_loss(loss)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        if not isinstance(built, RankCSELoss):
+            raise ConfigError(f"method=rankcse with loss={loss.get('name')!r}: RankCSE's loss takes the teachers' "
+                              "targets; use loss=rankcse_listnet or loss=rankcse_listmle")
+        model = kwargs.get("model")
+        if isinstance(model, Mapping) and model.get("prompt"):
+            raise ConfigError("method=rankcse with a prompt: RankCSE's student is unsup SimCSE (the plain sentence, "
+                              "the teachers read its token ids); use prompt=none")
         return super().check_config(loss=loss, **kwargs)
 
     # ----------------------------------------------------------------- the teacher step
@@ -131,24 +144,3 @@ def _plain(teachers: Any) -> list[dict[str, Any]] | Any:
     if isinstance(teachers, (ListConfig, DictConfig)):
         return OmegaConf.to_container(teachers, resolve=True)
     return [dict(t) if isinstance(t, Mapping) else t for t in teachers]
-
-
-def _check_rankcse(*, loss: Mapping[str, Any], model: Mapping[str, Any] | EmbeddingSpec | None) -> None:
-    """RankCSE's loss and prompt rules (its options: :class:`RankCSEOptions`; the base checks the rest).
-
-    Raises:
-        ConfigError: names ``loss`` / ``prompt``.
-    """
-    if int(dict(loss).get("groups", 1) or 1) != 1:
-        raise ConfigError(f"method=rankcse with loss.groups={dict(loss)['groups']}: the teachers' targets cover the "
-                          "whole batch; set loss.groups=1")
-    try:
-        built = build_loss(dict(loss))
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    if not isinstance(built, RankCSELoss):
-        raise ConfigError(f"method=rankcse with loss={dict(loss).get('name')!r}: RankCSE's loss takes the teachers' "
-                          "targets; use loss=rankcse_listnet or loss=rankcse_listmle")
-    if isinstance(model, Mapping) and model.get("prompt"):
-        raise ConfigError("method=rankcse with a prompt: RankCSE's student is unsup SimCSE (the plain sentence, "
-                          "the teachers read its token ids); use prompt=none")
