@@ -86,15 +86,11 @@ class MomentumQueue(nn.Module):
         """``theta_m <- momentum * theta_m + (1 - momentum) * theta`` over every parameter (``models.py:161-163``).
 
         Raises:
-            ValueError: the online model's parameters do not pair with the momentum encoder's.
+            ValueError: (``zip(strict=True)``) the online model's parameters do not pair with the momentum encoder's.
         """
-        online_params = list(online.base_model.parameters())
-        momentum_params = list(self.momentum_encoder.model.parameters())
-        if len(online_params) != len(momentum_params):
-            raise ValueError(f"momentum update: {len(online_params)} online parameters, {len(momentum_params)} "
-                             "momentum parameters")
         m = self.momentum
-        for param, param_m in zip(online_params, momentum_params, strict=True):
+        for param, param_m in zip(online.base_model.parameters(), self.momentum_encoder.model.parameters(),
+                                  strict=True):
             param_m.data = param_m.data * m + param.data.to(param_m.dtype) * (1.0 - m)
 
     @torch.no_grad()
