@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import torch
 
 from cselab.methods.base import ContrastiveMethod
+from cselab.methods.checks import backbone_family_of
 from cselab.methods.esimcse.loss import QueueInfoNCE
 from cselab.methods.esimcse.momentum import MOMENTUM_INITS, MomentumQueue
 from cselab.methods.esimcse.repetition import (
@@ -89,8 +90,6 @@ class ESimCSE(ContrastiveMethod):
         Raises:
             ConfigError: names the key.
         """
-        from cselab.methods.checks import backbone_family_of
-
         family = backbone_family_of(backbone)
         if family not in ("bert", "roberta"):
             raise ConfigError(f"method=esimcse runs on BERT / RoBERTa-like encoders (backbone.family=bert|roberta), "
