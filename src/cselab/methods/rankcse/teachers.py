@@ -231,11 +231,8 @@ class TeacherScores:
         if len(embeddings) != len(self.specs) or len({e.shape[0] for e in embeddings}) != 1:
             raise ValueError(f"TeacherScores.logits: expected {len(self.specs)} embedding matrices with the same rows, "
                              f"got shapes {[tuple(e.shape) for e in embeddings]}")
-        total = None
-        for spec, e in zip(self.specs, embeddings, strict=True):
-            part = spec.weight * (cosine_matrix(e, e) / self.temperature)
-            total = part if total is None else total + part
-        return total
+        return sum(spec.weight * (cosine_matrix(e, e) / self.temperature)
+                   for spec, e in zip(self.specs, embeddings, strict=True))
 
 
 def _forward_ids(teacher, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
