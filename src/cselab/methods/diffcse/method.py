@@ -100,8 +100,8 @@ class DiffCSE(ContrastiveMethod):
             self._rtd_loss = None
             return loss, None, gathered.shape[0]
         cond = h if self.options.condition == "before_head" else z
-        rtd, _, _ = self.rtd(ids.view(b * v, t), batch["mlm_input_ids"].view(b * v, t), mask.view(b * v, t),
-                             cond.reshape(b * v, -1))
+        rtd = self.rtd(ids.view(b * v, t), batch["mlm_input_ids"].view(b * v, t), mask.view(b * v, t),
+                       cond.reshape(b * v, -1))
         self._rtd_loss = rtd.detach()
         return loss + self.options.lambda_weight * rtd, None, gathered.shape[0]
 
