@@ -164,11 +164,9 @@ def save_batch(module, step: int, loss: torch.Tensor, ids: torch.Tensor, mask: t
 
 
 class NonFiniteCheck(L.Callback):
-    """The Trainer's side of a method's :class:`NonFinitePolicy` (``method.on_nonfinite``): the gradients' check
-    before each optimizer step, on the device; the recorded flags read on the host on logging steps only
-    (``trainer.log_every_n_steps``), before a validation (and the checkpoint it selects) and at the end of
-    training.  Every :class:`cselab.methods.base.ContrastiveMethod` hands the Trainer one for its own policy
-    (``configure_callbacks``), so that each Trainer that fits a method applies it.
+    """The Trainer's side of a method's :class:`NonFinitePolicy` (``method.on_nonfinite``), hook by hook below;
+    every :class:`cselab.methods.base.ContrastiveMethod` hands the Trainer one for its own policy
+    (:meth:`~cselab.methods.base.ContrastiveMethod.configure_callbacks`).
 
     Args:
         policy: the method's policy (``method.nonfinite``), whose flags the training step records.
