@@ -30,7 +30,7 @@ from cselab.methods.base import ContrastiveMethod
 from cselab.methods.losses import build_loss
 from cselab.methods.options import option
 from cselab.methods.rankcse.loss import RankCSELoss
-from cselab.methods.rankcse.teachers import TeacherScores, TeacherSpec, teacher_specs
+from cselab.methods.rankcse.teachers import TeacherScores, teacher_specs
 from cselab.model.spec import ConfigError, EmbeddingSpec
 
 
@@ -53,11 +53,6 @@ class RankCSEOptions:
         object.__setattr__(self, "teachers", _plain(self.teachers))
         teacher_specs(self.teachers, self.teacher_temperature)
 
-    @property
-    def specs(self) -> tuple[TeacherSpec, ...]:
-        """The teachers' specs (:func:`cselab.methods.rankcse.teachers.teacher_specs`)."""
-        return teacher_specs(self.teachers, self.teacher_temperature)
-
 
 class RankCSE(ContrastiveMethod):
     """RankCSE: :class:`ContrastiveMethod` with teacher targets and :class:`RankCSELoss`.
@@ -79,7 +74,8 @@ class RankCSE(ContrastiveMethod):
 
     def build_own_parts(self) -> None:
         """The teachers' scorer (nothing loaded before fit start)."""
-        self.teacher_scores = TeacherScores(self.options.specs, self.options.teacher_temperature)
+        o = self.options
+        self.teacher_scores = TeacherScores(teacher_specs(o.teachers, o.teacher_temperature), o.teacher_temperature)
 
     @classmethod
     def check_config(cls, *, loss: Mapping[str, Any] | None = None, **kwargs: Any) -> EmbeddingSpec:
