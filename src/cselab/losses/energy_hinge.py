@@ -20,12 +20,11 @@ log-weight is added, and undoes the temperature: ``MarginRankingLoss(pos * tau, 
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from cselab.losses.infonce import InfoNCE, cosine_matrix
 
 
-class InfoNCEWithEnergyHinge(nn.Module):
+class InfoNCEWithEnergyHinge(InfoNCE):
     """SimCSE-sup InfoNCE + ``eh_weight`` x the Energy-based Hinge loss of PromCSE (config name ``infonce_eh``).
 
     Args:
@@ -50,22 +49,11 @@ class InfoNCEWithEnergyHinge(nn.Module):
         margin: float = 0.2,
         eh_weight: float = 10.0,
     ) -> None:
-        super().__init__()
-        self.infonce = InfoNCE(temperature=temperature, hard_negative_weight=hard_negative_weight)
+        super().__init__(temperature=temperature, hard_negative_weight=hard_negative_weight)
         if margin < 0:
             raise ValueError(f"loss.margin must be >= 0 (PromCSE Eq. 11), got {margin}")
         self.margin = float(margin)
         self.eh_weight = float(eh_weight)
-
-    @property
-    def temperature(self) -> float:
-        """tau of the InfoNCE term."""
-        return self.infonce.temperature
-
-    @property
-    def hard_negative_weight(self) -> float:
-        """SimCSE's log-weight of the InfoNCE term."""
-        return self.infonce.hard_negative_weight
 
     @staticmethod
     def _check(z: torch.Tensor) -> None:
@@ -101,4 +89,4 @@ class InfoNCEWithEnergyHinge(nn.Module):
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         self._check(z)
-        return self.infonce(z) + self.eh_weight * self.hinge(z)
+        return super().forward(z) + self.eh_weight * self.hinge(z)

@@ -39,7 +39,5 @@ class GroupedLoss(nn.Module):
         self.groups = int(groups)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        if self.groups == 1:
-            return self.loss(z)
         losses = [self.loss(chunk) for chunk in z.chunk(self.groups, dim=0)]
         return torch.stack(losses).mean()

@@ -235,15 +235,6 @@ class ContrastiveMethod(L.LightningModule):
         return dataset
 
     @property
-    def eval_batch_size(self) -> int | None:
-        """Sentences per forward pass in :meth:`encode` (None: 256 on a GPU, 128 on CPU); settable."""
-        return self.model.spec.eval_batch_size
-
-    @eval_batch_size.setter
-    def eval_batch_size(self, value: int | None) -> None:
-        self.model.respec(eval_batch_size=value)
-
-    @property
     def eval_precision(self) -> str:
         """:meth:`encode`'s arithmetic: ``auto`` | ``32`` | ``bf16``; settable."""
         return self.model.spec.eval_precision

@@ -147,10 +147,9 @@ def _backward(outputs: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) ->
 @dataclass
 class CachedStepResult:
     """What one cached step gives the LightningModule: ``loss`` (the value Lightning back-propagates: its backward
-    applies the cached gradients), the contrastive loss and the MLM loss values (detached), and B."""
+    applies the cached gradients), the MLM loss value (detached) and B."""
 
     loss: torch.Tensor
-    contrastive: torch.Tensor
     mlm: torch.Tensor | None
     batch_size: int
 
@@ -189,18 +188,18 @@ class CachedStep:
             result = self._step(method, batch, extras)
             if result is None:
                 return None
-            contrastive, mlm, total = result
+            mlm, total = result
             grads = [p.grad for p in params]
             with_grad = [(p, g) for p, g in zip(params, grads, strict=True) if g is not None]
         finally:
             for p, g in zip(params, saved, strict=True):
                 p.grad = g
         loss = _CachedGradients.apply(total, [g for _, g in with_grad], *[p for p, _ in with_grad])
-        return CachedStepResult(loss, contrastive, mlm, int(batch["input_ids"].shape[0]))
+        return CachedStepResult(loss, mlm, int(batch["input_ids"].shape[0]))
 
     def _step(self, method, batch: dict[str, torch.Tensor], extras: Mapping[str, torch.Tensor] | None):
-        """Both passes; the gradients left in the parameters' ``.grad``.  Returns ``(contrastive loss, MLM loss or
-        None, total loss)`` (detached scalars), or None for a step the non-finite policy skips."""
+        """Both passes; the gradients left in the parameters' ``.grad``.  Returns ``(MLM loss or None, total
+        loss)`` (detached scalars), or None for a step the non-finite policy skips."""
         model, encoder = method.model, method.encoder
         b, v = batch["input_ids"].shape[:2]
         device = batch["input_ids"].device
@@ -261,12 +260,12 @@ class CachedStep:
 
         contrastive = loss.detach()
         if aux is None:
-            return contrastive, None, contrastive
+            return None, contrastive
         mlm = mlm_total / masked
         total = contrastive + aux.weight(method.global_step) * mlm
         if method.nonfinite(method, total, batch):
             return None
-        return contrastive, mlm, total
+        return mlm, total
 
 
 def _served(prompt: torch.Tensor | None, rows: slice | None) -> dict | None:

@@ -55,13 +55,12 @@ def load(target: str | os.PathLike, map_location: str = "cpu", method: str | Non
     from cselab.io.targets import resolve_target
     from cselab.methods.checks import fold_options, split_legacy
     from cselab.methods.exported import load_exported
+    from cselab.methods.registry import method_class, recorded_class
 
     resolved = resolve_target(target)
     if resolved.kind == "exported" and pooler is None:
         return load_exported(resolved.path, device=map_location)
     if resolved.kind in ("exported", "backbone"):
-        from cselab.methods.registry import method_class
-
         spec = {"name_or_path": resolved.path, "family": family or resolved.family, **dict(backbone or {})}
         model = method_class("baseline")(backbone=spec, model={"pooler": pooler or "avg", "head": "none"},
                                          train=False)
@@ -70,12 +69,8 @@ def load(target: str | os.PathLike, map_location: str = "cpu", method: str | Non
     ckpt = torch.load(checkpoint, map_location=map_location, weights_only=False)
     path = ckpt.get("cselab_method_class")
     if path:
-        from cselab.methods.registry import recorded_class
-
         cls = recorded_class(path)
     elif method:
-        from cselab.methods.registry import method_class
-
         cls = method_class(method)
     else:
         raise ValueError(f"{checkpoint} records no method class ('cselab_method_class'): pass "

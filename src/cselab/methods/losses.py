@@ -17,9 +17,7 @@ from cselab.losses.groups import GroupedLoss
 
 
 def loss_classes() -> dict[str, Callable[..., nn.Module]]:
-    """``loss.name`` -> the loss class (or a ``functools.partial`` of it): the shared :data:`cselab.losses.LOSSES`
-    and every method folder's ``loss.LOSSES`` (``cselab/methods/<name>/loss.py``), so that every loss of
-    ``conf/loss/`` is reachable by its name alone."""
+    """``loss.name`` -> the loss class (or a ``functools.partial`` of it), over the tables of the module docstring."""
     import cselab.methods
 
     found = dict(LOSSES)

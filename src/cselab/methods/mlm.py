@@ -63,11 +63,6 @@ def mlm_head_own_parameters(encoder) -> list[torch.nn.Parameter]:
     return [p for p in mlm_head(encoder.mlm).parameters() if p is not tied]
 
 
-def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
-    """``x`` in float32 (bf16 / fp16 logits), or as it is when wider (a float64 model)."""
-    return x.to(torch.promote_types(x.dtype, torch.float32))
-
-
 class AuxiliaryMLM:
     """The MLM auxiliary task of a method (``method.mlm``), on the backbone's MLM model (``encoder.mlm``).
 
@@ -125,7 +120,7 @@ class AuxiliaryMLM:
         tpl = batch.get("template_index")
         out = encoder(ids.view(b * v, t)[rows], mask.view(b * v, t)[rows],
                       template_index=tpl.view(b * v, t)[rows] if tpl is not None else None)
-        logits = mlm_head(encoder.mlm)(out.last_hidden_state)
-        return torch.nn.functional.cross_entropy(_at_least_float32(logits.reshape(-1, logits.shape[-1])),
-                                                 labels.view(b * v, t)[rows].reshape(-1), ignore_index=-100,
+        logits = mlm_head(encoder.mlm)(out.last_hidden_state)  # bf16 / fp16 logits: the loss in float32
+        logits = logits.reshape(-1, logits.shape[-1]).to(torch.promote_types(logits.dtype, torch.float32))
+        return torch.nn.functional.cross_entropy(logits, labels.view(b * v, t)[rows].reshape(-1), ignore_index=-100,
                                                  reduction="sum")

@@ -42,8 +42,8 @@ class NonFiniteLossError(FloatingPointError):
 
 @dataclass
 class _Pending:
-    """One step not yet read on the host: its global step, its device flag (bool scalar), its loss (detached)
-    and its batch's first view (ids and mask, (B, T), kept by reference)."""
+    """One step's record (device mode: until read on the host): its global step, its flag (bool scalar), its loss
+    (detached) and its batch's first view (ids and mask, (B, T), kept by reference)."""
 
     step: int
     bad: torch.Tensor
@@ -70,13 +70,10 @@ class NonFinitePolicy:
         skipped: steps skipped so far (counted when their flags are read on the host).
         found_inf: the float32 scalar the optimizer reads (device mode), or None (host mode).
 
-    Raises:
-        ValueError: an unknown policy (names ``method.on_nonfinite``).
+    The policy comes checked (:data:`POLICIES`, by :func:`cselab.methods.checks.check_method`).
     """
 
     def __init__(self, policy: str = "stop") -> None:
-        if policy not in POLICIES:
-            raise ValueError(f"method.on_nonfinite={policy!r}: expected 'stop' or 'skip'")
         self.policy = policy
         self.skipped = 0
         self.found_inf: torch.Tensor | None = None
@@ -101,16 +98,15 @@ class NonFinitePolicy:
         """A step's loss.  Device mode: record its flag and return False (nothing read on the host).  Host
         mode: True when the step must be skipped; raises :class:`NonFiniteLossError` under ``stop``; False for a
         finite loss."""
+        loss = loss.detach()
+        step = _Pending(int(module.global_step), ~torch.isfinite(loss), loss, batch["input_ids"][:, 0],
+                        batch["attention_mask"][:, 0])
         if self.on_device:
-            loss = loss.detach()
-            self._pending.append(_Pending(int(module.global_step), ~torch.isfinite(loss), loss,
-                                          batch["input_ids"][:, 0], batch["attention_mask"][:, 0]))
-            return False
-        if torch.isfinite(loss):
-            return False
-        self._handle(module, [(int(module.global_step), loss, batch["input_ids"][:, 0],
-                               batch["attention_mask"][:, 0])], log=True)
-        return True
+            self._pending.append(step)
+        elif step.bad:  # read on the host
+            self._handle(module, [step], log=True)
+            return True
+        return False
 
     def check_gradients(self, parameters) -> None:
         """Device mode, before the optimizer step (after the backward passes and DDP's all-reduce): set
@@ -138,21 +134,20 @@ class NonFinitePolicy:
             return 0
         pending, self._pending = self._pending, []
         flags = torch.stack([p.bad for p in pending]).cpu().tolist()
-        bad = [(p.step, p.loss, p.ids, p.mask) for p, flag in zip(pending, flags, strict=True) if flag]
+        bad = [p for p, flag in zip(pending, flags, strict=True) if flag]
         if bad:
             self._handle(module, bad, log)
         return len(bad)
 
-    def _handle(self, module, bad: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]], log: bool) -> None:
-        paths = [save_batch(module, step, loss, ids, mask) for step, loss, ids, mask in bad]
+    def _handle(self, module, bad: list[_Pending], log: bool) -> None:
+        paths = [save_batch(module, p.step, p.loss, p.ids, p.mask) for p in bad]
         if self.policy == "skip":
             self.skipped += len(bad)
             if log:
                 module.log("train/skipped_nonfinite", float(self.skipped))
             return
-        step, loss, _, _ = bad[0]
         raise NonFiniteLossError(
-            f"training loss is {loss.item()} at step {step}; the batch's sentences are in {paths[0]} "
+            f"training loss is {bad[0].loss.item()} at step {bad[0].step}; the batch's sentences are in {paths[0]} "
             "(set method.on_nonfinite=skip to skip such batches)"
         )
 
@@ -169,11 +164,9 @@ def save_batch(module, step: int, loss: torch.Tensor, ids: torch.Tensor, mask: t
 
 
 class NonFiniteCheck(L.Callback):
-    """The Trainer's side of a method's :class:`NonFinitePolicy` (``method.on_nonfinite``): the gradients' check
-    before each optimizer step, on the device; the recorded flags read on the host on logging steps only
-    (``trainer.log_every_n_steps``), before a validation (and the checkpoint it selects) and at the end of
-    training.  Every :class:`cselab.methods.base.ContrastiveMethod` hands the Trainer one for its own policy
-    (``configure_callbacks``), so that each Trainer that fits a method applies it.
+    """The Trainer's side of a method's :class:`NonFinitePolicy` (``method.on_nonfinite``), hook by hook below;
+    every :class:`cselab.methods.base.ContrastiveMethod` hands the Trainer one for its own policy
+    (:meth:`~cselab.methods.base.ContrastiveMethod.configure_callbacks`).
 
     Args:
         policy: the method's policy (``method.nonfinite``), whose flags the training step records.

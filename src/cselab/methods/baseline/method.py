@@ -23,9 +23,6 @@ from cselab.methods.options import build_options, option
 from cselab.model.spec import ConfigError
 from cselab.representations.token import TOKEN_REPRESENTATIONS, TokenRepresentation
 
-#: representations that are not the embedding model's forward (plain encode objects)
-ANALYSIS_POOLERS = TOKEN_REPRESENTATIONS
-
 
 @dataclass(frozen=True)
 class BaselineOptions:
@@ -47,13 +44,13 @@ class Baseline(ContrastiveMethod):
 def build_baseline(*, backbone: dict[str, Any], model: Mapping[str, Any], options: Any = None,
                    **method: Any) -> Baseline | TokenRepresentation:
     """``method=baseline`` (the ``_target_`` of ``conf/method/baseline.yaml``): a :class:`TokenRepresentation`
-    for ``model.pooler`` in :data:`ANALYSIS_POOLERS` (with ``options``' ``topk`` / ``topk_denoise``, Table 9),
+    for ``model.pooler`` in :data:`TOKEN_REPRESENTATIONS` (with ``options``' ``topk`` / ``topk_denoise``, Table 9),
     else a :class:`Baseline` of the ``module`` arguments.
 
     Raises:
         ConfigError: what :meth:`check_config` refuses.
     """
-    if model.get("pooler") in ANALYSIS_POOLERS:
+    if model.get("pooler") in TOKEN_REPRESENTATIONS:
         o = build_options(BaselineOptions, options)
         return TokenRepresentation(backbone=backbone, pooler=model["pooler"], prompt=model.get("prompt"), topk=o.topk,
                                    topk_denoise=o.topk_denoise, eval_batch_size=model.get("eval_batch_size"))
@@ -68,7 +65,7 @@ def check_config(*, backbone: dict[str, Any], model: Mapping[str, Any], **method
         ConfigError: names the key and what was expected.
     """
     pooler = model.get("pooler")
-    if pooler in ANALYSIS_POOLERS:
+    if pooler in TOKEN_REPRESENTATIONS:
         build_options(BaselineOptions, method.get("options"))
         check_training(method.get("loss"), method.get("optim"), bool(method.get("train")))
         if pooler == "topk" and not model.get("prompt"):

@@ -17,20 +17,8 @@ from typing import Any
 import torch
 
 from cselab.methods.base import ContrastiveMethod
-from cselab.methods.diffcse.rtd import ReplacedTokenDetection, RTDOptions, load_generator
+from cselab.methods.diffcse.rtd import OFFICIAL_GENERATORS, ReplacedTokenDetection, RTDOptions, load_generator
 from cselab.model.spec import ConfigError, EmbeddingSpec
-
-
-def _refuse(cached_step: Mapping[str, Any] | None, mlm: Mapping[str, Any] | None) -> None:
-    if (cached_step or {}).get("chunk_size") is not None:
-        raise ConfigError(
-            "method=diffcse does not run trainer.cached_step: the RTD loss couples each sequence's embedding with a "
-            "discriminator pass over that sequence's generated tokens, and the BatchNorm projector normalises over "
-            "the whole batch, so chunked recomputation would not give the uncached step's loss and gradients; "
-            "set trainer.cached_step.chunk_size=null (or lower data.batch_size)")
-    if mlm:
-        raise ConfigError("method=diffcse has no MLM auxiliary loss (method.mlm); its masked copies feed the RTD "
-                          "generator: set method.rtd.masking_ratio instead")
 
 
 class DiffCSE(ContrastiveMethod):
@@ -66,7 +54,7 @@ class DiffCSE(ContrastiveMethod):
         """The generator (frozen) and the discriminator (:class:`ReplacedTokenDetection`) of ``method.rtd``."""
         o = self.options
         self.model.respec(mlm_probability=o.masking_ratio)  # the collate's masked copies (train.py:499)
-        generator_name = o.generator or _official_generator(self.spec.family)
+        generator_name = o.generator or OFFICIAL_GENERATORS[self.spec.family]
         generator = load_generator(generator_name, self.hparams.backbone["name_or_path"], self.tokenizer)
         self.rtd = ReplacedTokenDetection(o, generator, self.encoder.base_model, self.tokenizer.cls_token_id)
         self.rtd.train(self.training)
@@ -82,7 +70,15 @@ class DiffCSE(ContrastiveMethod):
         Raises:
             ConfigError: names the key and what was expected.
         """
-        _refuse(cached_step, mlm)
+        if (cached_step or {}).get("chunk_size") is not None:
+            raise ConfigError(
+                "method=diffcse does not run trainer.cached_step: the RTD loss couples each sequence's embedding with "
+                "a discriminator pass over that sequence's generated tokens, and the BatchNorm projector normalises "
+                "over the whole batch, so chunked recomputation would not give the uncached step's loss and "
+                "gradients; set trainer.cached_step.chunk_size=null (or lower data.batch_size)")
+        if mlm:
+            raise ConfigError("method=diffcse has no MLM auxiliary loss (method.mlm); its masked copies feed the RTD "
+                              "generator: set method.rtd.masking_ratio instead")
         options = cls.method_options(options)
         spec = super().check_config(mlm=mlm, cached_step=cached_step, options=options, **kwargs)
         return replace(spec, mlm_probability=options.masking_ratio)
@@ -104,8 +100,8 @@ class DiffCSE(ContrastiveMethod):
             self._rtd_loss = None
             return loss, None, gathered.shape[0]
         cond = h if self.options.condition == "before_head" else z
-        rtd, _, _ = self.rtd(ids.view(b * v, t), batch["mlm_input_ids"].view(b * v, t), mask.view(b * v, t),
-                             cond.reshape(b * v, -1))
+        rtd = self.rtd(ids.view(b * v, t), batch["mlm_input_ids"].view(b * v, t), mask.view(b * v, t),
+                       cond.reshape(b * v, -1))
         self._rtd_loss = rtd.detach()
         return loss + self.options.lambda_weight * rtd, None, gathered.shape[0]
 
@@ -115,9 +111,3 @@ class DiffCSE(ContrastiveMethod):
         if loss is not None and self._rtd_loss is not None:
             self.log("train/rtd_loss", self._rtd_loss, batch_size=int(batch["input_ids"].shape[0]))
         return loss
-
-
-def _official_generator(family: str) -> str:
-    from cselab.methods.diffcse.rtd import OFFICIAL_GENERATORS
-
-    return OFFICIAL_GENERATORS[family]

@@ -241,7 +241,7 @@ class ReplacedTokenDetection(nn.Module):
         return logits.argmax(-1)
 
     def forward(self, input_ids: torch.Tensor, mlm_input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                cls_input: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                cls_input: torch.Tensor) -> torch.Tensor:
         """The RTD loss of a batch of sequences.
 
         Args:
@@ -250,11 +250,10 @@ class ReplacedTokenDetection(nn.Module):
                 encoder through it).
 
         Returns:
-            ``(loss, labels, logits)``: the scalar RTD loss (:func:`rtd_loss`, over the batch's real width), the
-            (N, T) replaced-token labels and the (N, T, 2) scores.
+            the scalar RTD loss (:func:`rtd_loss`, over the batch's real width) of the (N, T) replaced-token labels
+            (:func:`replaced_token_labels`) and the discriminator's (N, T, 2) scores.
         """
         g_pred = self.generate(mlm_input_ids, attention_mask)
         e_inputs, labels = replaced_token_labels(g_pred, input_ids, attention_mask, self.cls_token_id)
         logits = self.discriminator(e_inputs, attention_mask, cls_input)
-        width = attention_mask.sum(-1).max()
-        return rtd_loss(logits, labels, width), labels, logits
+        return rtd_loss(logits, labels, attention_mask.sum(-1).max())

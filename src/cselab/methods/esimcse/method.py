@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import torch
 
 from cselab.methods.base import ContrastiveMethod
+from cselab.methods.checks import backbone_family_of
 from cselab.methods.esimcse.loss import QueueInfoNCE
 from cselab.methods.esimcse.momentum import MOMENTUM_INITS, MomentumQueue
 from cselab.methods.esimcse.repetition import (
@@ -89,8 +90,6 @@ class ESimCSE(ContrastiveMethod):
         Raises:
             ConfigError: names the key.
         """
-        from cselab.methods.checks import backbone_family_of
-
         family = backbone_family_of(backbone)
         if family not in ("bert", "roberta"):
             raise ConfigError(f"method=esimcse runs on BERT / RoBERTa-like encoders (backbone.family=bert|roberta), "
@@ -153,14 +152,16 @@ class ESimCSE(ContrastiveMethod):
 
     # ----------------------------------------------------------------------------------------- checkpoint
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """The base's record, plus the queue and the epoch that filled it (the momentum encoder is in the state
-        dict)."""
+        """The base's record, plus the queue (``queue``: (n, D) CPU tensor or None) and the epoch that filled it (the
+        momentum encoder is in the state dict)."""
         super().on_save_checkpoint(checkpoint)
-        checkpoint[CHECKPOINT_KEY] = {**self.momentum.queue_state(), "epoch": self._queue_epoch}
+        queue = self.momentum.queue
+        checkpoint[CHECKPOINT_KEY] = {"queue": None if queue is None else queue.detach().cpu().clone(),
+                                      "epoch": self._queue_epoch}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Restore the queue (a resumed run continues with the queue of the interrupted one)."""
+        """Restore the queue onto the device (a resumed run continues with the queue of the interrupted one)."""
         state = checkpoint.get(CHECKPOINT_KEY)
         if state is not None:
-            self.momentum.load_queue_state(state, self.device)
+            self.momentum.queue = None if state.get("queue") is None else state["queue"].to(self.device)
             self._queue_epoch = state.get("epoch")

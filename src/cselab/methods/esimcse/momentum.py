@@ -64,7 +64,7 @@ class MomentumQueue(nn.Module):
         init: :data:`MOMENTUM_INITS` (module docstring).
 
     State (all in the LightningModule's checkpoint): the momentum encoder's weights (``momentum_encoder.*`` in the
-    state dict) and the queue (:meth:`queue_state` / :meth:`load_queue_state`, the method's checkpoint hooks).
+    state dict) and the queue (the method's checkpoint hooks).
 
     The values come checked (:class:`cselab.methods.esimcse.method.ESimCSEOptions`).
     """
@@ -86,15 +86,11 @@ class MomentumQueue(nn.Module):
         """``theta_m <- momentum * theta_m + (1 - momentum) * theta`` over every parameter (``models.py:161-163``).
 
         Raises:
-            ValueError: the online model's parameters do not pair with the momentum encoder's.
+            ValueError: (``zip(strict=True)``) the online model's parameters do not pair with the momentum encoder's.
         """
-        online_params = list(online.base_model.parameters())
-        momentum_params = list(self.momentum_encoder.model.parameters())
-        if len(online_params) != len(momentum_params):
-            raise ValueError(f"momentum update: {len(online_params)} online parameters, {len(momentum_params)} "
-                             "momentum parameters")
         m = self.momentum
-        for param, param_m in zip(online_params, momentum_params, strict=True):
+        for param, param_m in zip(online.base_model.parameters(), self.momentum_encoder.model.parameters(),
+                                  strict=True):
             param_m.data = param_m.data * m + param.data.to(param_m.dtype) * (1.0 - m)
 
     @torch.no_grad()
@@ -117,15 +113,6 @@ class MomentumQueue(nn.Module):
     def reset(self) -> None:
         """Empty the queue (the start of every epoch, ``trainers.py:452``)."""
         self.queue = None
-
-    def queue_state(self) -> dict:
-        """The queue for a checkpoint: ``{"queue": (n, D) CPU tensor or None}``."""
-        return {"queue": None if self.queue is None else self.queue.detach().cpu().clone()}
-
-    def load_queue_state(self, state: dict, device: torch.device) -> None:
-        """Restore :meth:`queue_state` onto ``device``."""
-        queue = state.get("queue")
-        self.queue = None if queue is None else queue.to(device)
 
     def train(self, mode: bool = True) -> MomentumQueue:
         """The momentum encoder stays in eval mode (it only ever runs in ``model.eval()``, ``trainers.py:626``)."""

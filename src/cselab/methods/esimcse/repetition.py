@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import islice
 
 import torch
 
@@ -104,21 +105,12 @@ def repetition_plan(texts: Iterable[str], dup_rate: float, seed: int, dup_type: 
         raise ConfigError("repetition_plan(dup_type='bpe') needs the tokenized lengths (lengths=...)")
     rng = random.Random(int(seed))
     plan: list[list[int]] = []
-    buffer: list[str] = []
-
-    def flush() -> None:
+    rows = iter(texts)
+    while buffer := list(islice(rows, chunk)):
         if dup_type == "word":
             plan.extend(draw_word_positions(t, dup_rate, rng) for t in buffer)
         else:
             plan.extend(draw_token_positions(n, dup_rate, rng) for n in lengths(buffer))
-        buffer.clear()
-
-    for text in texts:
-        buffer.append(text)
-        if len(buffer) >= chunk:
-            flush()
-    if buffer:
-        flush()
     return plan
 
 

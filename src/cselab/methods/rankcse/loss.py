@@ -41,20 +41,14 @@ def consistency_loss(p_logits: torch.Tensor, q_logits: torch.Tensor, kind: str =
 
     ``official``: ``Divergence.forward`` as written (models.py:58-61, the log-clamp: minus the mean row entropy);
     ``js``: the paper's Jensen-Shannon divergence ``0.5 (KL(p || m) + KL(q || m))``, ``m = (p + q) / 2``, each KL
-    summed over a row and averaged over rows.
-
-    Raises:
-        ValueError: an unknown ``kind``.
+    summed over a row and averaged over rows.  (``kind`` comes checked by :class:`RankCSELoss`.)
     """
     p = p_logits.softmax(dim=-1).clamp(min=CONSISTENCY_EPS)
     q = q_logits.softmax(dim=-1).clamp(min=CONSISTENCY_EPS)
     p, q = p.view(-1, p.size(-1)), q.view(-1, q.size(-1))
+    m = (0.5 * (p + q)).log()
     if kind == "official":
-        m = (0.5 * (p + q)).log().clamp(min=CONSISTENCY_EPS)
-    elif kind == "js":
-        m = (0.5 * (p + q)).log()
-    else:
-        raise ValueError(f"loss.consistency={kind!r}: expected one of {list(CONSISTENCIES)}")
+        m = m.clamp(min=CONSISTENCY_EPS)
     kl_p = F.kl_div(m, p.log(), reduction="batchmean", log_target=True)
     kl_q = F.kl_div(m, q.log(), reduction="batchmean", log_target=True)
     return 0.5 * (kl_p + kl_q)

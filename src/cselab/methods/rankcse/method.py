@@ -30,7 +30,7 @@ from cselab.methods.base import ContrastiveMethod
 from cselab.methods.losses import build_loss
 from cselab.methods.options import option
 from cselab.methods.rankcse.loss import RankCSELoss
-from cselab.methods.rankcse.teachers import TeacherScores, TeacherSpec, teacher_specs
+from cselab.methods.rankcse.teachers import TeacherScores, teacher_specs
 from cselab.model.spec import ConfigError, EmbeddingSpec
 
 
@@ -53,11 +53,6 @@ class RankCSEOptions:
         object.__setattr__(self, "teachers", _plain(self.teachers))
         teacher_specs(self.teachers, self.teacher_temperature)
 
-    @property
-    def specs(self) -> tuple[TeacherSpec, ...]:
-        """The teachers' specs (:func:`cselab.methods.rankcse.teachers.teacher_specs`)."""
-        return teacher_specs(self.teachers, self.teacher_temperature)
-
 
 class RankCSE(ContrastiveMethod):
     """RankCSE: :class:`ContrastiveMethod` with teacher targets and :class:`RankCSELoss`.
@@ -79,7 +74,8 @@ class RankCSE(ContrastiveMethod):
 
     def build_own_parts(self) -> None:
         """The teachers' scorer (nothing loaded before fit start)."""
-        self.teacher_scores = TeacherScores(self.options.specs, self.options.teacher_temperature)
+        o = self.options
+        self.teacher_scores = TeacherScores(teacher_specs(o.teachers, o.teacher_temperature), o.teacher_temperature)
 
     @classmethod
     def check_config(cls, *, loss: Mapping[str, Any] | None = None, **kwargs: Any) -> EmbeddingSpec:
@@ -90,7 +86,20 @@ class RankCSE(ContrastiveMethod):
             ConfigError: names the key and what was expected.
         """
         loss = dict(loss or cls.default_loss)
-        _check_rankcse(loss=loss, model=kwargs.get("model"))
+        if int(loss.get("groups", 1) or 1) != 1:
+            raise ConfigError(f"method=rankcse with loss.groups={loss['groups']}: the teachers' targets cover the "
+                              "whole batch; set loss.groups=1")
+        try:
+            built = build_loss(loss)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        if not isinstance(built, RankCSELoss):
+            raise ConfigError(f"method=rankcse with loss={loss.get('name')!r}: RankCSE's loss takes the teachers' "
+                              "targets; use loss=rankcse_listnet or loss=rankcse_listmle")
+        model = kwargs.get("model")
+        if isinstance(model, Mapping) and model.get("prompt"):
+            raise ConfigError("method=rankcse with a prompt: RankCSE's student is unsup SimCSE (the plain sentence, "
+                              "the teachers read its token ids); use prompt=none")
         return super().check_config(loss=loss, **kwargs)
 
     # ----------------------------------------------------------------- the teacher step
@@ -131,24 +140,3 @@ def _plain(teachers: Any) -> list[dict[str, Any]] | Any:
     if isinstance(teachers, (ListConfig, DictConfig)):
         return OmegaConf.to_container(teachers, resolve=True)
     return [dict(t) if isinstance(t, Mapping) else t for t in teachers]
-
-
-def _check_rankcse(*, loss: Mapping[str, Any], model: Mapping[str, Any] | EmbeddingSpec | None) -> None:
-    """RankCSE's loss and prompt rules (its options: :class:`RankCSEOptions`; the base checks the rest).
-
-    Raises:
-        ConfigError: names ``loss`` / ``prompt``.
-    """
-    if int(dict(loss).get("groups", 1) or 1) != 1:
-        raise ConfigError(f"method=rankcse with loss.groups={dict(loss)['groups']}: the teachers' targets cover the "
-                          "whole batch; set loss.groups=1")
-    try:
-        built = build_loss(dict(loss))
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    if not isinstance(built, RankCSELoss):
-        raise ConfigError(f"method=rankcse with loss={dict(loss).get('name')!r}: RankCSE's loss takes the teachers' "
-                          "targets; use loss=rankcse_listnet or loss=rankcse_listmle")
-    if isinstance(model, Mapping) and model.get("prompt"):
-        raise ConfigError("method=rankcse with a prompt: RankCSE's student is unsup SimCSE (the plain sentence, "
-                          "the teachers read its token ids); use prompt=none")

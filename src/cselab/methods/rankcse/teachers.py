@@ -223,19 +223,10 @@ class TeacherScores:
         return out
 
     def logits(self, embeddings: Sequence[torch.Tensor]) -> torch.Tensor:
-        """The targets (N, N): ``sum_k w_k cos(e_k_i, e_k_j) / tau2`` (official trainers.py:508, 526-528).
-
-        Raises:
-            ValueError: not one embedding matrix per teacher, or their row counts differ.
-        """
-        if len(embeddings) != len(self.specs) or len({e.shape[0] for e in embeddings}) != 1:
-            raise ValueError(f"TeacherScores.logits: expected {len(self.specs)} embedding matrices with the same rows, "
-                             f"got shapes {[tuple(e.shape) for e in embeddings]}")
-        total = None
-        for spec, e in zip(self.specs, embeddings, strict=True):
-            part = spec.weight * (cosine_matrix(e, e) / self.temperature)
-            total = part if total is None else total + part
-        return total
+        """The targets (N, N): ``sum_k w_k cos(e_k_i, e_k_j) / tau2`` (official trainers.py:508, 526-528) of one
+        (N, D_k) matrix per teacher (:meth:`embeddings`, gathered)."""
+        return sum(spec.weight * (cosine_matrix(e, e) / self.temperature)
+                   for spec, e in zip(self.specs, embeddings, strict=True))
 
 
 def _forward_ids(teacher, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

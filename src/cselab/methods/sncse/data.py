@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cselab.data.unsup import UnsupDataModule
-from cselab.methods.sncse.negation import read_soft_negatives, soft_negative_rows
+from cselab.methods.sncse.negation import official_period, read_soft_negatives, soft_negative_rows
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +80,6 @@ class SoftNegativeDataModule(UnsupDataModule):
         """Refuse a file that knows none of the corpus's first sentences (the official lookup would silently
         fall back to ``"Not " + s`` for every one); log the share found."""
         from itertools import islice
-
-        from cselab.methods.sncse.negation import official_period
 
         with open(self.path, encoding="utf-8", errors="replace") as f:
             head = [line.strip("\n") for line in islice(f, 1000) if line.strip()]

@@ -25,14 +25,9 @@ from cselab.losses.infonce import InfoNCE
 
 def bidirectional_margin(z: torch.Tensor, alpha: float, beta: float) -> torch.Tensor:
     """BML (``models.py:154-158``): ``mean relu(delta + alpha) + relu(-delta - beta)``, delta = cos(z1, z3) -
-    cos(z1, z2); ``z`` (B, 3, D) -> scalar (float32, or float64 for float64 input).
-
-    Raises:
-        ValueError: ``z`` is not (B, 3, D).
+    cos(z1, z2); ``z`` (B, 3, D) -> scalar (float32, or float64 for float64 input).  (The shape comes checked by
+    :meth:`InfoNCEWithBML.forward`.)
     """
-    if z.dim() != 3 or z.shape[1] != 3:
-        raise ValueError(f"the bidirectional margin loss expects z of shape (B, 3, D) (anchor, positive, soft "
-                         f"negative), got {tuple(z.shape)}")
     z = z.to(torch.promote_types(z.dtype, torch.float32))
     positive = F.cosine_similarity(z[:, 0], z[:, 1], dim=1)
     soft = F.cosine_similarity(z[:, 0], z[:, 2], dim=1)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 import string
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,8 +100,6 @@ class RuleParser:
     ``been``) labelled ``aux``, every other token ``dep``; no ROOT, so a sentence without an auxiliary takes the
     official fallback (``Not`` first).  Tags are empty and lemmas the lower-cased tokens."""
 
-    name = "rules"
-
     @staticmethod
     def tokenize(sentence: str) -> list[str]:
         """spaCy-like English tokens: words, ``n't`` / ``'s`` clitics and each punctuation mark apart."""
@@ -130,8 +128,6 @@ class SpacyParser:
         ImportError: spaCy or ``en_core_web_sm`` is not installed (the message says how to get them, or to use
             ``--parser rules``).
     """
-
-    name = "spacy"
 
     def __init__(self, model: str = "en_core_web_sm") -> None:
         try:
@@ -165,18 +161,10 @@ def build_parser(name: str):
     raise ValueError(f"--parser {name!r}: expected rules or spacy")
 
 
-def generate(lines: Iterable[str], parser) -> Iterator[tuple[str, str, int]]:
-    """``(sentence, negation, rule)`` for each corpus line, ``sentence`` = the line ``.strip()``-ed (official
-    ``:69-73``), ``rule`` 1, 2 (rules 2 and 3) or 4, the rule that negated it; empty lines are skipped (the official loop would write
-    ``["", "Not"]``, which no training sentence can look up)."""
-    for line in lines:
-        sentence = line.strip()
-        if sentence:
-            yield (sentence, *negate_with_rule(parser(sentence)))
-
-
 def write_soft_negatives(corpus: str | Path, out: str | Path, parser) -> dict[str, int]:
-    """Write the official soft-negative file (one ``json.dumps([sentence, negation])`` a line) for ``corpus``.
+    """Write the official soft-negative file (one ``json.dumps([sentence, negation])`` a line) for ``corpus``:
+    ``sentence`` = each line ``.strip()``-ed (official ``:69-73``); empty lines are skipped (the official loop would
+    write ``["", "Not"]``, which no training sentence can look up).
 
     Returns:
         counts: ``sentences``, ``not_deleted`` (rule 1), ``not_inserted`` (rules 2-3), ``not_prefixed`` (rule 4).
@@ -189,7 +177,8 @@ def write_soft_negatives(corpus: str | Path, out: str | Path, parser) -> dict[st
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     with open(corpus, encoding="utf-8", errors="replace") as f, open(tmp, "w", encoding="utf-8") as g:
-        for sentence, negation, rule in generate(f, parser):
+        for sentence in filter(None, (line.strip() for line in f)):
+            negation, rule = negate_with_rule(parser(sentence))
             counts["sentences"] += 1
             counts[{1: "not_deleted", 2: "not_inserted", 4: "not_prefixed"}[rule]] += 1
             g.write(json.dumps([sentence, negation]) + "\n")
