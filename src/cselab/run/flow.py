@@ -101,10 +101,9 @@ class Run:
         spec, state = self.spec, state if state is not None else self.prepare()
         L.seed_everything(spec.seed, workers=True)
         method = assemble.build_run_method(spec)
-        runtime = assemble.runtime_arguments(spec, state.output_dir, state.start, state.resume_step,
-                                             list(state.changed_on_resume))
+        runtime = assemble.runtime_arguments(spec, state)
         callbacks = assemble.build_callbacks(spec.callbacks, runtime, names=None if spec.train else ("sts",))
-        loggers = assemble.start_loggers(spec, state.output_dir, state.resume_step, method)
+        loggers = assemble.start_loggers(spec, state, method)
         if spec.train:
             outcome = self.fit_and_test(state, method, callbacks, loggers)
         else:  # nothing to train: the evaluator scores the model's encode directly, no Trainer

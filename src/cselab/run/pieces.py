@@ -25,7 +25,6 @@ class RunNames:
     tuning: str
     prompt: str | None = None  # None: prompt=none
     variant: str | None = None
-    seed: int = 42
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,7 @@ class RunSpec:
         names = RunNames(method=cfg.method.name, backbone=str(OmegaConf.select(cfg, "backbone.name")
                                                               or cfg.backbone.name_or_path),
                          name_or_path=cfg.backbone.name_or_path, setting=cfg.setting.name, loss=cfg.loss.name,
-                         tuning=cfg.tuning.name, seed=cfg.seed, variant=OmegaConf.select(cfg, "variant"),
+                         tuning=cfg.tuning.name, variant=OmegaConf.select(cfg, "variant"),
                          prompt=cfg.prompt.name if has_templates(cfg.prompt) else None)
         shares = {k: cfg.data[k] for k in ("max_undecodable_share", "max_control_share") if k in cfg.data}
         inputs = InputFiles(data_dir=cfg.data_dir, test_tasks=tuple(cfg.eval.test_tasks), dev_task=cfg.eval.dev_task,
