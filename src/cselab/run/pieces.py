@@ -3,6 +3,7 @@ written once, here; :meth:`RunSpec.from_config` makes them from the config and c
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,18 +91,15 @@ AUTO_WORKERS_GPU = 4
 AUTO_PAD_MULTIPLE_GPU = 8
 
 
-def resolve_num_workers(value: int | str, cuda: bool, cpus: int | None = None) -> int:
+def resolve_num_workers(value: int | str, cuda: bool) -> int:
     """``data.num_workers``: an int as given; ``auto`` -> :data:`AUTO_WORKERS_GPU` on a GPU (at most the CPUs but
     one), 0 on CPU.
 
     Raises:
         ValueError: neither ``auto`` nor an int >= 0 (names ``data.num_workers``).
     """
-    import os
-
     if value == "auto":
-        cpus = cpus if cpus is not None else (os.cpu_count() or 1)
-        return max(0, min(AUTO_WORKERS_GPU, cpus - 1)) if cuda else 0
+        return max(0, min(AUTO_WORKERS_GPU, (os.cpu_count() or 1) - 1)) if cuda else 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"data.num_workers={value!r}: expected auto or an integer >= 0")
     return value

@@ -321,15 +321,19 @@ def copies_of(cfg: DictConfig) -> tuple[str, ...]:
     resume (:func:`cselab.callbacks.run_config.config_changes`); and the method's options' copies in the ``module``
     node of a config saved before they were typed (``module.esimcse``, ``module.teachers`` ...,
     :func:`cselab.methods.options.legacy_keys`): they live in ``method``."""
-    def paths(node: Any, prefix: str) -> list[str]:
-        if isinstance(node, str):
-            return [prefix] if "${" in node else []
-        if isinstance(node, dict):
-            return [p for key, value in node.items() for p in paths(value, f"{prefix}.{key}")]
-        return []
-
     if "module" not in cfg:
         return ()
     options_type = getattr(method_target(cfg.module._target_), "options_type", None)
     legacy = [f"module.{key}" for key in legacy_keys(options_type)] if options_type is not None else []
-    return (*paths(OmegaConf.to_container(cfg.module, resolve=False), "module"), *legacy)
+    unresolved = flatten(OmegaConf.to_container(cfg.module, resolve=False), "module")
+    return (*(key for key, value in unresolved.items() if isinstance(value, str) and "${" in value), *legacy)
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a.b": leaf}`` of a nested dict; lists are leaves."""
+    if not isinstance(node, dict) or not node:
+        return {prefix: node} if prefix else {}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
