@@ -49,7 +49,7 @@ class InputFiles:
 
 @dataclass(frozen=True)
 class EvalSpec:
-    """The test phase (``eval``): STS tasks and aggregation, the dev score's encoder, SentEval transfer
+    """The test phase (``eval``): STS tasks and aggregation, SentEval transfer
     (``eval.transfer_mode`` -> ``transfer.<mode>``), the bootstrap intervals and the backbone the test scores
     (``module.backbone`` with ``eval.test_backbone``'s keys over it, resolved once)."""
 
@@ -57,9 +57,7 @@ class EvalSpec:
     test_backbone_keys: dict[str, Any] | None = None  # eval.test_backbone as given (None: the trained backbone)
     aggregation: str = "all"
     batch_size: int | None = None
-    dev_encoder: str = "official"
     transfer_tasks: tuple[str, ...] = ()
-    transfer_mode: str = "test"
     transfer: TransferProtocol | None = None
     bootstrap: BootstrapOptions = DEFAULT_BOOTSTRAP
     reloads_backbone: bool = False  # the test backbone is not the trained one: the best tensors are reloaded on it

@@ -286,8 +286,8 @@ def evaluation_spec(cfg: DictConfig) -> EvalSpec:
             raise ConfigError(f"eval.transfer_tasks / transfer.{mode}: {err}") from err
     tested = {**trained, **(over or {})}
     return EvalSpec(test_backbone=tested, test_backbone_keys=over, reloads_backbone=tested != trained, transfer_tasks=tasks,
-                    transfer_mode=mode, transfer=protocol, bootstrap=bootstrap, aggregation=cfg.eval.aggregation,
-                    batch_size=cfg.eval.batch_size, dev_encoder=cfg.eval.dev_encoder)
+                    transfer=protocol, bootstrap=bootstrap, aggregation=cfg.eval.aggregation,
+                    batch_size=cfg.eval.batch_size)
 
 
 def module_node(cfg: DictConfig) -> dict[str, Any]:
