@@ -2,11 +2,10 @@
 
 A run resumed with other values for keys that change its result (``optim.lr``, ``loss.temperature``,
 ``trainer.max_steps``, ...) would continue with the checkpoint's optimizer state while ``results.json`` and
-``.hydra/`` record the new values.  :func:`config_changes` lists the differences (every key of the resolved config
-except :data:`cselab.io.config.OUTPUT_ONLY_KEYS`, the one list of keys that never change a result, also used for
-``run_name``); :func:`check_resume` refuses them unless ``resume.allow_changed`` lists them, and
-:class:`RunConfig` saves the config and the accepted changes (key, both values, the step) with each checkpoint
-and applies an accepted ``optim.lr`` / ``optim.weight_decay`` to the restored optimizer.
+``.hydra/`` record the new values.  :func:`config_changes` lists the differences, leaving out
+:data:`cselab.io.config.OUTPUT_ONLY_KEYS` (the one list of keys that never change a result, also used for
+``run_name``); :func:`check_resume` refuses those that ``resume.allow_changed`` does not list, and
+:class:`RunConfig` keeps the config and the accepted changes (key, both values, the step) in each checkpoint.
 """
 
 from __future__ import annotations

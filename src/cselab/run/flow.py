@@ -107,8 +107,7 @@ class Run:
         if spec.train:
             outcome = self.fit_and_test(state, method, callbacks, loggers)
         else:  # nothing to train: the evaluator scores the model's encode directly, no Trainer
-            callbacks["sts"].evaluate_encoder(method, dev_encoder="test")  # STS-B dev as evaluation.py --mode dev
-            _log_scores(loggers, callbacks["sts"], step=0)
+            _evaluate(callbacks["sts"], method, "test", loggers, step=0)  # STS-B dev as evaluation.py --mode dev
             outcome = Outcome()
         return finish(spec, state, method, callbacks["sts"], loggers, outcome)
 
@@ -154,8 +153,7 @@ class Run:
                  evaluation.test_backbone_keys)
         if trainer.is_global_zero:
             tested = load(best, backbone=evaluation.test_backbone).to(method.device)
-            sts.evaluate_encoder(tested, dev_encoder="dev")
-            _log_scores(loggers, sts, step=int(trainer.global_step))
+            _evaluate(sts, tested, "dev", loggers, step=int(trainer.global_step))
             del tested
 
 
@@ -186,8 +184,10 @@ def validate_at_end(trainer: L.Trainer, method, sts: STSCallback, checkpoint, ou
     return str(path), score
 
 
-def _log_scores(loggers, sts: STSCallback, step: int) -> None:
-    """The test scores and the dev score of an evaluation without ``trainer.test`` to the loggers."""
+def _evaluate(sts: STSCallback, encoder, dev_encoder: str, loggers: list, step: int) -> None:
+    """``encoder`` scored by the evaluator without ``trainer.test`` (:meth:`STSCallback.evaluate_encoder`, the dev
+    split with ``dev_encoder``), its test scores and dev score to the loggers."""
+    sts.evaluate_encoder(encoder, dev_encoder=dev_encoder)
     for logger in loggers:
         logger.log_metrics({**{f"test/{t}": float(v) for t, v in sts.test_scores.items()},
                             **{f"test/{t}_dev": float(v) for t, v in sts.dev_scores.items()}}, step=step)

@@ -112,9 +112,7 @@ def resolve_pad_to_multiple_of(value: int | str | None, cuda: bool) -> int | Non
     """
     if value == "auto":
         return AUTO_PAD_MULTIPLE_GPU if cuda else None
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise ValueError(f"data.pad_to_multiple_of={value!r}: expected auto, null or an integer >= 1")
     return value
 
