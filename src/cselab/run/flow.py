@@ -117,6 +117,7 @@ class Run:
         keys (PromptEOL's rows: trained in 4-bit, tested in fp32)."""
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+        from cselab.methods.loading import load
         from cselab.run import assemble
         from cselab.run.results import Outcome
         from cselab.run.signals import StoppedBySignal, sigterm_stops, stop_at_step_end
@@ -137,24 +138,17 @@ class Run:
             log_compile_report(method.compile_scope, self.spec.training.compile)  # once per run
         best, best_dev = validate_at_end(trainer, method, sts, callbacks.get("checkpoint"), state.output_dir)
         with sigterm_stops("test"):  # the test phase is one callback call: Lightning alone would ignore SIGTERM
-            if self.spec.evaluation.reloads_backbone and best:
-                self._test_reloaded(trainer, method, sts, loggers, best)
+            if self.spec.evaluation.reloads_backbone and best:  # its trained tensors on the reloaded backbone
+                log.info("testing %s on the backbone reloaded with eval.test_backbone=%s", best,
+                         self.spec.evaluation.test_backbone_keys)
+                if trainer.is_global_zero:
+                    tested = load(best, backbone=self.spec.evaluation.test_backbone).to(method.device)
+                    _evaluate(sts, tested, "dev", loggers, step=int(trainer.global_step))
+                    del tested
             else:
                 sts.tested_dev = best_dev if best else None  # the best checkpoint's dev score, already computed
                 trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)
         return Outcome(best, best_dev, int(trainer.global_step), trainer.is_global_zero)
-
-    def _test_reloaded(self, trainer: L.Trainer, method, sts: STSCallback, loggers: list, best: str) -> None:
-        """Score the best checkpoint's trained tensors on the backbone reloaded with ``eval.test_backbone``."""
-        from cselab.methods.loading import load
-
-        evaluation = self.spec.evaluation
-        log.info("testing %s on the backbone reloaded with eval.test_backbone=%s", best,
-                 evaluation.test_backbone_keys)
-        if trainer.is_global_zero:
-            tested = load(best, backbone=evaluation.test_backbone).to(method.device)
-            _evaluate(sts, tested, "dev", loggers, step=int(trainer.global_step))
-            del tested
 
 
 def validate_at_end(trainer: L.Trainer, method, sts: STSCallback, checkpoint, output_dir: Path):
