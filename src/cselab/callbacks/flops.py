@@ -38,7 +38,7 @@ class FlopCounter(L.Callback):
 
         # compiled code runs eagerly while counted: dynamo does not trace under a dispatch mode, and a frame it
         # skipped once it would never compile again (torch._dynamo.convert_frame); the stance leaves it alone
-        modes = contextlib.ExitStack()  # left in reverse: the counter, then the stance
+        modes = contextlib.ExitStack()  # left in reverse order (the counter, then the stance)
         modes.enter_context(torch.compiler.set_stance("force_eager"))
         self._counting = (modes, modes.enter_context(FlopCounterMode(display=False)), key)
         # the cached step (trainer.cached_step) ends its forward before its own backward passes: it calls this

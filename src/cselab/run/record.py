@@ -6,8 +6,8 @@ starts, before ``run.py`` can tell whether the command is refused (the run finis
 touched, and ``cselab report`` showed settings that run never used.  So ``conf/config.yaml`` sets
 ``hydra.output_subdir: null`` (Hydra writes no ``.hydra/``) and ``delay: true`` on the job log's file handler (the
 file is opened at its first record), and :class:`RunRecord` keeps the run directory's log records in memory (the
-console still prints them) until :meth:`RunRecord.claim` (``run.py``, once every refusal has been decided) writes
-the record, or :meth:`RunRecord.discard` (a refusal) drops them: nothing was written.
+console still prints them): :meth:`RunRecord.claim` (``run.py``, once every refusal has been decided) writes the
+record, :meth:`RunRecord.discard` (a refusal) drops them and nothing was written.
 """
 
 from __future__ import annotations

@@ -325,8 +325,8 @@ def copies_of(cfg: DictConfig) -> tuple[str, ...]:
         return ()
     options_type = getattr(method_target(cfg.module._target_), "options_type", None)
     legacy = [f"module.{key}" for key in legacy_keys(options_type)] if options_type is not None else []
-    unresolved = flatten(OmegaConf.to_container(cfg.module, resolve=False), "module")
-    return (*(key for key, value in unresolved.items() if isinstance(value, str) and "${" in value), *legacy)
+    raw = flatten(OmegaConf.to_container(cfg.module, resolve=False), "module")
+    return (*(key for key, value in raw.items() if isinstance(value, str) and "${" in value), *legacy)
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
