@@ -111,11 +111,11 @@ class AlignUniform(L.Callback):
         log.info("align_uniform: %d measurements, %.1f s in this fit (%.1f %% of its %.1f s), %.1f s in the run",
                  len(self.history), self._seconds_this_fit, share, fit, self.seconds_total)
 
-    def measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float] | None:
+    def measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Measure now (rank 0), log to the trainer's loggers at ``trainer.global_step``, append to
-        :attr:`history`; returns the entry (``None`` on the other ranks)."""
+        :attr:`history`."""
         if not trainer.is_global_zero or self._inputs is None:
-            return None
+            return
         step = int(trainer.global_step)
         start = time.perf_counter()
         measured = self._inputs.measure(
@@ -133,4 +133,3 @@ class AlignUniform(L.Callback):
             logger.save()
         log.info("step %d: align %.4f uniform %.4f (%.1f s; align_uniform %.1f s in all)", step,
                  entry["alignment"], entry["uniformity"], seconds, self.seconds_total)
-        return entry

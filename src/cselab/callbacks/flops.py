@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import lightning as L
@@ -24,7 +25,7 @@ class FlopCounter(L.Callback):
     def __init__(self, max_shapes: int = 4096) -> None:
         self.max_shapes = int(max_shapes)
         self.by_shape: dict[tuple, int] = {}
-        self._counting: tuple[Any, tuple, Any] | None = None
+        self._counting: tuple[contextlib.ExitStack, Any, tuple] | None = None
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
                              batch_idx: int) -> None:
@@ -37,11 +38,9 @@ class FlopCounter(L.Callback):
 
         # compiled code runs eagerly while counted: dynamo does not trace under a dispatch mode, and a frame it
         # skipped once it would never compile again (torch._dynamo.convert_frame); the stance leaves it alone
-        stance = torch.compiler.set_stance("force_eager")
-        counter = FlopCounterMode(display=False)
-        stance.__enter__()
-        counter.__enter__()
-        self._counting = (counter, key, stance)
+        modes = contextlib.ExitStack()  # left in reverse order (the counter, then the stance)
+        modes.enter_context(torch.compiler.set_stance("force_eager"))
+        self._counting = (modes, modes.enter_context(FlopCounterMode(display=False)), key)
         # the cached step (trainer.cached_step) ends its forward before its own backward passes: it calls this
         pl_module.flops_forward_done = lambda: self._stop(pl_module)
 
@@ -54,16 +53,14 @@ class FlopCounter(L.Callback):
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         if self._counting is not None:
-            self._counting[0].__exit__(None, None, None)
-            self._counting[2].__exit__(None, None, None)
+            self._counting[0].close()
             self._counting = None
 
     def _stop(self, pl_module: L.LightningModule) -> None:
         pl_module.flops_forward_done = None
         if self._counting is None:
             return
-        counter, key, stance = self._counting
-        counter.__exit__(None, None, None)
-        stance.__exit__(None, None, None)
+        modes, counter, key = self._counting
+        modes.close()
         self._counting = None
         pl_module.flops_per_batch = self.by_shape[key] = 3 * int(counter.get_total_flops())

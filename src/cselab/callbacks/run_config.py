@@ -2,11 +2,10 @@
 
 A run resumed with other values for keys that change its result (``optim.lr``, ``loss.temperature``,
 ``trainer.max_steps``, ...) would continue with the checkpoint's optimizer state while ``results.json`` and
-``.hydra/`` record the new values.  :func:`config_changes` lists the differences (every key of the resolved config
-except :data:`cselab.io.config.OUTPUT_ONLY_KEYS`, the one list of keys that never change a result, also used for
-``run_name``); :func:`check_resume` refuses them unless ``resume.allow_changed`` lists them, and
-:class:`RunConfig` saves the config and the accepted changes (key, both values, the step) with each checkpoint
-and applies an accepted ``optim.lr`` / ``optim.weight_decay`` to the restored optimizer.
+``.hydra/`` record the new values.  :func:`config_changes` lists the differences, leaving out
+:data:`cselab.io.config.OUTPUT_ONLY_KEYS` (the one list of keys that never change a result, also used for
+``run_name``); :func:`check_resume` refuses those that ``resume.allow_changed`` does not list, and
+:class:`RunConfig` keeps the config and the accepted changes (key, both values, the step) in each checkpoint.
 """
 
 from __future__ import annotations
@@ -18,9 +17,12 @@ from typing import Any
 
 import lightning as L
 import torch
+from hydra.utils import get_object
 
 from cselab.io.config import ADDED_NODES, OUTPUT_ONLY_KEYS, key_matches
 from cselab.methods.checks import LEGACY_MODEL_KEYS, LEGACY_OPTIM_KEYS
+from cselab.model.spec import ConfigError
+from cselab.run.spec import flatten
 
 log = logging.getLogger(__name__)
 
@@ -29,16 +31,6 @@ STATE_KEY = "RunConfig"
 #: optimizer hyper-parameters that a restored optimizer state would otherwise override
 OPTIMIZER_KEYS: dict[str, str] = {"optim.lr": "lr", "optim.weight_decay": "weight_decay"}
 _ABSENT = "(absent)"
-
-
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"a.b": leaf}`` of a nested dict; lists are leaves."""
-    if not isinstance(node, dict) or not node:
-        return {prefix: node} if prefix else {}
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
 
 
 def config_changes(saved: dict[str, Any], new: dict[str, Any],
@@ -56,7 +48,7 @@ def config_changes(saved: dict[str, Any], new: dict[str, Any],
     """
     # a checkpoint written before the embedding spec has the flat module node: copies of the groups' keys too
     derived = [*copies, *(f"module.{key}" for key in (*LEGACY_MODEL_KEYS, *LEGACY_OPTIM_KEYS))]
-    old_flat, new_flat = _flatten(saved), _flatten(new)
+    old_flat, new_flat = flatten(saved), flatten(new)
     derived += [node for node, (switch, old_value) in ADDED_NODES.items()
                 if not any(key_matches(k, (node,)) for k in old_flat) and new_flat.get(f"{node}.{switch}") == old_value]
     changes = []
@@ -76,8 +68,6 @@ def moved_target(before: Any, after: Any) -> bool:
     the same.  Another object, or an old path that still imports, is a change."""
     if not (isinstance(before, str) and isinstance(after, str)) or before.rpartition(".")[2] != after.rpartition(".")[2]:
         return False
-    from hydra.utils import get_object
-
     try:
         get_object(before)
     except Exception:
@@ -107,8 +97,6 @@ def check_resume(config: dict[str, Any], copies: Sequence[str], allowed: Sequenc
         cselab.methods.checks.ConfigError: a key that changes the result differs and is not listed; the message
             names each key with both values and the override that accepts them.
     """
-    from cselab.model.spec import ConfigError
-
     if ckpt_path is None or not Path(ckpt_path).is_file():
         return []
     checkpoint = torch.load(ckpt_path, map_location="cpu", mmap=True, weights_only=False)  # weights not read
@@ -170,11 +158,8 @@ class RunConfig(L.Callback):
         self.changes = list(changes or [])
         self.resume_step = resume_step
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:  # nothing to load back: check_resume read it before the run was built
         return {"config": self.config, "changes": self.changes}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Nothing to restore: :func:`check_resume` read the checkpoint's state before the run was built."""
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         new = {OPTIMIZER_KEYS[c["key"]]: c["now"] for c in self.changes

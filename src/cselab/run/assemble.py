@@ -4,12 +4,14 @@ loggers, the Trainer and the training DataModule, each from its ``_target_`` nod
 
 from __future__ import annotations
 
+import inspect
 import logging
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
+from hydra.utils import instantiate
 
 from cselab.data.datamodule import SentenceDataModule
 from cselab.io.config import clipped
@@ -22,6 +24,7 @@ from cselab.model.spec import ConfigError
 from cselab.run.checkpoints import AtomicCheckpointIO
 from cselab.run.loggers import logged_config, run_display_name
 from cselab.run.pieces import RunNames, TrainSpec
+from cselab.run.resume import RunState
 from cselab.run.spec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -59,12 +62,12 @@ def build_run_method(spec: RunSpec):
     return method
 
 
-def runtime_arguments(spec: RunSpec, output_dir: Path, start: float, resume_step: int | None,
-                      changes: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def runtime_arguments(spec: RunSpec, state: RunState) -> dict[str, dict[str, Any]]:
     """The ``???`` arguments of ``conf/callbacks/default.yaml`` that only the run knows, by callback name."""
-    checkpoints = output_dir / "checkpoints"
-    return {"sts": {"started": start, "run_dir": str(output_dir)},  # run_dir: where a whitened baseline writes its checkpoint
-            "run_config": {"config": spec.config, "changes": changes, "resume_step": resume_step},
+    checkpoints = state.output_dir / "checkpoints"
+    return {"sts": {"started": state.start, "run_dir": str(state.output_dir)},  # run_dir: where a whitened baseline writes its checkpoint
+            "run_config": {"config": spec.config, "changes": list(state.changed_on_resume),
+                           "resume_step": state.resume_step},
             "checkpoint": {"dirpath": checkpoints}, "last_checkpoint": {"dirpath": checkpoints}}
 
 
@@ -77,8 +80,6 @@ def build_callbacks(nodes: dict[str, Any], runtime: dict[str, dict[str, Any]],
     Raises:
         ConfigError: a node without ``_target_``, or a ``???`` argument the run does not fill (names it).
     """
-    from hydra.utils import instantiate
-
     built: dict[str, L.Callback] = {}
     for name, node in nodes.items():
         if node is None or (names is not None and name not in names):
@@ -110,19 +111,17 @@ def run_tags(names: RunNames) -> list[str]:
     return tags
 
 
-def start_loggers(spec: RunSpec, output_dir: Path, resume_step: int | None, method) -> list:
+def start_loggers(spec: RunSpec, state: RunState, method) -> list:
     """The ``logger`` node instantiated (``conf/logger/*.yaml``: :func:`cselab.run.loggers.build_loggers`) with the
     run's tags and name; each gets the run's config and, on a fresh run, the trainable-parameter count."""
-    from hydra.utils import instantiate
-
     names = spec.names
-    name = run_display_name(names.method, names.backbone, names.setting, names.variant, names.seed)
-    loggers = instantiate(spec.logger, output_dir=str(output_dir), tags=run_tags(names), name=name,
-                          resume_step=resume_step)
+    name = run_display_name(names.method, names.backbone, names.setting, names.variant, spec.seed)
+    loggers = instantiate(spec.logger, output_dir=str(state.output_dir), tags=run_tags(names), name=name,
+                          resume_step=state.resume_step)
     config = logged_config(spec.config)
     for logger in loggers:
         logger.log_hyperparams(config)
-        if resume_step is None:  # a resumed run's CSV / W&B run has it already
+        if state.resume_step is None:  # a resumed run's CSV / W&B run has it already
             logger.log_metrics({"model/trainable_parameters": float(method.num_trainable_parameters())}, step=0)
     return loggers
 
@@ -132,8 +131,6 @@ def build_trainer(training: TrainSpec, callbacks: list[L.Callback], loggers: lis
     directory and atomic checkpoint writes (``trainer.cached_step`` is the module's: left out); validation by
     steps (``val_check_interval``) across epochs, no sanity validation; ``precision: auto`` resolved; bars only in
     a terminal."""
-    from hydra.utils import instantiate
-
     return instantiate(training.trainer, precision=training.precision,
                        enable_progress_bar=training.progress_bar and interactive(), callbacks=callbacks,
                        logger=loggers or False, default_root_dir=str(output_dir), check_val_every_n_epoch=None,
@@ -145,10 +142,6 @@ def build_datamodule(training: TrainSpec, method) -> L.LightningDataModule:
     with the method's training collate, built with the node's ``seed`` (its MLM masks) and the resolved
     ``pad_to_multiple_of`` (the node's key is the collate's, not passed on), the method's corpus transform
     (``method.prepare_train_set``), pinned memory on a CUDA GPU and the ``auto`` values resolved."""
-    import inspect
-
-    from hydra.utils import instantiate
-
     node = {k: v for k, v in training.datamodule.items() if k != "pad_to_multiple_of"}
     seed = node.get("seed", inspect.signature(SentenceDataModule).parameters["seed"].default)
     collate = method.train_collate(seed=int(seed), pad_to_multiple_of=training.pad_to_multiple_of)

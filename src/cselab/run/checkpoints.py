@@ -5,12 +5,14 @@ blocking every later resume."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from cselab.io.files import remove_stale_temporaries, staged
 
@@ -112,8 +114,6 @@ class LastCheckpoint(ModelCheckpoint):
 
     def __init__(self, dirpath: str | Path, every_n_train_steps: int | None = None,
                  every_minutes: float | None = None) -> None:
-        from datetime import timedelta
-
         interval = timedelta(minutes=float(every_minutes)) if every_minutes and not every_n_train_steps else None
         super().__init__(dirpath=dirpath, save_top_k=0, save_last=True, every_n_train_steps=every_n_train_steps or 0,
                          train_time_interval=interval, save_on_train_epoch_end=False)
@@ -140,8 +140,6 @@ class LastCheckpoint(ModelCheckpoint):
         same command resumes there bit for bit; here only when the signal came after those (a write at this
         point resumes an epoch's last step one rounding apart).  Any other exception writes nothing (the last
         periodic write stays)."""
-        from lightning.pytorch.utilities.exceptions import SIGTERMException
-
         if (isinstance(exception, SIGTERMException) and trainer.state.fn == "fit" and not trainer.sanity_checking
                 and self._last_global_step_saved != trainer.global_step):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))

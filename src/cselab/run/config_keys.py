@@ -22,6 +22,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
 from cselab.io.config import override_key
@@ -51,11 +53,8 @@ def _interpolated(cfg: DictConfig) -> set[str]:
     found: set[str] = set()
 
     def walk(node) -> None:
-        if isinstance(node, dict):
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
+        if isinstance(node, dict | list):
+            for value in node.values() if isinstance(node, dict) else node:
                 walk(value)
         elif isinstance(node, str) and "${" in node:
             found.update(re.findall(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+", node))
@@ -125,9 +124,8 @@ def check_added_keys(cfg: DictConfig, overrides: Iterable[str], groups: Iterable
     interpolated = _interpolated(cfg)
     for override, key in added_keys(overrides, groups):
         parts = key.split(".")
-        if parts[0] in OPEN_NODES or key in interpolated or _instantiated_parent(cfg, parts, interpolated):
-            continue
-        if parts[-1] in code_names():
+        if (parts[0] in OPEN_NODES or key in interpolated or _instantiated_parent(cfg, parts, interpolated)
+                or parts[-1] in code_names()):
             continue
         near = closest_key(cfg, key)
         hint = f"; did you mean {near}? (type {near}={override.split('=', 1)[1]}, without '+')" if near else ""
@@ -143,9 +141,6 @@ def missing_key_error(overrides: list[str], config_dir: str | Path, config_name:
     names ``optim.lr`` at once.  Composes the config once (about 0.2 s, no weights, no interpolation resolved);
     a ``-m`` sweep's values (``a,b``) are Hydra's to parse: the caller skips it.
     """
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import ConfigCompositionException
-
     def attempt(items: list[str]):
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
             return compose(config_name, overrides=items)

@@ -101,15 +101,13 @@ class Run:
         spec, state = self.spec, state if state is not None else self.prepare()
         L.seed_everything(spec.seed, workers=True)
         method = assemble.build_run_method(spec)
-        runtime = assemble.runtime_arguments(spec, state.output_dir, state.start, state.resume_step,
-                                             list(state.changed_on_resume))
+        runtime = assemble.runtime_arguments(spec, state)
         callbacks = assemble.build_callbacks(spec.callbacks, runtime, names=None if spec.train else ("sts",))
-        loggers = assemble.start_loggers(spec, state.output_dir, state.resume_step, method)
+        loggers = assemble.start_loggers(spec, state, method)
         if spec.train:
             outcome = self.fit_and_test(state, method, callbacks, loggers)
         else:  # nothing to train: the evaluator scores the model's encode directly, no Trainer
-            callbacks["sts"].evaluate_encoder(method, dev_encoder="test")  # STS-B dev as evaluation.py --mode dev
-            _log_scores(loggers, callbacks["sts"], step=0)
+            _evaluate(callbacks["sts"], method, "test", loggers, step=0)  # STS-B dev as evaluation.py --mode dev
             outcome = Outcome()
         return finish(spec, state, method, callbacks["sts"], loggers, outcome)
 
@@ -119,6 +117,7 @@ class Run:
         keys (PromptEOL's rows: trained in 4-bit, tested in fp32)."""
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+        from cselab.methods.loading import load
         from cselab.run import assemble
         from cselab.run.results import Outcome
         from cselab.run.signals import StoppedBySignal, sigterm_stops, stop_at_step_end
@@ -139,25 +138,17 @@ class Run:
             log_compile_report(method.compile_scope, self.spec.training.compile)  # once per run
         best, best_dev = validate_at_end(trainer, method, sts, callbacks.get("checkpoint"), state.output_dir)
         with sigterm_stops("test"):  # the test phase is one callback call: Lightning alone would ignore SIGTERM
-            if self.spec.evaluation.reloads_backbone and best:
-                self._test_reloaded(trainer, method, sts, loggers, best)
+            if self.spec.evaluation.reloads_backbone and best:  # its trained tensors on the reloaded backbone
+                log.info("testing %s on the backbone reloaded with eval.test_backbone=%s", best,
+                         self.spec.evaluation.test_backbone_keys)
+                if trainer.is_global_zero:
+                    tested = load(best, backbone=self.spec.evaluation.test_backbone).to(method.device)
+                    _evaluate(sts, tested, "dev", loggers, step=int(trainer.global_step))
+                    del tested
             else:
                 sts.tested_dev = best_dev if best else None  # the best checkpoint's dev score, already computed
                 trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)
         return Outcome(best, best_dev, int(trainer.global_step), trainer.is_global_zero)
-
-    def _test_reloaded(self, trainer: L.Trainer, method, sts: STSCallback, loggers: list, best: str) -> None:
-        """Score the best checkpoint's trained tensors on the backbone reloaded with ``eval.test_backbone``."""
-        from cselab.methods.loading import load
-
-        evaluation = self.spec.evaluation
-        log.info("testing %s on the backbone reloaded with eval.test_backbone=%s", best,
-                 evaluation.test_backbone_keys)
-        if trainer.is_global_zero:
-            tested = load(best, backbone=evaluation.test_backbone).to(method.device)
-            sts.evaluate_encoder(tested, dev_encoder="dev")
-            _log_scores(loggers, sts, step=int(trainer.global_step))
-            del tested
 
 
 def validate_at_end(trainer: L.Trainer, method, sts: STSCallback, checkpoint, output_dir: Path):
@@ -187,8 +178,10 @@ def validate_at_end(trainer: L.Trainer, method, sts: STSCallback, checkpoint, ou
     return str(path), score
 
 
-def _log_scores(loggers, sts: STSCallback, step: int) -> None:
-    """The test scores and the dev score of an evaluation without ``trainer.test`` to the loggers."""
+def _evaluate(sts: STSCallback, encoder, dev_encoder: str, loggers: list, step: int) -> None:
+    """``encoder`` scored by the evaluator without ``trainer.test`` (:meth:`STSCallback.evaluate_encoder`, the dev
+    split with ``dev_encoder``), its test scores and dev score to the loggers."""
+    sts.evaluate_encoder(encoder, dev_encoder=dev_encoder)
     for logger in loggers:
         logger.log_metrics({**{f"test/{t}": float(v) for t, v in sts.test_scores.items()},
                             **{f"test/{t}_dev": float(v) for t, v in sts.dev_scores.items()}}, step=step)

@@ -31,15 +31,13 @@ def check_inputs(files: InputFiles) -> None:
 
     root = data_root(files.data_dir)
     if files.train_path is not None:
-        path, sup = files.train_path, files.setting == "sup"
-        found = require(path if path.startswith("/") else root / path,
-                        "NLI triplets csv" if sup else "unsup corpus", "data.path")
+        sup = files.setting == "sup"  # (an absolute data.path replaces root: pathlib's join)
+        found = require(root / files.train_path, "NLI triplets csv" if sup else "unsup corpus", "data.path")
         (check_nli if sup else check_corpus)(found, max_undecodable_share=float(files.max_undecodable_share),
                                              max_control_share=float(files.max_control_share))
     check_sts_tasks(root, list(files.test_tasks), files.dev_task)
     if files.whitening_corpus is not None:
-        corpus = files.whitening_corpus
-        require(corpus if corpus.startswith("/") else root / corpus, "whitening corpus",
+        require(root / files.whitening_corpus, "whitening corpus",
                 "eval.whitening.file / eval.whitening.fit_on; eval.whitening.fit_on=target needs only the STS files")
     if files.soft_negatives is not None and not Path(files.soft_negatives).is_file():
         raise FileNotFoundError(

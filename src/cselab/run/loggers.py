@@ -23,12 +23,11 @@ def wandb_mode(requested: str) -> str:
     return "online" if os.environ.get("WANDB_API_KEY") else "offline"
 
 
-def run_display_name(method: str, backbone: str, setting: str, variant: str | None, seed: Any,
-                     limit: int = 128) -> str:
+def run_display_name(method: str, backbone: str, setting: str, variant: str | None, seed: Any) -> str:
     """The W&B run name: ``<method> <backbone> <setting> <variant> seed<seed>`` (``promptbert minilm_l6 unsup
-    default seed42``); a variant that would make it longer than ``limit`` keeps its start and a hash."""
+    default seed42``); a variant that would make it longer than 128 characters keeps its start and a hash."""
     head, tail = f"{method} {backbone} {setting} ", f" seed{seed}"
-    return f"{head}{clipped(variant or 'default', limit - len(head) - len(tail))}{tail}"
+    return f"{head}{clipped(variant or 'default', 128 - len(head) - len(tail))}{tail}"
 
 
 def logged_config(config: dict[str, Any]) -> dict[str, Any]:

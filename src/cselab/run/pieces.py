@@ -3,6 +3,7 @@ written once, here; :meth:`RunSpec.from_config` makes them from the config and c
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,6 @@ class RunNames:
     tuning: str
     prompt: str | None = None  # None: prompt=none
     variant: str | None = None
-    seed: int = 42
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class InputFiles:
 
 @dataclass(frozen=True)
 class EvalSpec:
-    """The test phase (``eval``): STS tasks and aggregation, the dev score's encoder, SentEval transfer
+    """The test phase (``eval``): STS tasks and aggregation, SentEval transfer
     (``eval.transfer_mode`` -> ``transfer.<mode>``), the bootstrap intervals and the backbone the test scores
     (``module.backbone`` with ``eval.test_backbone``'s keys over it, resolved once)."""
 
@@ -57,9 +57,7 @@ class EvalSpec:
     test_backbone_keys: dict[str, Any] | None = None  # eval.test_backbone as given (None: the trained backbone)
     aggregation: str = "all"
     batch_size: int | None = None
-    dev_encoder: str = "official"
     transfer_tasks: tuple[str, ...] = ()
-    transfer_mode: str = "test"
     transfer: TransferProtocol | None = None
     bootstrap: BootstrapOptions = DEFAULT_BOOTSTRAP
     reloads_backbone: bool = False  # the test backbone is not the trained one: the best tensors are reloaded on it
@@ -91,18 +89,15 @@ AUTO_WORKERS_GPU = 4
 AUTO_PAD_MULTIPLE_GPU = 8
 
 
-def resolve_num_workers(value: int | str, cuda: bool, cpus: int | None = None) -> int:
+def resolve_num_workers(value: int | str, cuda: bool) -> int:
     """``data.num_workers``: an int as given; ``auto`` -> :data:`AUTO_WORKERS_GPU` on a GPU (at most the CPUs but
     one), 0 on CPU.
 
     Raises:
         ValueError: neither ``auto`` nor an int >= 0 (names ``data.num_workers``).
     """
-    import os
-
     if value == "auto":
-        cpus = cpus if cpus is not None else (os.cpu_count() or 1)
-        return max(0, min(AUTO_WORKERS_GPU, cpus - 1)) if cuda else 0
+        return max(0, min(AUTO_WORKERS_GPU, (os.cpu_count() or 1) - 1)) if cuda else 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"data.num_workers={value!r}: expected auto or an integer >= 0")
     return value
@@ -117,9 +112,7 @@ def resolve_pad_to_multiple_of(value: int | str | None, cuda: bool) -> int | Non
     """
     if value == "auto":
         return AUTO_PAD_MULTIPLE_GPU if cuda else None
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise ValueError(f"data.pad_to_multiple_of={value!r}: expected auto, null or an integer >= 1")
     return value
 

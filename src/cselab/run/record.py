@@ -5,14 +5,9 @@ starts, before ``run.py`` can tell whether the command is refused (the run finis
 ``resume=`` with changed values, a bad input).  A refused command then rewrote the saved config of a run it never
 touched, and ``cselab report`` showed settings that run never used.  So ``conf/config.yaml`` sets
 ``hydra.output_subdir: null`` (Hydra writes no ``.hydra/``) and ``delay: true`` on the job log's file handler (the
-file is opened at its first record), and :class:`RunRecord`
-
-* at the job's start, takes the root logger's file handlers that write into the run directory off the root
-  logger and keeps their records in memory (the console still prints them);
-* :meth:`RunRecord.claim`, called once every refusal has been decided (``run.py``): writes ``.hydra/`` with the
-  same three files Hydra writes (``hydra.core.utils.run_job``), the holder's pid into the lock file, puts the
-  file handlers back and writes the kept records into ``run.log``;
-* :meth:`RunRecord.discard` (a refusal): drops the kept records; nothing was written.
+file is opened at its first record), and :class:`RunRecord` keeps the run directory's log records in memory (the
+console still prints them): :meth:`RunRecord.claim` (``run.py``, once every refusal has been decided) writes the
+record, :meth:`RunRecord.discard` (a refusal) drops them and nothing was written.
 """
 
 from __future__ import annotations
@@ -54,8 +49,9 @@ class RunRecord:
 
     def claim(self, cfg: DictConfig, hydra_cfg: DictConfig) -> None:
         """The run proceeds: write ``.hydra/config.yaml`` (``cfg``), ``hydra.yaml`` (``{"hydra": hydra_cfg}``)
-        and ``overrides.yaml`` (the job's overrides) as Hydra does, the pid into the lock file, and the held log
-        records into ``run.log``; from now on the log goes to its file as it is written.  Idempotent.
+        and ``overrides.yaml`` (the job's overrides) as Hydra does (``hydra.core.utils.run_job``), the pid into the
+        lock file, the file handlers put back and the held log records into ``run.log``; from now on the log goes
+        to its file as it is written.  Idempotent.
 
         Raises:
             OSError: a file cannot be written (a full disk, a read-only directory).

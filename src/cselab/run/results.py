@@ -11,16 +11,24 @@ from typing import Any
 
 import torch
 
+from cselab.data.paths import data_root
+from cselab.data.transfer import PAPER_NAMES as TRANSFER_NAMES
 from cselab.evaluation.callback import STSCallback
 from cselab.evaluation.encoder import SentenceEncoder
-from cselab.evaluation.results import build_results, write_results
+from cselab.evaluation.gold_bins import cosine_by_gold_bin
+from cselab.evaluation.pair_scores import PAIRS_FILE, write_pair_scores
+from cselab.evaluation.results import build_results, score_intervals, write_results
 from cselab.evaluation.sts import PAPER_NAMES, format_table
+from cselab.evaluation.transfer import TransferEvaluator, format_transfer_table, tqdm_progress
 from cselab.io.progress import interactive
 from cselab.methods.base import ContrastiveMethod
+from cselab.model.loading import resolve_dtype
+from cselab.run.checkpoints import remove_last, remove_set_aside
 from cselab.run.loggers import close_loggers, log_test_charts, log_transfer_table
 from cselab.run.pieces import EvalSpec, RunNames
 from cselab.run.resume import RunState
 from cselab.run.spec import RunSpec
+from cselab.run.sweep import FAILED_FILE
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +54,6 @@ def _clear_earlier_attempts(output_dir: Path) -> None:
     """Once ``results.json`` is written: an earlier attempt's ``failed.json`` and the checkpoints it set aside as
     unreadable (``checkpoints/*.unreadable-*``) go, each named in the log, so that the finished run's directory
     says only that it finished (``cselab report`` reads ``results.json`` first anyway)."""
-    from cselab.run.checkpoints import remove_set_aside
-    from cselab.run.sweep import FAILED_FILE
-
     failed = output_dir / FAILED_FILE
     if failed.is_file():
         failed.unlink()
@@ -66,23 +71,16 @@ def finish(spec: RunSpec, state: RunState, method, sts: STSCallback, loggers: li
         close_loggers(loggers)
         return results
     if sts.test_pairs:
-        from cselab.evaluation.pair_scores import PAIRS_FILE, write_pair_scores
-
         write_pair_scores(state.output_dir / PAIRS_FILE, sts.test_pairs, sts.test_subsets,
                           spec.evaluation.aggregation)
     path = write_results(state.output_dir / "results.json", results)
     _clear_earlier_attempts(state.output_dir)
     if spec.training is not None and not spec.training.keep_last:
-        from cselab.run.checkpoints import remove_last
-
         if freed := remove_last(state.output_dir / "checkpoints"):
             log.info("removed checkpoints/last.ckpt (%.0f MB; the run finished: checkpointing.keep_last=false)",
                      freed / 2**20)
     print_results(spec.names, spec.train, results, path)
     if transfer:
-        from cselab.data.transfer import PAPER_NAMES as TRANSFER_NAMES
-        from cselab.evaluation.transfer import format_transfer_table
-
         print(f"transfer ({transfer['transfer_protocol']['mode']}, accuracy x 100)\n"
               f"{format_transfer_table(transfer['transfer'], list(spec.evaluation.transfer_tasks))}")
         log_transfer_table(loggers, transfer["transfer"], TRANSFER_NAMES)
@@ -96,8 +94,6 @@ def collect_results(spec: RunSpec, state: RunState, method, sts: STSCallback, ou
     SentEval transfer scores (rank 0, ``eval.transfer_tasks``) and STS-B test's cosines by gold-score bin."""
     bins, by_bin = None, None
     if sts.test_pairs.get("stsb"):
-        from cselab.evaluation.gold_bins import cosine_by_gold_bin
-
         by_bin = cosine_by_gold_bin(*sts.test_pairs["stsb"])
         bins = {b: {"n": int(len(c)), "mean": float(c.mean()) if len(c) else None,
                     "std": float(c.std()) if len(c) else None} for b, c in by_bin.items()}
@@ -130,9 +126,6 @@ def run_transfer(evaluation: EvalSpec, data_dir: str, method: SentenceEncoder) -
     ``{"transfer": {task: {...}, "avg"}, "transfer_protocol": {...}, "transfer_timings_s": {...}}``, or ``{}``."""
     if evaluation.transfer is None:
         return {}
-    from cselab.data.paths import data_root
-    from cselab.evaluation.transfer import TransferEvaluator, tqdm_progress
-
     evaluator = TransferEvaluator(data_root(data_dir), list(evaluation.transfer_tasks), evaluation.transfer)
     progress = tqdm_progress() if interactive() else None
     scores = evaluator.evaluate(lambda s: method.encode(s, batch_size=evaluation.batch_size, encoder="test"),
@@ -143,8 +136,6 @@ def run_transfer(evaluation: EvalSpec, data_dir: str, method: SentenceEncoder) -
 
 def test_intervals(evaluation: EvalSpec, sts: STSCallback) -> dict | None:
     """``results.json``'s ``test_ci`` / ``test_ci_info`` from the test pairs (``eval.bootstrap``), timed."""
-    from cselab.evaluation.results import score_intervals
-
     started = time.perf_counter()
     out = score_intervals(sts.test_pairs, sts.test_subsets, evaluation.aggregation, **asdict(evaluation.bootstrap))
     if out is not None:
@@ -179,7 +170,5 @@ def dev_encoder_used(train: bool, method) -> str:
 def tested_weights(backbone: dict) -> dict:
     """``results.json``'s ``test_backbone``: the tested weights' dtype as loaded on this machine (``auto``
     resolved: ``bfloat16`` on a GPU, ``float32`` on CPU) and whether they were 4-bit."""
-    from cselab.model.loading import resolve_dtype
-
     dtype = resolve_dtype(backbone.get("dtype")) or torch.float32
     return {"dtype": str(dtype).removeprefix("torch."), "load_in_4bit": bool(backbone.get("load_in_4bit"))}

@@ -48,8 +48,7 @@ class ResumeSpec:
     def check_directory(self, output_dir: Path, train: bool, config: dict[str, Any] | None = None,
                         copies: Sequence[str] = ()) -> None:
         """Refuse a finished run (unless ``overwrite``) and a ``resume`` directory with nothing to resume from.
-        ``config`` / ``copies``: the new command's resolved config and its copied keys, carried by
-        ``RunFinished`` (to be compared with the finished run's).
+        ``config`` / ``copies``: carried by :class:`RunFinished`.
 
         Raises:
             RunFinished: ``output_dir`` holds ``results.json`` and ``overwrite`` is false.

@@ -100,7 +100,7 @@ class RunSpec:
         names = RunNames(method=cfg.method.name, backbone=str(OmegaConf.select(cfg, "backbone.name")
                                                               or cfg.backbone.name_or_path),
                          name_or_path=cfg.backbone.name_or_path, setting=cfg.setting.name, loss=cfg.loss.name,
-                         tuning=cfg.tuning.name, seed=cfg.seed, variant=OmegaConf.select(cfg, "variant"),
+                         tuning=cfg.tuning.name, variant=OmegaConf.select(cfg, "variant"),
                          prompt=cfg.prompt.name if has_templates(cfg.prompt) else None)
         shares = {k: cfg.data[k] for k in ("max_undecodable_share", "max_control_share") if k in cfg.data}
         inputs = InputFiles(data_dir=cfg.data_dir, test_tasks=tuple(cfg.eval.test_tasks), dev_task=cfg.eval.dev_task,
@@ -286,8 +286,8 @@ def evaluation_spec(cfg: DictConfig) -> EvalSpec:
             raise ConfigError(f"eval.transfer_tasks / transfer.{mode}: {err}") from err
     tested = {**trained, **(over or {})}
     return EvalSpec(test_backbone=tested, test_backbone_keys=over, reloads_backbone=tested != trained, transfer_tasks=tasks,
-                    transfer_mode=mode, transfer=protocol, bootstrap=bootstrap, aggregation=cfg.eval.aggregation,
-                    batch_size=cfg.eval.batch_size, dev_encoder=cfg.eval.dev_encoder)
+                    transfer=protocol, bootstrap=bootstrap, aggregation=cfg.eval.aggregation,
+                    batch_size=cfg.eval.batch_size)
 
 
 def module_node(cfg: DictConfig) -> dict[str, Any]:
@@ -321,15 +321,19 @@ def copies_of(cfg: DictConfig) -> tuple[str, ...]:
     resume (:func:`cselab.callbacks.run_config.config_changes`); and the method's options' copies in the ``module``
     node of a config saved before they were typed (``module.esimcse``, ``module.teachers`` ...,
     :func:`cselab.methods.options.legacy_keys`): they live in ``method``."""
-    def paths(node: Any, prefix: str) -> list[str]:
-        if isinstance(node, str):
-            return [prefix] if "${" in node else []
-        if isinstance(node, dict):
-            return [p for key, value in node.items() for p in paths(value, f"{prefix}.{key}")]
-        return []
-
     if "module" not in cfg:
         return ()
     options_type = getattr(method_target(cfg.module._target_), "options_type", None)
     legacy = [f"module.{key}" for key in legacy_keys(options_type)] if options_type is not None else []
-    return (*paths(OmegaConf.to_container(cfg.module, resolve=False), "module"), *legacy)
+    raw = flatten(OmegaConf.to_container(cfg.module, resolve=False), "module")
+    return (*(key for key, value in raw.items() if isinstance(value, str) and "${" in value), *legacy)
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a.b": leaf}`` of a nested dict; lists are leaves."""
+    if not isinstance(node, dict) or not node:
+        return {prefix: node} if prefix else {}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out

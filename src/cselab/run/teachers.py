@@ -15,34 +15,26 @@ from cselab.model.spec import ConfigError
 
 log = logging.getLogger(__name__)
 
-def teacher_file(path: str | Path) -> Path:
-    """The file or folder a teacher loads from, as every command resolves a model target
-    (:func:`cselab.io.targets.resolve_target`): a run directory's best checkpoint, else the checkpoint file or the
-    exported folder itself.  A teacher is a trained model, so a backbone name is no teacher.
-
-    Raises:
-        FileNotFoundError: nothing at ``path``; a run directory without a best checkpoint; a backbone, or a folder
-            that is no model (:class:`cselab.io.targets.TargetError`).
-    """
-    target = resolve_target(path)
-    if target.kind == "backbone":
-        raise TargetError(f"{path} is not a trained model (a run directory, a .ckpt or an exported folder)"
-                          + ("" if Path(path).exists() else ": it does not exist"))
-    return Path(target.path)
-
-
 def check_teacher(index: int, path: str) -> Path:
-    """``method.teachers[index].path`` checked (:func:`teacher_file`); returns the file it loads from.
+    """``method.teachers[index].path`` checked; returns the file or folder the teacher loads from, as every command
+    resolves a model target (:func:`cselab.io.targets.resolve_target`): a run directory's best checkpoint, else
+    the checkpoint file or the exported folder itself.  A teacher is a trained model, so a backbone name is no
+    teacher.
 
     Raises:
-        ConfigError: names ``method.teachers[index].path``, what is wrong and what it expects.
+        ConfigError: names ``method.teachers[index].path``, what is wrong (nothing at ``path``; a run directory
+            without a best checkpoint; a backbone, or a folder that is no model) and what it expects.
     """
     try:
-        return teacher_file(path)
+        target = resolve_target(path)
+        if target.kind == "backbone":
+            raise TargetError(f"{path} is not a trained model (a run directory, a .ckpt or an exported folder)"
+                              + ("" if Path(path).exists() else ": it does not exist"))
     except FileNotFoundError as err:
         raise ConfigError(f"method.teachers[{index}].path={path!r}: {err}; expected a cselab run directory with a "
                           "best checkpoint (train the teacher first, e.g. python run.py method=simcse), a .ckpt or "
                           "an exported folder") from None
+    return Path(target.path)
 
 
 def teacher_record(teachers: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
