@@ -470,6 +470,7 @@ def test_sentence_transformers_export(merge, tiny_decoder_dirs, tmp_path):
 
 def test_refusals_name_why(tiny_decoder_dirs, tiny_bert_dir):
     from cselab.methods.cot_bert.method import CoTBERT
+    from cselab.methods.registry import method_class
     from cselab.model.loading import load_backbone
 
     path = {"name_or_path": str(tiny_decoder_dirs["opt"]), "family": "decoder"}
@@ -487,6 +488,10 @@ def test_refusals_name_why(tiny_decoder_dirs, tiny_bert_dir):
 
         PromptEOL(backbone={"name_or_path": str(tiny_bert_dir), "family": "bert"},
                   model={"pooler": "last_token", "head": "none", "prompt": load_prompt("prompteol")})
+    for name in ("esimcse", "sncse", "diffcse"):  # encoder-only methods name their families, not "a decoder LLM"
+        with pytest.raises(ConfigError, match=f"method={name} runs on BERT / RoBERTa-like encoders "
+                                              r"\(backbone.family=bert\|roberta\), got .* of family decoder"):
+            method_class(name)(backbone=path, model={"pooler": "cls", "head": "mlp"})
     with pytest.raises(ValueError, match="backbone.family=decoder"):
         load_backbone(str(tiny_decoder_dirs["opt"]), family="bert")
     if not torch.cuda.is_available():

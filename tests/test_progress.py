@@ -150,3 +150,20 @@ def test_evaluation_without_a_trainer_draws_a_tqdm_bar_in_a_terminal(monkeypatch
     bar = report._task[1]
     assert bar is not None and bar.n == 50 and bar.total == 100 and bar.unit == "sent"
     report.close()
+
+
+def test_evaluation_between_the_rich_bars_loops_draws_a_tqdm_bar(monkeypatch):
+    """A Rich bar with no live display (``progress`` is None, e.g. after fit): the task gets a tqdm bar, and its
+    updates go to that bar, not to the absent Rich display."""
+    import cselab.io.progress as progress
+
+    monkeypatch.setattr(progress, "interactive", lambda: True)
+    bar = StepRichProgressBar()
+    assert bar.progress is None and bar.is_enabled
+    report = EvalProgress(SimpleNamespace(progress_bar_callback=bar), "test")
+    report("stsb", 0, 100)
+    report("stsb", 50, 100)
+    handle = report._task[1]
+    assert handle.n == 50 and handle.total == 100
+    report.close()
+    assert report._task is None

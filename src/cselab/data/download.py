@@ -18,8 +18,6 @@ from pathlib import Path
 REPO = "princeton-nlp/datasets-for-simcse"
 FILES = {"senteval": "senteval.tar", "wiki1m": "wiki1m_for_simcse.txt", "nli": "nli_for_simcse.csv",
          "transfer": "senteval.tar"}
-#: the folders of the SentEval transfer tasks in senteval.tar (checked against SentEval's line counts after unpacking)
-TRANSFER_DIRS = ("MR", "CR", "SUBJ", "MPQA", "SST", "TREC", "MRPC")
 
 
 def link_shared(data_dir: Path, shared: Path) -> bool:
@@ -38,13 +36,15 @@ def fetch(data_dir: Path, what: list[str]) -> None:
     """Download the named public files into ``data_dir`` (needs network access to the hub)."""
     from huggingface_hub import hf_hub_download
 
+    from cselab.data.transfer import TASK_FILES  # the transfer folders (SST/binary, not SST)
+
     data_dir.mkdir(parents=True, exist_ok=True)
     for key in what:
         name = FILES[key]
         downstream = data_dir / "senteval" / "downstream"
         if key == "senteval" and (downstream / "STS").is_dir():
             continue
-        if key == "transfer" and all((downstream / d).is_dir() for d in TRANSFER_DIRS):
+        if key == "transfer" and all((downstream / folder).is_dir() for folder, _ in TASK_FILES.values()):
             _check_transfer(data_dir)
             continue
         if key != "senteval" and (data_dir / name).exists():

@@ -3,7 +3,7 @@
 Two ways to read it:
 
 * default: Hugging Face ``datasets`` builds a memory-mapped Arrow table once (cached), shuffled by the
-  sampler (Lightning swaps in a ``DistributedSampler`` under DDP);
+  sampler (:class:`cselab.data.resume.ResumableSampler`, a ``DistributedSampler`` that resumes mid-epoch);
 * ``streaming=true`` (corpora larger than memory): :class:`StreamingSentences` reads the file lazily, line by
   line, with a seeded buffered shuffle, and shards it across DDP ranks AND DataLoader workers.
 

@@ -301,8 +301,8 @@ def format_transfer_table(results: Mapping, tasks: Sequence[str] = TRANSFER_TASK
 
 
 def tqdm_progress() -> Callable[[str, int, int], None]:
-    """A ``progress(label, done, total)`` drawing one tqdm bar per label on stderr (rate and ETA), or log lines
-    when stderr is not a terminal."""
+    """A ``progress(label, done, total)`` drawing one tqdm bar per label on stderr (rate and ETA; ``tqdm.auto``:
+    a notebook widget in Jupyter)."""
     from tqdm.auto import tqdm
 
     bars: dict[str, tqdm] = {}

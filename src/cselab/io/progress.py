@@ -210,7 +210,7 @@ class EvalProgress:
         bar = getattr(trainer, "progress_bar_callback", None)
         self._bar = bar if bar is not None and bar.is_enabled and interactive() else None
         self._tqdm = trainer is None and interactive()  # no trainer: a tqdm bar of our own
-        self._task = None  # (task name, rich task id | tqdm bar | None)
+        self._task = None  # (task name, Rich task id (an int) | tqdm bar | None)
         self._start = self._last = 0.0
 
     def __call__(self, task: str, done: int, total: int) -> None:
@@ -221,7 +221,7 @@ class EvalProgress:
             if self._task[1] is None:
                 log.info("evaluating %s %s: %s sentences to encode", task, self.split, f"{total:,}")
         handle = self._task[1]
-        if isinstance(self._bar, RichProgressBar) and handle is not None:
+        if isinstance(handle, int):  # a Rich task id (else a tqdm bar of our own, or None: log lines)
             self._bar.progress.update(handle, completed=done)
             self._bar.refresh()
         elif handle is not None:
@@ -253,7 +253,7 @@ class EvalProgress:
         if self._task is None:
             return
         handle = self._task[1]
-        if isinstance(self._bar, RichProgressBar) and handle is not None and self._bar.progress is not None:
+        if isinstance(handle, int) and self._bar.progress is not None:
             self._bar.progress.remove_task(handle)
             self._bar.refresh()
         elif handle is not None and hasattr(handle, "close"):

@@ -1,7 +1,7 @@
 """The shared contrastive LightningModule: views -> embedding model -> gather -> loss.
 
-A method is this module plus its views (which field, which template: :meth:`ContrastiveMethod.train_views`,
-:meth:`ContrastiveMethod.eval_view`); the representation, template bias, prompt module and head are its
+A method is this module plus its views (which field, which template: :meth:`ContrastiveMethod.view_specs`);
+the representation, template bias, prompt module and head are its
 :class:`~cselab.model.embedding.EmbeddingModel` (``self.model``, the one inference path), the MLM auxiliary task
 :class:`~cselab.methods.mlm.AuxiliaryMLM`, the NaN policy :class:`~cselab.methods.nonfinite.NonFinitePolicy`;
 RNG state and FLOP counting are trainer callbacks (:mod:`cselab.callbacks`).  The optimizer is AdamW with linear

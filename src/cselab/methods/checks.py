@@ -93,9 +93,12 @@ def check_method(method_cls: type, *, family: str, tuning: str, setting: str, tr
                           f"(setting={setting} is not the paper's); use setting={method_cls.settings[0]}")
     families = method_cls.families
     if families is not None and family not in families:
-        raise ConfigError(f"method={name} needs a decoder LLM (backbone.family={'|'.join(families)}), got backbone "
-                          f"{backbone.get('name_or_path')!r} of family {family}: e.g. backbone=opt_1_3b, or "
-                          "offline backbone=tiny_opt (make tiny-decoders)")
+        got = f"got backbone {backbone.get('name_or_path')!r} of family {family}"
+        if "decoder" in families:
+            raise ConfigError(f"method={name} needs a decoder LLM (backbone.family={'|'.join(families)}), {got}: "
+                              "e.g. backbone=opt_1_3b, or offline backbone=tiny_opt (make tiny-decoders)")
+        raise ConfigError(f"method={name} runs on BERT / RoBERTa-like encoders (backbone.family={'|'.join(families)}), "
+                          f"{got}: e.g. backbone=bert_base, or offline backbone=minilm_l6")
     if train and tuning not in method_cls.tunings:
         raise ConfigError(f"tuning={tuning} conflicts with method={name}, which trains {list(method_cls.tunings)}; "
                           f"choose tuning={method_cls.tunings[0]} or another method")

@@ -25,7 +25,6 @@ from typing import Any, ClassVar
 import torch
 
 from cselab.methods.base import ContrastiveMethod
-from cselab.methods.checks import backbone_family_of
 from cselab.methods.esimcse.loss import QueueInfoNCE
 from cselab.methods.esimcse.momentum import MOMENTUM_INITS, MomentumQueue
 from cselab.methods.esimcse.repetition import (
@@ -71,6 +70,7 @@ class ESimCSE(ContrastiveMethod):
     method_name = "esimcse"
     tunings = ("full",)
     settings = ("unsup",)
+    families = ("bert", "roberta")
     options_type = ESimCSEOptions
 
     def build_own_parts(self) -> None:
@@ -85,15 +85,12 @@ class ESimCSE(ContrastiveMethod):
     @classmethod
     def check_config(cls, *, backbone: Mapping[str, Any], model: Mapping[str, Any] | EmbeddingSpec,
                      **kwargs: Any) -> EmbeddingSpec:
-        """:meth:`ContrastiveMethod.check_config` plus ESimCSE's rules (no prompt, BERT / RoBERTa families).
+        """:meth:`ContrastiveMethod.check_config` plus ESimCSE's rule: no prompt (its BERT / RoBERTa families:
+        :attr:`families`, by :func:`cselab.methods.checks.check_method`).
 
         Raises:
             ConfigError: names the key.
         """
-        family = backbone_family_of(backbone)
-        if family not in ("bert", "roberta"):
-            raise ConfigError(f"method=esimcse runs on BERT / RoBERTa-like encoders (backbone.family=bert|roberta), "
-                              f"got {backbone.get('name_or_path')!r} of family {family}")
         if not isinstance(model, EmbeddingSpec) and model.get("prompt"):
             raise ConfigError("method=esimcse has no template: set prompt=none")
         return super().check_config(backbone=backbone, model=model, **kwargs)

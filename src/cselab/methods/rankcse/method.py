@@ -8,7 +8,7 @@ run_rankcse.sh:21-22; ``sentemb_forward``, models.py:343-345).  Each step, befor
 (:mod:`cselab.methods.rankcse.teachers`) embed the batch's sentences without gradient and give the targets (N, N); the
 loss (:class:`cselab.methods.rankcse.loss.RankCSELoss`) is InfoNCE + consistency + gamma * listNet / listMLE.
 
-The teacher step runs eagerly in :meth:`RankCSE.training_step` (it needs strings), outside the compiled forward
+The teacher step runs eagerly in :meth:`RankCSE.loss_inputs` (it needs strings), outside the compiled forward
 (:mod:`cselab.methods.compiled`): its targets enter the forward as a batch tensor (``teacher_logits``), as does
 listMLE's column permutation (``ranking_permutation``, drawn here from the CPU generator as the official draws it,
 models.py:95), so that the compiled, uncached and cached (:mod:`cselab.methods.cached_step`) steps compute the same
