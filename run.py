@@ -134,8 +134,10 @@ def main(cfg: DictConfig) -> float | None:
                       type(err).__name__, err, path or "the log above")
             if multirun:
                 return None
-            if isinstance(err, ConfigError):
-                sys.exit(f"cselab: {err}")  # one line (the message names the key), exit status 1
+            from cselab.model.loading import BackboneUnavailableError
+
+            if isinstance(err, (ConfigError, BackboneUnavailableError)):  # a key's value, or weights not here
+                sys.exit(f"cselab: {err}")  # one line (names the key, or the offline alternatives), exit status 1
             raise
     finally:
         release_run_dir(output_dir)

@@ -152,3 +152,16 @@ def test_the_teachers_used_are_recorded(tmp_path):
     record = teacher_record([{"path": str(teacher), "weight": 1.0}])
     assert record == [{"path": str(teacher), "weight": 1.0,
                        "loads": str((teacher / "checkpoints" / "best-step4.ckpt").resolve())}]
+
+
+def test_a_backbone_not_here_offline_is_one_line_naming_the_alternatives_and_keeps_its_record(tmp_path):
+    """Weights neither on disk nor in the cache, offline: one line (no traceback) that names the offline
+    alternatives; the run directory keeps failed.json and run.log (the error comes after the run was claimed)."""
+    proc = _run(tmp_path, "backbone.name_or_path=someorg/somemodel", "run_name=nobackbone")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("cselab: backbone 'someorg/somemodel'") and "backbone=minilm_l6" in last, proc.stderr[-3000:]
+    assert "backbone=splade_tiny" in last and "Traceback" not in proc.stderr
+    failed = json.loads((tmp_path / "outputs" / "nobackbone" / "failed.json").read_text())
+    assert failed["error"] == "BackboneUnavailableError"
+    assert "Offline alternatives" in (tmp_path / "outputs" / "nobackbone" / "run.log").read_text()

