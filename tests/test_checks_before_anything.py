@@ -61,14 +61,16 @@ except SystemExit as end:
     if isinstance(end.code, str):
         print(end.code, file=sys.stderr)
     print("exit", end.code if isinstance(end.code, int) else 1)
-print("loaded", sorted(m for m in ("lightning", "cselab.methods.base", "cselab.run.assemble") if m in sys.modules))
+print("loaded", sorted(m for m in ("lightning", "cselab.methods.base", "cselab.run.assemble", "torch._dynamo",
+                                   "sklearn") if m in sys.modules))
 """
 
 
 @pytest.mark.parametrize("command", ["optim.lrr=1", "seed=x", "trainer.max_steps=abc"])
 def test_a_run_level_refusal_comes_before_lightning_and_the_methods_load(tmp_path, command):
-    """A mistyped key and a badly typed run-level value (seed, trainer) are refused before Lightning and the methods
-    are imported (Lightning alone is about 3 s of a run's start-up).  The method's own checks import its class, a LightningModule: a
+    """A mistyped key and a badly typed run-level value (seed, trainer) are refused before Lightning, the methods,
+    dynamo and scikit-learn are imported (Lightning alone is about 3 s of a run's start-up, dynamo and scikit-learn
+    2 s each).  The method's own checks import its class, a LightningModule: a
     refusal of a ``method.*`` value or an input file comes after Lightning has loaded."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-c", _LOADED, str(ROOT / "run.py"), *BASE, command], cwd=tmp_path, env=env,

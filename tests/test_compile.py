@@ -212,7 +212,7 @@ def test_sibling_linears_become_one_matmul_with_the_same_outputs_and_gradients(f
     """``FuseSiblingLinears`` on dynamo's graph of an attention-like block: the query, key and value projections
     of one (N, T, D) input become one linear (a value projection of another width included); a linear without a
     bias on the same input and one on another input stay apart; outputs and parameter gradients equal eager's."""
-    from cselab.methods.compiled import FuseSiblingLinears
+    from cselab.methods.sibling_linears import FuseSiblingLinears
 
     class Block(torch.nn.Module):
         def __init__(self):

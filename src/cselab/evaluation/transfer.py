@@ -30,8 +30,6 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
-from sklearn.metrics import f1_score
-from sklearn.model_selection import StratifiedKFold
 
 from cselab.data.transfer import (
     PAPER_NAMES,
@@ -107,6 +105,8 @@ PROTOCOLS: dict[str, TransferProtocol] = {
 
 def _folds(labels: np.ndarray, k: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """``StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split`` on the rows in order."""
+    from sklearn.model_selection import StratifiedKFold  # (here: scikit-learn is 2.5 s of start-up)
+
     skf = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
     return list(skf.split(np.zeros((len(labels), 1)), labels))
 
@@ -174,6 +174,8 @@ def run_classifier(task: TransferTask, features: dict[str, torch.Tensor], protoc
         out = {"devacc": float(np.max(scores)), "acc": float(round(100 * float((yhat == y_np[test]).mean()), 2)),
                "ndev": len(train), "ntest": len(test), "l2": l2, "correct": int((yhat == y_np[test]).sum())}
         if task.name == "mrpc":
+            from sklearn.metrics import f1_score
+
             out["f1"] = float(round(100 * f1_score(y_np[test], yhat), 2))  # mrpc.py:91
         return out
 
