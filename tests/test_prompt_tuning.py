@@ -71,6 +71,22 @@ def test_bert_base_prefix_is_a_small_fraction_of_the_backbone():
     assert trainable / backbone == pytest.approx(0.00269, abs=1e-4)
 
 
+@pytest.mark.parametrize(("args", "match"), [
+    ((0,), r"tuning.pre_seq_len must be >= 1, got 0"),
+    ((4, "every_layer"), r"tuning.variant='every_layer': expected one of \('deep', 'layer_shared', 'input_layer'\)"),
+    ((4, "deep", "shifted_left"), r"tuning.prefix_positions='shifted_left': expected one of"),
+    ((4, "input_layer", "unshifted"), r"tuning.prefix_positions must be 'shifted'"),
+])
+def test_add_prefix_called_directly_refuses_bad_values_by_key(args, match):
+    """``Encoder.add_prefix`` (and :func:`cselab.model.prefix.apply_prefix_tuning` under it) outside a run's config:
+    each bad value named by its ``tuning.*`` key, before the backbone is frozen or wrapped."""
+    enc = Encoder(BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                       intermediate_size=64, vocab_size=100)), "bert")
+    with pytest.raises(ValueError, match=match):
+        enc.add_prefix(*args)
+    assert enc.tuning == "full" and all(p.requires_grad for p in enc.parameters())  # untouched
+
+
 def test_frozen_backbone_is_bit_for_bit_unchanged_and_keeps_dropout(make_method):
     m = make_method("dcpcse", "bert", pooler="cls", tuning=_prefix())
     base = m.encoder.model.get_base_model()

@@ -124,6 +124,25 @@ def test_loss_refuses_bad_arguments_by_name() -> None:
         RankCSELoss()(torch.randn(3, 2, 4), torch.randn(2, 2))
 
 
+@pytest.mark.parametrize("ranking", [listnet_loss, listmle_loss])
+def test_the_ranking_losses_refuse_logits_that_are_not_one_n_by_n_pair(ranking) -> None:
+    """Called directly (not through RankCSELoss), logits of two shapes or of one dimension are named, not computed on
+    (``fill_diagonal_`` and ``gather`` would otherwise run on them)."""
+    with pytest.raises(ValueError, match=r"same shape \(N, N\), got \(3, 3\) and \(4, 4\)"):
+        ranking(torch.randn(3, 3), torch.randn(4, 4))
+    with pytest.raises(ValueError, match=r"got \(3,\) and \(3,\)"):
+        ranking(torch.randn(3), torch.randn(3))
+
+
+def test_consistency_loss_refuses_an_unknown_kind() -> None:
+    """A kind other than official / js (``none`` included: RankCSELoss leaves the term out) is named, not computed
+    as the Jensen-Shannon divergence."""
+    a, b = torch.randn(3, 3), torch.randn(3, 3)
+    for kind in ("jsd", "none"):
+        with pytest.raises(ValueError, match=f"kind='{kind}'"):
+            consistency_loss(a, b, kind)
+
+
 # ------------------------------------------------------------------------------ the teachers' config
 @pytest.mark.parametrize(("teachers", "temperature", "match"), [
     (None, 0.05, r"method.teachers=None"),

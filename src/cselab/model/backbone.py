@@ -113,14 +113,12 @@ class Encoder(nn.Module):
         """Freeze the backbone and add trainable prefixes (:func:`cselab.model.prefix.apply_prefix_tuning`).
 
         Raises:
-            ValueError: ``tuning.variant=input_layer`` with unshifted positions (a bad length, variant or positions
-                value is refused earlier, by :class:`.spec.TuningSpec`).
+            ValueError: bad length / variant / positions, or ``tuning.variant=input_layer`` with unshifted
+                positions (:func:`cselab.model.prefix.check_prefix`, before anything is frozen).
         """
-        from .prefix import apply_prefix_tuning
+        from .prefix import apply_prefix_tuning, check_prefix
 
-        if variant == "input_layer" and positions != "shifted":
-            raise ValueError("tuning.variant=input_layer puts the prompt in the input sequence: its real tokens "
-                             "always follow it (tuning.prefix_positions must be 'shifted')")
+        check_prefix(pre_seq_len, variant, positions)
         self.freeze_backbone()
         self.model = apply_prefix_tuning(self.model, pre_seq_len, variant=variant, **kwargs)
         self.tuning, self.prefix_len, self.prefix_variant, self.prefix_positions = (

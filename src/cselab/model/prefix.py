@@ -91,6 +91,24 @@ class LayerSharedPrefix(nn.Module):
         return kv.repeat(1, 1, self.num_layers)  # (B, P, L * 2H): [k0 v0 k0 v0 ...] per layer
 
 
+def check_prefix(pre_seq_len: int, variant: str, positions: str = "shifted") -> None:
+    """The prefix's values outside a run's config (which :class:`cselab.model.spec.TuningSpec` checks first).
+
+    Raises:
+        ValueError: ``pre_seq_len < 1``, an unknown ``variant`` or ``positions``, or ``input_layer`` with
+            unshifted positions (names the ``tuning.*`` key).
+    """
+    if pre_seq_len < 1:
+        raise ValueError(f"tuning.pre_seq_len must be >= 1, got {pre_seq_len}")
+    if variant not in PREFIX_VARIANTS:
+        raise ValueError(f"tuning.variant={variant!r}: expected one of {PREFIX_VARIANTS}")
+    if positions not in PREFIX_POSITIONS:
+        raise ValueError(f"tuning.prefix_positions={positions!r}: expected one of {PREFIX_POSITIONS}")
+    if variant == "input_layer" and positions != "shifted":
+        raise ValueError("tuning.variant=input_layer puts the prompt in the input sequence: its real tokens "
+                         "always follow it (tuning.prefix_positions must be 'shifted')")
+
+
 def apply_prefix_tuning(
     model: nn.Module,
     pre_seq_len: int,
@@ -113,9 +131,12 @@ def apply_prefix_tuning(
 
     Returns:
         the ``PeftModelForFeatureExtraction`` wrapping ``model``; its prompt encoder carries the
-        :class:`PrefixDraw` hook as ``cselab_prefix_draw``.  ``pre_seq_len`` and ``variant`` are checked by
-        :class:`cselab.model.spec.TuningSpec` (``tuning.pre_seq_len``, ``tuning.variant``).
+        :class:`PrefixDraw` hook as ``cselab_prefix_draw``.
+
+    Raises:
+        ValueError: ``pre_seq_len < 1`` or an unknown variant (:func:`check_prefix`).
     """
+    check_prefix(pre_seq_len, variant)
     from peft import PrefixTuningConfig, PromptTuningConfig, TaskType, get_peft_model
 
     config = model.config

@@ -104,7 +104,8 @@ class ViewCollate:
 
     Raises:
         KeyError: an example lacks a view's field (the message names the field and the keys present).
-        ValueError: unknown denoise mode, denoising requested for a view without template, or
+        ValueError: unknown denoise mode or ``train_tokenization``, denoising requested for a view without
+            template, or
             ``official_test_tokenization`` with views that disagree on the whitespace before ``[X]`` (the
             sentence of a field is tokenized once for all views) or with a continuous template whose test
             tokenization differs from its training one (the slot table would not match).
@@ -136,6 +137,8 @@ class ViewCollate:
         self.denoise = denoise
         self.add_period = add_period
         self._period = period_rule(add_period)
+        if train_tokenization not in TRAIN_TOKENIZATIONS:
+            raise ValueError(f"train_tokenization={train_tokenization!r}: expected one of {TRAIN_TOKENIZATIONS}")
         self.budget_includes_template = train_tokenization == "sncse"
         self.official_test_tokenization = bool(official_test_tokenization)
         keep_space = self.budget_includes_template and not self.official_test_tokenization

@@ -41,8 +41,14 @@ def consistency_loss(p_logits: torch.Tensor, q_logits: torch.Tensor, kind: str =
 
     ``official``: ``Divergence.forward`` as written (models.py:58-61, the log-clamp: minus the mean row entropy);
     ``js``: the paper's Jensen-Shannon divergence ``0.5 (KL(p || m) + KL(q || m))``, ``m = (p + q) / 2``, each KL
-    summed over a row and averaged over rows.  (``kind`` comes checked by :class:`RankCSELoss`.)
+    summed over a row and averaged over rows.
+
+    Raises:
+        ValueError: ``kind`` is neither ``official`` nor ``js``.
     """
+    if kind not in ("official", "js"):
+        raise ValueError(f"consistency_loss: kind={kind!r}, expected 'official' or 'js' (loss.consistency=none "
+                         "leaves the term out)")
     p = p_logits.softmax(dim=-1).clamp(min=CONSISTENCY_EPS)
     q = q_logits.softmax(dim=-1).clamp(min=CONSISTENCY_EPS)
     p, q = p.view(-1, p.size(-1)), q.view(-1, q.size(-1))

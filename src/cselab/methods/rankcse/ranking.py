@@ -16,8 +16,7 @@ Transcribed line by line from the official code, perceptiveshawty/RankCSE ``rank
   masking), and allRank's padding mask ``y_true == -1`` is kept as written.
 
 Both take (N, N) logits, teacher first, as the official ``distillation_loss_fct(teacher, student)``; the weight
-(official ``gamma_``) is applied, and the shapes checked, by the caller
-(:class:`cselab.methods.rankcse.loss.RankCSELoss`).
+(official ``gamma_``) is applied by the caller (:class:`cselab.methods.rankcse.loss.RankCSELoss`).
 """
 
 from __future__ import annotations
@@ -31,6 +30,12 @@ LISTMLE_EPS = 1e-7
 PADDED_VALUE = -1
 
 
+def _check(teacher: torch.Tensor, student: torch.Tensor) -> None:
+    if teacher.dim() != 2 or teacher.shape != student.shape:
+        raise ValueError(f"ranking loss: expected teacher and student logits of the same shape (N, N), got "
+                         f"{tuple(teacher.shape)} and {tuple(student.shape)}")
+
+
 def listnet_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
     """ListNet's top-1 cross-entropy between the teacher's and the student's row distributions, diagonal excluded.
 
@@ -41,7 +46,11 @@ def listnet_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
     Returns:
         scalar: ``-sum_{i != j} softmax(teacher_i)_j * log_softmax(student_i)_j / N`` (official models.py:74-76).
         The inputs are not modified (the official fills the diagonals in place on its own copies).
+
+    Raises:
+        ValueError: the shapes differ or are not (N, N).
     """
+    _check(teacher, student)
     p = F.log_softmax(student.clone().fill_diagonal_(float("-inf")), dim=-1)
     q = F.softmax(teacher.clone().fill_diagonal_(float("-inf")), dim=-1)
     return -(q * p).nansum() / q.nansum()
@@ -63,8 +72,9 @@ def listmle_loss(teacher: torch.Tensor, student: torch.Tensor,
         ``pi`` the teacher's descending order of row i and ``m_i`` the row max of the student's logits.
 
     Raises:
-        ValueError: ``permutation`` is not of length N.
+        ValueError: the shapes differ or are not (N, N), or ``permutation`` is not of length N.
     """
+    _check(teacher, student)
     n = student.shape[-1]
     if permutation is None:
         permutation = torch.randperm(n)
