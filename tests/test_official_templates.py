@@ -239,3 +239,10 @@ def test_cot_roberta_training_suffix_keeps_the_trailing_space_test_drops_it(robe
     assert test_tt.suffix_ids == train_tt.suffix_ids[:-2] + train_tt.suffix_ids[-1:]
     assert test_tt.prefix_ids == train_tt.prefix_ids and test_tt.sentence_prefix == " "
     assert train_tt.sentence_prefix == ""
+
+
+def test_an_unknown_train_tokenization_is_refused_by_name(bert_tokenizer) -> None:
+    """``ViewCollate`` built directly: a ``train_tokenization`` other than promptbert / sncse is named, not read as
+    PromptBERT's (the sentence budget would silently exclude the template)."""
+    with pytest.raises(ValueError, match=r"train_tokenization='sncse2': expected one of \('promptbert', 'sncse'\)"):
+        ViewCollate(bert_tokenizer, [ViewSpec("text", "[X]")], max_seq_len=32, train_tokenization="sncse2")
