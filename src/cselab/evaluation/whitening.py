@@ -134,8 +134,13 @@ def read_sentences(path: str | os.PathLike) -> list[str]:
 def target_sentences(data_dir: str | os.PathLike, tasks: Sequence[str]) -> list[str]:
     """Both sentences of every pair of every split of ``tasks`` (official ``fit_on=target``: STS-B and SICK-R
     train, dev and test; STS12-16 all subsets), in task order, duplicates kept."""
-    return [s for task in tasks for split in task_splits(task) for pairs in load_task(data_dir, task, split).values()
-            for pair in zip(pairs.sent1, pairs.sent2, strict=True) for s in pair]
+    sentences = []
+    for task in tasks:
+        for split in task_splits(task):
+            for pairs in load_task(data_dir, task, split).values():  # one entry per subset (STS12-16)
+                for first, second in zip(pairs.sent1, pairs.sent2, strict=True):
+                    sentences += [first, second]
+    return sentences
 
 
 def embedding_model_of(model):

@@ -407,12 +407,15 @@ def group_key(run: Run, group_by: Sequence[str] | None = None) -> tuple[tuple[st
 
 
 def _label(key: tuple[tuple[str, Any], ...], varying: set[str]) -> str:
-    # the overrides, the config items that vary between rows (``varying``: ``config:`` names), and --group-by
-    # keys other than BASE_KEYS
-    prefixed = ("override:", "config:")
-    return ", ".join(f"{name.partition(':')[2] if name.startswith(prefixed) else name}={value}" for name, value in key
-                     if name.startswith("override:") or name in varying
-                     or not (name.startswith("config:") or name in BASE_KEYS))
+    """The row's label: ``name=value`` for each override, each config item that varies between rows (``varying``:
+    ``config:`` names) and each --group-by key other than :data:`BASE_KEYS`; ``override:`` / ``config:`` prefixes
+    dropped."""
+    parts = []
+    for name, value in key:
+        override, config = name.startswith("override:"), name.startswith("config:")
+        if override or name in varying or not (config or name in BASE_KEYS):
+            parts.append(f"{name.partition(':')[2] if override or config else name}={value}")
+    return ", ".join(parts)
 
 
 def _sort_key(group: Group) -> tuple:
