@@ -19,9 +19,8 @@ def _trainer(global_step=0, batches=187, max_steps=20, restarting=False, ready=0
                            _logger_connector=SimpleNamespace(should_update_logs=True))
 
 
-@pytest.mark.parametrize("bar_class", [StepRichProgressBar])
-def test_training_bar_total_is_bounded_by_max_steps(bar_class, monkeypatch):
-    bar = bar_class()
+def test_training_bar_total_is_bounded_by_max_steps(monkeypatch):
+    bar = StepRichProgressBar()
     for trainer, expected in [
         (_trainer(), 20),                                    # a 20-step run on a 187-batch epoch: 20, not 187
         (_trainer(global_step=180, max_steps=200), 20),      # the second epoch of a 200-step run
