@@ -156,3 +156,17 @@ def test_every_evaluated_object_is_a_sentence_encoder(make_method, tiny_mlm_dir,
         assert model.describe()["pooler"] in ("avg", "static_avg")
     assert static.num_trainable_parameters() == 0 and static.describe()["representation"] == "token"
     assert not isinstance(object(), SentenceEncoder)
+
+
+@pytest.mark.parametrize(("values", "match"), [
+    ({"pre_seq_len": 0}, r"tuning.pre_seq_len must be >= 1"),
+    ({"variant": "every_layer"}, r"tuning.variant='every_layer'"),
+    ({"prefix_positions": "left"}, r"tuning.prefix_positions='left'"),
+    ({"variant": "input_layer", "prefix_positions": "unshifted"}, r"tuning.prefix_positions must be 'shifted'"),
+])
+def test_a_prefix_config_that_cannot_hold_is_a_config_error_naming_its_key(values, match):
+    """Refused with the config (before any directory or model), the input-layer prompt with unshifted positions
+    included: it was refused only when the backbone was wrapped, after the run had started."""
+    with pytest.raises(ConfigError, match=match):
+        TuningSpec("prefix", **values)
+

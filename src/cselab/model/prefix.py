@@ -92,7 +92,8 @@ class LayerSharedPrefix(nn.Module):
 
 
 def check_prefix(pre_seq_len: int, variant: str, positions: str = "shifted") -> None:
-    """The prefix's values outside a run's config (which :class:`cselab.model.spec.TuningSpec` checks first).
+    """The prefix's values: a run's config (:class:`cselab.model.spec.TuningSpec`, as a ``ConfigError``) and
+    :meth:`cselab.model.backbone.Encoder.add_prefix` called directly.
 
     Raises:
         ValueError: ``pre_seq_len < 1``, an unknown ``variant`` or ``positions``, or ``input_layer`` with

@@ -13,7 +13,7 @@ from typing import Any
 
 from .heads import HEAD_INITS, HEADS
 from .pooling import POOLERS
-from .prefix import PREFIX_POSITIONS, PREFIX_VARIANTS
+from .prefix import check_prefix
 from .template import period_rule
 from .template_bias import DENOISE_MODES
 from .template_input import TRAIN_TOKENIZATIONS, ViewSpec
@@ -70,7 +70,8 @@ class TuningSpec:
             ``name=full``), or None.
 
     Raises:
-        ConfigError: a value out of its range (names the ``tuning.*`` key).
+        ConfigError: a value out of its range, or ``variant=input_layer`` with unshifted positions (names the
+            ``tuning.*`` key; the prefix's values: :func:`cselab.model.prefix.check_prefix`).
     """
 
     name: str = "full"
@@ -90,11 +91,11 @@ class TuningSpec:
         _choice("tuning.name", self.name, TUNINGS)
         if isinstance(self.target_modules, list):
             object.__setattr__(self, "target_modules", tuple(self.target_modules))
-        if self.name == "prefix":
-            if int(self.pre_seq_len) < 1:
-                raise ConfigError(f"tuning.pre_seq_len must be >= 1, got {self.pre_seq_len}")
-            _choice("tuning.variant", self.variant, PREFIX_VARIANTS)
-            _choice("tuning.prefix_positions", self.prefix_positions, PREFIX_POSITIONS)
+        if self.name == "prefix":  # length, variant, positions and their combination, named by key
+            try:
+                check_prefix(int(self.pre_seq_len), self.variant, self.prefix_positions)
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
         if self.name == "lora" and (int(self.r) < 1 or self.dropout_value < 0):
             raise ConfigError(f"tuning.r must be >= 1 and tuning.dropout >= 0, got r={self.r}, "
                               f"dropout={self.dropout}")
