@@ -39,6 +39,7 @@ BAD = {
     "eval.whitening.enabled=true eval.whitening.fit_on=nli eval.whitening.file=missing_nli.csv":
         "config key eval.whitening.file",
     "method=rankcse method.teachers=/nonexistent/teacher": "method.teachers[0].path='/nonexistent/teacher'",
+    "method=promptbert loss.name=cot_infonce": "choose it with the config group, loss=cot_infonce",
 }
 
 

@@ -9,6 +9,7 @@ import torch
 
 from cselab.losses.infonce import InfoNCE, cosine_matrix
 from cselab.methods.losses import build_loss
+from cselab.model.spec import ConfigError
 
 
 def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -126,3 +127,19 @@ def test_a_loss_is_built_from_its_target_and_a_bad_target_is_named():
         build_loss({"_target_": "cselab.losses.nope.Missing", "name": "x"})
     with pytest.raises(ValueError, match=r"loss.name='x' without loss._target_"):
         build_loss({"name": "x"})
+
+
+def test_a_known_loss_name_on_another_loss_target_is_refused_with_the_config_group():
+    """``loss.name=cot_infonce`` on InfoNCE's node would have trained InfoNCE under CoT-BERT's loss's name (the loss
+    comes from ``_target_``): refused, naming ``loss=cot_infonce``.  A name of one's own stays a label; a
+    functools.partial's name (RankCSE's) matches its class."""
+    from cselab.methods.checks import check_loss_name
+
+    infonce = "cselab.losses.infonce.InfoNCE"
+    with pytest.raises(ConfigError, match=r"loss.name='cot_infonce' is not the loss that loss._target_=cselab.losses."
+                                          r"infonce.InfoNCE builds \(infonce\): .* loss=cot_infonce"):
+        check_loss_name({"name": "cot_infonce", "_target_": infonce})
+    check_loss_name({"name": "my_loss", "_target_": infonce})
+    check_loss_name({"name": "infonce", "_target_": infonce})
+    check_loss_name({"name": "rankcse_listmle", "_target_": "cselab.methods.rankcse.loss.RankCSELoss"})
+    check_loss_name({"name": "cot_infonce"})  # no _target_: built by its name

@@ -110,6 +110,37 @@ def check_method(method_cls: type, *, family: str, tuning: str, setting: str, tr
         raise ConfigError("method.mlm on backbone.family=decoder: a decoder LLM has no masked-LM head")
 
 
+def check_loss_name(loss: Mapping[str, Any]) -> None:
+    """``loss.name``, when it is a known loss's name (:func:`cselab.methods.losses.loss_classes`), names the loss
+    that ``loss._target_`` builds: the loss is built from ``_target_`` (:func:`cselab.methods.losses.build_loss`),
+    so ``loss.name=cot_infonce`` on InfoNCE's node would train InfoNCE under CoT-BERT's loss's name.  Any other
+    name is a label (a loss of one's own given by ``_target_``).
+
+    Raises:
+        ConfigError: the name is another loss's (names ``loss=<name>``, the config group that chooses a loss).
+    """
+    name, target = loss.get("name"), loss.get("_target_")
+    if name is None or target is None:
+        return
+    from hydra.utils import get_class
+
+    from cselab.methods.losses import loss_classes
+
+    known = loss_classes()
+    if name not in known:
+        return
+    try:
+        built = get_class(str(target))
+    except Exception:  # noqa: BLE001 -- build_loss names an unimportable _target_
+        return
+    if getattr(known[name], "func", known[name]) is built:  # a functools.partial: its class
+        return
+    own = sorted(n for n, cls in known.items() if getattr(cls, "func", cls) is built)
+    raise ConfigError(f"loss.name={name!r} is not the loss that loss._target_={target} builds "
+                      f"({' / '.join(own) or 'a loss of its own'}): to train {name}, choose it with the config "
+                      f"group, loss={name} (conf/loss/{name}.yaml), not with loss.name alone")
+
+
 def check_training(loss: Mapping[str, Any] | None, optim: Mapping[str, Any] | None, train: bool) -> None:
     """The loss's and the optimiser's values (``module.loss``, ``module.optim``; None: not given, nothing to
     check): ``loss.temperature > 0``; when ``train``, ``optim.lr`` a number > 0 (a warning above
@@ -121,6 +152,8 @@ def check_training(loss: Mapping[str, Any] | None, optim: Mapping[str, Any] | No
     """
     if loss is not None and "temperature" in loss and loss["temperature"] <= 0:
         raise ConfigError(f"loss.temperature must be > 0, got {loss['temperature']}")
+    if loss is not None:
+        check_loss_name(loss)
     if not train or optim is None:
         return
     checks = (("lr", lambda v: v > 0, "a number > 0 (the papers use 1e-5 .. 3e-2)"),
