@@ -40,6 +40,7 @@ BAD = {
         "config key eval.whitening.file",
     "method=rankcse method.teachers=/nonexistent/teacher": "method.teachers[0].path='/nonexistent/teacher'",
     "method=promptbert loss.name=cot_infonce": "choose it with the config group, loss=cot_infonce",
+    "method=simcse loss.hard_negative_weight=1.0": "setting=unsup trains 2 views: use setting=sup",
 }
 
 

@@ -140,7 +140,8 @@ class ContrastiveMethod(L.LightningModule):
         ``options``: :meth:`method_options`, a built instance as it is).
 
         Raises:
-            ConfigError: names the key and what was expected.
+            ConfigError: names the key and what was expected; ``loss.hard_negative_weight`` set where the training
+                views hold no hard negative (fewer than three: the loss would ignore it).
         """
         cls.method_options(options)
         check_training(loss, optim, train)
@@ -154,6 +155,12 @@ class ContrastiveMethod(L.LightningModule):
             raise ConfigError(f"the spec's family={model.family} is not the backbone's ({family}): "
                               f"EmbeddingSpec(family={family!r}, ...)")
         spec = model if given else embedding_spec(cls, backbone, model, setting=setting, mlm=mlm)
+        weight = (loss or {}).get("hard_negative_weight") or 0
+        if train and weight and len(spec.train_views) < 3:  # InfoNCE reads it on a third view only
+            raise ConfigError(f"loss.hard_negative_weight={weight} weights each anchor's own hard negative (a third "
+                              f"view), but method={cls.method_name} setting={setting} trains "
+                              f"{len(spec.train_views)} views: use setting=sup (NLI triplets with hard negatives) "
+                              "or leave it at 0")
         if not train and spec.tuning.name == "lora":  # direct inference: no adapters (zero-initialised = identity)
             spec = replace(spec, tuning=TuningSpec("frozen"))
         return spec
