@@ -41,6 +41,7 @@ BAD = {
     "method=rankcse method.teachers=/nonexistent/teacher": "method.teachers[0].path='/nonexistent/teacher'",
     "method=promptbert loss.name=cot_infonce": "choose it with the config group, loss=cot_infonce",
     "method=simcse loss.hard_negative_weight=1.0": "setting=unsup trains 2 views: use setting=sup",
+    "trainer.val_check_interval=0": "trainer.val_check_interval=0: expected a number of steps >= 1",
 }
 
 
