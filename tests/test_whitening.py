@@ -302,6 +302,21 @@ def test_whitened_simcse_run_writes_the_whitening_into_its_best_checkpoint(tmp_p
     assert sts.test_scores["stsb"] == pytest.approx(results["test"]["stsb"], abs=1e-3)
 
 
+def test_a_k_above_the_embedding_width_is_refused_before_the_first_step(tmp_path, tiny_bert_dir, sts_data_dir):
+    """eval.whitening.k > D was refused by the fit, after the whole training; the STS callback now refuses it at
+    fit start (the run's one line, with failed.json), before any step."""
+    from cselab.model.spec import ConfigError
+    from tests.conftest import compose_tiny_run, run
+
+    corpus = _corpus(tmp_path, n=60)
+    cfg = compose_tiny_run(tmp_path, tiny_bert_dir, sts_data_dir, "eval.test_tasks=[stsb]",
+                           "eval.whitening.enabled=true", "eval.whitening.fit_on=wiki", "eval.whitening.k=33",
+                           f"eval.whitening.file={corpus}")
+    with pytest.raises(ConfigError, match=r"eval.whitening.k=33: this model's embeddings are 32-d, so k <= 32"):
+        run(cfg, tmp_path / "run")
+    assert not list((tmp_path / "run").rglob("*.ckpt"))  # no step was taken
+
+
 # ------------------------------------------------------------------------------------------ the embedded MiniLM
 
 @pytest.mark.integration

@@ -118,6 +118,8 @@ class STSCallback(L.Callback):
         self._loaded = (list(state_dict.get("history", [])), float(state_dict.get("elapsed_s", 0.0)))
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.whitening is not None:  # a whitening the model cannot take: refused now, not after training
+            self.whitening.check(pl_module)
         if self._loaded is not None:
             (self.history, self.elapsed_before), self._loaded = self._loaded, None
 

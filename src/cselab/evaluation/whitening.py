@@ -188,6 +188,18 @@ class WhiteningFit:
             raise ConfigError(f"eval.whitening: the corpus of fit_on={opts.fit_on} is empty")
         return sentences
 
+    def check(self, model) -> None:
+        """What :meth:`__call__` would refuse after training, refused before it (the callback's ``on_fit_start``):
+        a model without an embedding model, ``k`` above its embeddings' dimension D.
+
+        Raises:
+            ConfigError: names ``eval.whitening.k`` and D, or what :func:`embedding_model_of` raises.
+        """
+        dim = embedding_model_of(model).embedding_dim
+        if self.options.k is not None and self.options.k > dim:
+            raise ConfigError(f"eval.whitening.k={self.options.k}: this model's embeddings are {dim}-d, so k <= "
+                              f"{dim} (null keeps all {dim})")
+
     def __call__(self, model, batch_size: int | None = None) -> Whitening:
         """Encode the corpus with ``model``'s test encoder (without whitening), fit ``mu`` and ``W`` (official
         ``compute_kernel_bias``, ``kernel[:, :k]``) and install the transform on its embedding model.
