@@ -42,6 +42,8 @@ BAD = {
     "method=promptbert loss.name=cot_infonce": "choose it with the config group, loss=cot_infonce",
     "method=simcse loss.hard_negative_weight=1.0": "setting=unsup trains 2 views: use setting=sup",
     "trainer.val_check_interval=0": "trainer.val_check_interval=0: expected a number of steps >= 1",
+    "eval.test_tasks=[]": "eval.test_tasks=[]: expected at least one task",
+    "eval.test_tasks=[stsb,STS-B]": "eval.test_tasks: stsb is listed twice",
 }
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cselab.data.nli import check_header
-from cselab.data.sts import STSFormatError, canonical_task, load_task, task_splits
+from cselab.data.sts import TASKS, STSFormatError, canonical_task, load_task, task_splits
 
 #: bytes of a training file scanned for the checks (a larger file is judged on its start)
 SCAN_BYTES = 64 * 2**20
@@ -155,11 +155,14 @@ def check_sts_tasks(data_dir: str | os.PathLike, test_tasks, dev_task: str | Non
     dev split of ``dev_task``).
 
     Raises:
-        ValueError: an unknown task (names ``eval.test_tasks`` / ``eval.dev_task`` and the valid tasks), or a
-            dev task without a dev split.
+        ValueError: no test task, a task listed twice, an unknown task (names ``eval.test_tasks`` /
+            ``eval.dev_task`` and the valid tasks), or a dev task without a dev split.
         FileNotFoundError: a missing file (its path and how to get the data).
         cselab.data.sts.STSFormatError: a malformed file (its path, line and what was expected).
     """
+    if not list(test_tasks):  # (the test would refuse it, after the whole training)
+        raise ValueError(f"eval.test_tasks=[]: expected at least one task, e.g. eval.test_tasks=[stsb] (valid: "
+                         f"{', '.join(TASKS)})")
     jobs: list[tuple[str, str]] = []
     for key, tasks, split in (("eval.test_tasks", list(test_tasks), "test"),
                               ("eval.dev_task", [dev_task] if dev_task else [], "dev")):
@@ -171,6 +174,8 @@ def check_sts_tasks(data_dir: str | os.PathLike, test_tasks, dev_task: str | Non
             if split not in task_splits(name):
                 raise ValueError(f"{key}={task}: the task has no {split} split (valid: {task_splits(name)}); "
                                  "the dev task must be stsb or sickr")
+            if (name, split) in jobs:
+                raise ValueError(f"{key}: {name} is listed twice ({list(tasks)})")
             jobs.append((name, split))
     for name, split in jobs:
         try:
