@@ -44,6 +44,10 @@ BAD = {
     "trainer.val_check_interval=0": "trainer.val_check_interval=0: expected a number of steps >= 1",
     "eval.test_tasks=[]": "eval.test_tasks=[]: expected at least one task",
     "eval.test_tasks=[stsb,STS-B]": "eval.test_tasks: stsb is listed twice",
+    "eval.aggregation=median": "eval.aggregation='median': expected one of all, mean, wmean",
+    "eval.batch_size=0": "eval.batch_size=0: expected a number of sentences >= 1",
+    "eval.transfer_mode=slow": "eval.transfer_mode='slow': no transfer.slow node",
+    "eval.transfer_tasks=[mr,mr]": "mr listed twice",
 }
 
 

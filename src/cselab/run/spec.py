@@ -17,6 +17,7 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cselab.evaluation.stats import BootstrapOptions
+from cselab.evaluation.sts import AGGREGATIONS
 from cselab.evaluation.transfer import TransferProtocol
 from cselab.io.config import MOVED_KEYS, has_templates
 from cselab.methods.cached_step import check_options
@@ -264,7 +265,16 @@ def _training(cfg: DictConfig) -> TrainSpec:
 
 
 def evaluation_spec(cfg: DictConfig) -> EvalSpec:
-    """The test phase's piece: the bootstrap options, the transfer protocol and the test backbone checked."""
+    """The test phase's piece: the bootstrap options, the transfer protocol and the test backbone checked, and the
+    values only the test reads (``eval.aggregation``, ``eval.batch_size``, the transfer tasks and mode), so that
+    none of them fails after the training."""
+    aggregation, batch_size = cfg.eval.aggregation, cfg.eval.batch_size
+    if aggregation not in AGGREGATIONS:
+        raise ConfigError(f"eval.aggregation={aggregation!r}: expected one of {', '.join(AGGREGATIONS)} (how STS12-16's "
+                          "subsets combine: SimCSE's all)")
+    if batch_size is not None and batch_size < 1:
+        raise ConfigError(f"eval.batch_size={batch_size}: expected a number of sentences >= 1, or null (256 on a "
+                          "GPU, 128 on CPU)")
     try:
         bootstrap = BootstrapOptions.from_config(cfg.eval.bootstrap)
     except ValueError as err:
@@ -280,11 +290,15 @@ def evaluation_spec(cfg: DictConfig) -> EvalSpec:
         raise ConfigError(f"eval.test_backbone: unknown key(s) {unknown}; expected some of {sorted(trained)}")
     tasks, mode = tuple(cfg.eval.transfer_tasks or ()), str(cfg.eval.transfer_mode)
     protocol = None
+    modes = OmegaConf.select(cfg, "transfer") or {}
+    node = modes[mode] if mode in modes else None
+    if node is None and (tasks or modes):  # (a config without transfer modes and tasks: nothing to check)
+        raise ConfigError(f"eval.transfer_mode={mode!r}: no transfer.{mode} node; expected one of "
+                          f"{sorted(modes)} (conf/transfer/<mode>.yaml)")
+    twice = sorted({t for t in tasks if tasks.count(t) > 1})
+    if twice:
+        raise ConfigError(f"eval.transfer_tasks={list(tasks)}: {', '.join(twice)} listed twice")
     if tasks:
-        node = cfg.transfer[mode] if mode in (cfg.transfer or {}) else None
-        if node is None:
-            raise ConfigError(f"eval.transfer_mode={mode!r}: no transfer.{mode} node; expected one of "
-                              f"{sorted(cfg.transfer or {})} (conf/transfer/<mode>.yaml)")
         try:
             protocol = TransferProtocol.from_config(OmegaConf.to_container(node, resolve=True))
         except ValueError as err:
