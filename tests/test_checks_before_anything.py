@@ -48,6 +48,8 @@ BAD = {
     "eval.batch_size=0": "eval.batch_size=0: expected a number of sentences >= 1",
     "eval.transfer_mode=slow": "eval.transfer_mode='slow': no transfer.slow node",
     "eval.transfer_tasks=[mr,mr]": "mr listed twice",
+    "trainer.gradient_clip_val=-1": "trainer.gradient_clip_val=-1: expected a gradient norm >= 0",
+    "optim.warmup_steps=-5": "optim.warmup_steps=-5: expected a number of steps >= 0",
 }
 
 

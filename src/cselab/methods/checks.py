@@ -144,7 +144,8 @@ def check_loss_name(loss: Mapping[str, Any]) -> None:
 def check_training(loss: Mapping[str, Any] | None, optim: Mapping[str, Any] | None, train: bool) -> None:
     """The loss's and the optimiser's values (``module.loss``, ``module.optim``; None: not given, nothing to
     check): ``loss.temperature > 0``; when ``train``, ``optim.lr`` a number > 0 (a warning above
-    :data:`PLAUSIBLE_MAX_LR`), ``optim.weight_decay >= 0``, ``0 <= optim.warmup_ratio < 1``, ``optim.fused``
+    :data:`PLAUSIBLE_MAX_LR`), ``optim.weight_decay >= 0``, ``0 <= optim.warmup_ratio < 1``,
+    ``optim.warmup_steps >= 0``, ``optim.fused``
     one of :data:`FUSED_CHOICES`.
 
     Raises:
@@ -158,7 +159,8 @@ def check_training(loss: Mapping[str, Any] | None, optim: Mapping[str, Any] | No
         return
     checks = (("lr", lambda v: v > 0, "a number > 0 (the papers use 1e-5 .. 3e-2)"),
               ("weight_decay", lambda v: v >= 0, "a number >= 0"),
-              ("warmup_ratio", lambda v: 0 <= v < 1, "a fraction of the training steps in [0, 1)"))
+              ("warmup_ratio", lambda v: 0 <= v < 1, "a fraction of the training steps in [0, 1)"),
+              ("warmup_steps", lambda v: v >= 0, "a number of steps >= 0 (0: optim.warmup_ratio decides)"))
     for key, ok, expected in checks:
         value = optim[key] if key in optim else (OPTIM_DEFAULTS[key] if key != "lr" else None)
         if isinstance(value, bool) or not isinstance(value, int | float) or value != value or not ok(value):

@@ -180,7 +180,8 @@ def model_inputs(cfg: DictConfig, training: TrainSpec | None, module: dict[str, 
 
 def _check_data(cfg: DictConfig) -> None:
     """The training data's rules: a contrastive batch, the data of the setting, a step bound for a stream, a
-    validation interval Lightning can count (steps >= 1, or a fraction of an epoch in (0, 1])."""
+    gradient clipping norm >= 0, a validation interval Lightning can count (steps >= 1, or a fraction of an epoch
+    in (0, 1])."""
     if cfg.data.batch_size < 2:
         raise ConfigError(f"data.batch_size must be >= 2 for a contrastive loss, got {cfg.data.batch_size}")
     if cfg.data.module != cfg.setting.name:
@@ -188,6 +189,10 @@ def _check_data(cfg: DictConfig) -> None:
                           f"(choose data=unsup/wiki1m for setting=unsup, data=sup for setting=sup)")
     if cfg.setting.name == "unsup" and OmegaConf.select(cfg, "data.streaming") and cfg.trainer.max_steps <= 0:
         raise ConfigError("data.streaming=true has no epoch length: set trainer.max_steps (e.g. 1M / batch_size)")
+    clip = OmegaConf.select(cfg, "trainer.gradient_clip_val")
+    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, int | float) or not clip >= 0):
+        raise ConfigError(f"trainer.gradient_clip_val={clip!r}: expected a gradient norm >= 0 (0 or null: no "
+                          "clipping); a negative one would turn each step's gradient around")
     every = OmegaConf.select(cfg, "trainer.val_check_interval")
     if every is not None and not (every >= 1 if isinstance(every, int) else 0 < every <= 1):
         raise ConfigError(f"trainer.val_check_interval={every}: expected a number of steps >= 1 (e.g. 125, SimCSE's "
