@@ -19,7 +19,8 @@ number) would compile the block once per layer: there the whole training forward
 (:meth:`cselab.methods.base.ContrastiveMethod.forward_loss`) is compiled instead, as one graph.
 
 Before compiling, :func:`use_tracing_settings` makes dynamo trace each graph once (float attributes constant, no
-duck sizing) and adds :class:`cselab.methods.sibling_linears.FuseSiblingLinears`, which runs the query, key and value projections as one matmul.
+duck sizing) and adds :class:`cselab.methods.sibling_linears.FuseSiblingLinears`, which runs the query, key and
+value projections as one matmul.
 
 Widths vary from batch to batch: ``compile.dynamic=true`` traces them symbolically (one graph for all widths), and
 ``data.pad_to_multiple_of`` (8 on a GPU) bounds the distinct shapes for ``dynamic=false`` and CUDA graphs.

@@ -275,8 +275,8 @@ def evaluation_spec(cfg: DictConfig) -> EvalSpec:
     none of them fails after the training."""
     aggregation, batch_size = cfg.eval.aggregation, cfg.eval.batch_size
     if aggregation not in AGGREGATIONS:
-        raise ConfigError(f"eval.aggregation={aggregation!r}: expected one of {', '.join(AGGREGATIONS)} (how STS12-16's "
-                          "subsets combine: SimCSE's all)")
+        raise ConfigError(f"eval.aggregation={aggregation!r}: expected one of {', '.join(AGGREGATIONS)} (how "
+                          "STS12-16's subsets combine: SimCSE's all)")
     if batch_size is not None and batch_size < 1:
         raise ConfigError(f"eval.batch_size={batch_size}: expected a number of sentences >= 1, or null (256 on a "
                           "GPU, 128 on CPU)")
