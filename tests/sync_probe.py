@@ -1,6 +1,7 @@
 """A Lightning callback that counts, for each training batch, the host syncs from one batch start to the next:
 ``aten._local_scalar_dense`` calls (``.item()``, ``bool(tensor)``, ``if tensor:``) seen by a ``TorchDispatchMode``
-outside the optimizer's own step and the DataLoader's fetch (host tensors: :func:`_host_side`), and ``torch.cuda.synchronize`` calls (the test patches it with a counter).
+outside the optimizer's own step and the DataLoader's fetch (host tensors: :func:`_host_side`), and
+``torch.cuda.synchronize`` calls (:func:`count_cuda_syncs` patches it with a counter that names each caller).
 
 Used as ``+callbacks.sync_probe._target_=tests.sync_probe.SyncProbe`` (the documented way to add a callback)."""
 
@@ -11,6 +12,7 @@ import sys
 from collections import Counter
 
 import lightning as L
+import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 #: what a host sync looks like to the dispatcher
@@ -23,6 +25,14 @@ class _Count(TorchDispatchMode):
         self.ops: Counter = Counter()
         self.where: Counter = Counter()  # "op at file:line" of each counted op (what a failing GPU run names)
         self.seen = 0  # every op dispatched (a probe that sees none proves nothing)
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """True: ``torch.compile`` compiles under this mode and runs the compiled graphs with it on (it sees their
+        ATen calls, e.g. the matmuls inductor leaves to ATen, and every op of a graph break).  A mode without it
+        makes dynamo skip every frame ("non-infra torch dispatch mode present"): the compiled step would run
+        eagerly under the probe, and the probe would check the eager step instead of the compiled one."""
+        return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.seen += 1
@@ -49,6 +59,28 @@ def _caller() -> str:
     return " < ".join(where(f) for f in (torch_frame, frame) if f is not None) or "?"
 
 
+def count_cuda_syncs(patch) -> None:
+    """Replace ``torch.cuda.synchronize`` (with ``patch``, a ``pytest.MonkeyPatch``) by a counter of its calls,
+    :attr:`SyncProbe.cuda_syncs`, that records each caller (``path:line``, as the dispatch mode's ``where``) in
+    :attr:`SyncProbe.cuda_where` and calls the real one when CUDA is there.  Code that bound the function before the
+    patch (inductor's benchmarker, through ``torch._dynamo.device_interface``) is not counted."""
+    real = torch.cuda.synchronize
+
+    def counted(*args, **kwargs):
+        SyncProbe.cuda_syncs += 1
+        SyncProbe.cuda_where[_caller()] += 1
+        if torch.cuda.is_available():
+            real(*args, **kwargs)
+
+    patch.setattr(torch.cuda, "synchronize", counted)
+
+
+def _graphs_compiled() -> int:
+    """Graphs dynamo has compiled in this process so far (0 when dynamo was never imported)."""
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    return 0 if dynamo is None else int(dynamo.counters["stats"]["unique_graphs"])
+
+
 def _host_side() -> bool:
     """The call reads a host tensor, not the device: it comes from the optimizer's own step (the innermost Python
     frame outside this file is in ``torch/optim/``, e.g. the step count of the non-fused AdamW), or from the
@@ -69,14 +101,18 @@ def _host_side() -> bool:
 class SyncProbe(L.Callback):
     """``windows``: one dict per training batch: ``step`` (global step at its start), ``syncs`` (the counted ops),
     ``where`` (each counted op's devices and caller: ``op on cuda:0 at torch/file.py:N < cselab/file.py:M``),
-    ``cuda_syncs`` (calls of ``torch.cuda.synchronize``, counted by the test's patch in :attr:`cuda_syncs`),
-    ``validated`` (a validation ran in the window), ``logging`` (a logging step), ``ops`` (ops seen).
+    ``cuda_syncs`` (calls of ``torch.cuda.synchronize``, counted by :func:`count_cuda_syncs` in :attr:`cuda_syncs`),
+    ``cuda_where`` (their callers), ``compiled`` (graphs dynamo compiled in the window: a compiled step's first
+    call, or a recompilation; on CUDA inductor also tunes its Triton kernels there), ``validated`` (a validation ran
+    in the window), ``logging`` (a logging step), ``ops`` (ops seen).
 
     One mode is entered at the start of training and left at its end (other modes, e.g. the FLOP counter's, nest
     inside it); a window is the difference of its counters between two batch starts."""
 
-    #: incremented by the test's patched ``torch.cuda.synchronize``
+    #: incremented by the patched ``torch.cuda.synchronize`` (:func:`count_cuda_syncs`)
     cuda_syncs = 0
+    #: ``path:line`` of each counted ``torch.cuda.synchronize`` call -> calls
+    cuda_where: Counter = Counter()
 
     def __init__(self) -> None:
         self.windows: list[dict] = []
@@ -85,17 +121,19 @@ class SyncProbe(L.Callback):
         self._validated = self._logging = False
 
     def _snapshot(self) -> tuple:
-        return dict(self._mode.ops), self._mode.seen, SyncProbe.cuda_syncs, dict(self._mode.where)
+        return (dict(self._mode.ops), self._mode.seen, SyncProbe.cuda_syncs, dict(self._mode.where),
+                dict(SyncProbe.cuda_where), _graphs_compiled())
 
     def _close(self, trainer) -> None:
         if self._start is None:
             return
-        step, (ops, seen, cuda, where) = self._start
-        now_ops, now_seen, now_cuda, now_where = self._snapshot()
-        syncs = {k: v - ops.get(k, 0) for k, v in now_ops.items() if v - ops.get(k, 0)}
-        self.windows.append({"step": step, "syncs": syncs, "cuda_syncs": now_cuda - cuda,
+        step, (ops, seen, cuda, where, cuda_where, graphs) = self._start
+        now_ops, now_seen, now_cuda, now_where, now_cuda_where, now_graphs = self._snapshot()
+        since = lambda now, then: {k: v - then.get(k, 0) for k, v in now.items() if v - then.get(k, 0)}  # noqa: E731
+        self.windows.append({"step": step, "syncs": since(now_ops, ops), "cuda_syncs": now_cuda - cuda,
                              "validated": self._validated, "logging": self._logging, "ops": now_seen - seen,
-                             "where": {k: v - where.get(k, 0) for k, v in now_where.items() if v - where.get(k, 0)}})
+                             "where": since(now_where, where), "cuda_where": since(now_cuda_where, cuda_where),
+                             "compiled": now_graphs - graphs})
         self._start = None
 
     def on_train_start(self, trainer, pl_module) -> None:

@@ -54,7 +54,7 @@ from cselab.run.signals import StoppedBySignal
 from cselab.run.spec import RunSpec
 from tests.conftest import SENTENCES, loss_and_grads, no_dropout
 from tests.contract_probe import PROBES, ContractProbe
-from tests.sync_probe import SyncProbe
+from tests.sync_probe import count_cuda_syncs
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -485,16 +485,9 @@ KILL = ["+callbacks.signal_probe._target_=tests.signal_probe.SignalAt", "+callba
 
 def _run(cfg, out: Path) -> tuple[dict, ContractProbe | None]:
     """``cselab.run.flow.run`` in this process, ``torch.cuda.synchronize`` counted; the run's probe."""
-    real = torch.cuda.synchronize
-
-    def counted(*args, **kwargs):
-        SyncProbe.cuda_syncs += 1
-        if torch.cuda.is_available():
-            real(*args, **kwargs)
-
     ContractProbe.made.clear()
     with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings():
-        patch.setattr(torch.cuda, "synchronize", counted)
+        count_cuda_syncs(patch)
         warnings.simplefilter("ignore")
         results = run(RunSpec.from_config(cfg, out), out)
     assert len(ContractProbe.made) <= 1

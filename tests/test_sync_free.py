@@ -9,9 +9,8 @@ from __future__ import annotations
 import warnings
 
 import pytest
-import torch
 
-from tests.sync_probe import SyncProbe
+from tests.sync_probe import SyncProbe, count_cuda_syncs
 
 METHODS = {  # name -> overrides
     "simcse": ["method=simcse"],
@@ -23,14 +22,10 @@ METHODS = {  # name -> overrides
 def _windows(tmp_path, backbone_dir, family, data_dir, overrides, monkeypatch):
     from tests.conftest import SENTENCES, compose_tiny_run, run
 
-    real = torch.cuda.synchronize
+    count_cuda_syncs(monkeypatch)
+    import torch._dynamo
 
-    def counted(*args, **kwargs):
-        SyncProbe.cuda_syncs += 1
-        if torch.cuda.is_available():
-            real(*args, **kwargs)
-
-    monkeypatch.setattr(torch.cuda, "synchronize", counted)
+    torch._dynamo.reset()  # compiled in this test, whatever this worker compiled before (the windows' `compiled`)
     probes: list[SyncProbe] = []
     monkeypatch.setattr(SyncProbe, "__init__", lambda self, init=SyncProbe.__init__: (init(self), probes.append(self))[0])
     nli = tmp_path / "nli.csv"
@@ -76,6 +71,11 @@ def test_no_host_sync_between_logging_steps_with_the_gpu_settings(name, chunk, t
     assert len(windows) == 6 and len(quiet) >= 3, windows
     for w in quiet:
         assert w["syncs"] == {} and w["cuda_syncs"] == 0, (name, chunk, w)
+    # the probe watched the compiled step, not an eager fallback: the layer (and loss) compiled on the first
+    # step run as configured (step 1: step 0 is the FLOP counter's, run eagerly), and no later quiet step
+    # recompiled (on CUDA inductor tunes its Triton kernels in a compiling window; `compiled` names it)
+    compiled = [w["compiled"] for w in windows]
+    assert compiled[1] > 0 and all(w["compiled"] == 0 for w in quiet if w["step"] > 1), compiled
 
 
 def test_sigterm_broadcast_on_logging_steps_only() -> None:
@@ -95,3 +95,20 @@ def test_sigterm_broadcast_on_logging_steps_only() -> None:
         trainer.fit_loop.total_batch_idx = idx
         loop._broadcast_sigterm_tensor()
     assert calls == [2, 5]
+
+
+def test_the_cuda_sync_counter_names_its_callers(monkeypatch) -> None:
+    """``count_cuda_syncs``: each ``torch.cuda.synchronize`` call is counted with the line that made it (what a
+    failing GPU run must name), and the real one is called only when CUDA is there."""
+    import torch
+
+    from tests.sync_probe import count_cuda_syncs
+
+    monkeypatch.setattr(SyncProbe, "cuda_syncs", 0)
+    monkeypatch.setattr(SyncProbe, "cuda_where", __import__("collections").Counter())
+    count_cuda_syncs(monkeypatch)
+    for _ in range(2):
+        torch.cuda.synchronize()
+    assert SyncProbe.cuda_syncs == 2
+    ((where, calls),) = SyncProbe.cuda_where.items()
+    assert calls == 2 and "tests/test_sync_free.py:" in where, where

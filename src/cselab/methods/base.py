@@ -16,7 +16,6 @@ from typing import Any, ClassVar
 
 import lightning as L
 import torch
-from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from cselab.methods.cached_step import CachedStep, check_trainer
 from cselab.methods.checks import (
@@ -309,13 +308,10 @@ class ContrastiveMethod(L.LightningModule):
 
     def training_forward(self):
         """The compiled :meth:`forward_loss` when there is one (:mod:`cselab.methods.compiled`, deep prefixes), else
-        the eager one (whose layers and loss may be compiled in place); the eager one too while a
-        ``TorchDispatchMode`` observes the step (a test's probe): dynamo would not trace under it, and would not
-        trace that code again.  (The FLOP counter's step runs under ``torch.compiler.set_stance("force_eager")``,
-        :class:`cselab.callbacks.flops.FlopCounter`, which leaves the compiled code alone.)"""
-        if self.compiled_forward_loss is None or is_in_torch_dispatch_mode(include_infra_modes=False):
-            return self.forward_loss
-        return self.compiled_forward_loss
+        the eager one (whose layers and loss may be compiled in place).  (The FLOP counter's step runs under
+        ``torch.compiler.set_stance("force_eager")``, :class:`cselab.callbacks.flops.FlopCounter`: the compiled
+        code runs its eager frames there.)"""
+        return self.forward_loss if self.compiled_forward_loss is None else self.compiled_forward_loss
 
     def loss_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The loss's inputs besides the embeddings, for this step's ``batch``: keyword arguments of ``loss_fn``
