@@ -142,6 +142,9 @@ def test_too_few_sentences_and_bad_options_are_refused(tmp_path):
                                                                                        "file")):
         with pytest.raises(ConfigError, match=key):
             WhiteningOptions.from_config({"enabled": True, **node})
+    with pytest.raises(ConfigError, match=r"eval.whitening.n_sentences=8 cannot whiten k=8 .* n_sentences >= 9"):
+        WhiteningOptions.from_config({"n_sentences": 8, "k": 8})  # the fit's rank rule, before training
+    assert WhiteningOptions.from_config({"n_sentences": 9, "k": 8}).k == 8
     (tmp_path / "bad.csv").write_text("a,b\nx,y\n")
     with pytest.raises(ConfigError, match="no sentence column"):
         read_sentences(tmp_path / "bad.csv")
@@ -315,6 +318,19 @@ def test_a_k_above_the_embedding_width_is_refused_before_the_first_step(tmp_path
     with pytest.raises(ConfigError, match=r"eval.whitening.k=33: this model's embeddings are 32-d, so k <= 32"):
         run(cfg, tmp_path / "run")
     assert not list((tmp_path / "run").rglob("*.ckpt"))  # no step was taken
+
+
+def test_too_few_sentences_for_all_dimensions_is_refused_before_the_first_step(tiny_bert_dir):
+    """k null keeps all D dimensions: n_sentences < D + 1 was refused by the fit after training; the model's D is
+    known at fit start, where :meth:`WhiteningFit.check` refuses it (as k > D above)."""
+    import cselab
+
+    model = cselab.load(tiny_bert_dir)
+    fit = lambda **o: WhiteningFit(WhiteningOptions(fit_on="wiki", **o), ".", ["stsb"])  # noqa: E731
+    with pytest.raises(ConfigError, match=r"eval.whitening.n_sentences=32 cannot whiten all 32 dimensions"):
+        fit(n_sentences=32).check(model)
+    fit(n_sentences=33).check(model)
+    fit(n_sentences=32, k=31).check(model)
 
 
 # ------------------------------------------------------------------------------------------ the embedded MiniLM

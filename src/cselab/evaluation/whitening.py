@@ -72,7 +72,8 @@ class WhiteningOptions:
         """The options of an ``eval.whitening`` node, or None when it is null or ``enabled`` is false.
 
         Raises:
-            ConfigError: an unknown key or a value out of range (names ``eval.whitening.<key>``).
+            ConfigError: an unknown key or a value out of range (names ``eval.whitening.<key>``); ``n_sentences``
+                below ``k + 1`` (:meth:`Whitening.fit` would refuse them after training).
         """
         if node is None:
             return None
@@ -90,6 +91,10 @@ class WhiteningOptions:
             value = node.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"eval.whitening.{key}={value!r}: expected null or an integer >= 1")
+        n, k = node.get("n_sentences"), node.get("k")
+        if n is not None and k is not None and n < k + 1:
+            raise ConfigError(f"eval.whitening.n_sentences={n} cannot whiten k={k} dimensions (N sentences give a "
+                              f"covariance of rank N - 1 at most): n_sentences >= {k + 1}, or k <= {max(n - 1, 1)}")
         if not isinstance(node.get("normalize", True), bool):
             raise ConfigError(f"eval.whitening.normalize={node.get('normalize')!r}: expected true or false")
         file = node.get("file")
@@ -190,15 +195,22 @@ class WhiteningFit:
 
     def check(self, model) -> None:
         """What :meth:`__call__` would refuse after training, refused before it (the callback's ``on_fit_start``):
-        a model without an embedding model, ``k`` above its embeddings' dimension D.
+        a model without an embedding model, ``k`` above its embeddings' dimension D, ``n_sentences`` below D + 1
+        when ``k`` is null (all D dimensions kept).
 
         Raises:
-            ConfigError: names ``eval.whitening.k`` and D, or what :func:`embedding_model_of` raises.
+            ConfigError: names ``eval.whitening.k`` / ``n_sentences`` and D, or what :func:`embedding_model_of`
+                raises.
         """
         dim = embedding_model_of(model).embedding_dim
-        if self.options.k is not None and self.options.k > dim:
-            raise ConfigError(f"eval.whitening.k={self.options.k}: this model's embeddings are {dim}-d, so k <= "
-                              f"{dim} (null keeps all {dim})")
+        k, n = self.options.k, self.options.n_sentences
+        if k is not None and k > dim:
+            raise ConfigError(f"eval.whitening.k={k}: this model's embeddings are {dim}-d, so k <= {dim} (null keeps "
+                              f"all {dim})")
+        if k is None and n is not None and n < dim + 1:
+            raise ConfigError(f"eval.whitening.n_sentences={n} cannot whiten all {dim} dimensions of this model's "
+                              f"embeddings (k null; N sentences give a covariance of rank N - 1 at most): "
+                              f"n_sentences >= {dim + 1}, or k <= {max(n - 1, 1)}")
 
     def __call__(self, model, batch_size: int | None = None) -> Whitening:
         """Encode the corpus with ``model``'s test encoder (without whitening), fit ``mu`` and ``W`` (official
