@@ -19,10 +19,9 @@ import lightning as L
 import torch
 from hydra.utils import get_object
 
-from cselab.io.config import ADDED_NODES, OUTPUT_ONLY_KEYS, key_matches
+from cselab.io.config import ADDED_NODES, OUTPUT_ONLY_KEYS, flatten, key_matches
 from cselab.methods.checks import LEGACY_MODEL_KEYS, LEGACY_OPTIM_KEYS
 from cselab.model.spec import ConfigError
-from cselab.run.spec import flatten
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,12 @@
-"""OmegaConf resolvers used by the configs (registered on import, before Hydra composes)."""
+"""What the configs share below the run: the OmegaConf resolvers (registered on import, before Hydra composes), the
+run and sweep-job names, the overrides' parsing, the keys moved or output-only, and the one flattening of a config
+(:func:`flatten`)."""
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -364,3 +367,16 @@ def _job_dir_resolver(num, overrides, sweeper_params, method, backbone, setting)
 
 
 register_resolvers()
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a.b": leaf}`` of a nested mapping (a config as plain containers): lists and empty mappings are leaves,
+    so that a node emptied or filled shows as a change (``prefix``: the keys' common head, e.g. ``module``).  The
+    one flattening of configs: resume's comparison (:func:`cselab.callbacks.run_config.config_changes`), the
+    ``module`` node's copies (:func:`cselab.run.spec.copies_of`), ``cselab report``'s config rows."""
+    if not isinstance(node, Mapping) or not node:
+        return {prefix: node} if prefix else {}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out

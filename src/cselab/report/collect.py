@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from cselab.evaluation.stats import SeedStats, seed_statistics
-from cselab.io.config import OUTPUT_ONLY_KEYS
+from cselab.io.config import OUTPUT_ONLY_KEYS, flatten
 from cselab.report.published import (
     BACKBONES,
     SETTINGS,
@@ -252,15 +252,6 @@ def _ignored(key: str) -> bool:
     return key in IGNORED_OVERRIDE_KEYS or key == "hydra" or key.startswith(IGNORED_PREFIXES)
 
 
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, Mapping):
-        out: dict[str, Any] = {}
-        for k, v in node.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: node}
-
-
 def _hashable(value: Any) -> Any:
     return json_key(value) if isinstance(value, list | tuple | dict) else value
 
@@ -400,7 +391,7 @@ def group_key(run: Run, group_by: Sequence[str] | None = None) -> tuple[tuple[st
         overrides = map(_split_override, run.overrides)
         return base + tuple(sorted((f"override:{key}", value) for key, _, value in overrides
                                    if key and not _ignored(key)))
-    items = [(f"config:{key}", _hashable(value)) for key, value in _flatten(run.config).items()
+    items = [(f"config:{key}", _hashable(value)) for key, value in flatten(run.config).items()
              if key not in BASE_KEYS and not _ignored(key)
              and not any(word in key.rsplit(".", 1)[-1].lower() for word in ("path", "dir"))]  # paths, directories
     return base + tuple(sorted(items, key=lambda kv: kv[0]))

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from cselab.evaluation.stats import BootstrapOptions
 from cselab.evaluation.sts import AGGREGATIONS
 from cselab.evaluation.transfer import TransferProtocol
-from cselab.io.config import MOVED_KEYS, has_templates
+from cselab.io.config import MOVED_KEYS, flatten, has_templates
 from cselab.methods.cached_step import check_options
 from cselab.methods.checks import check_module
 from cselab.methods.compiled import CompileOptions
@@ -353,11 +353,3 @@ def copies_of(cfg: DictConfig) -> tuple[str, ...]:
     return (*(key for key, value in raw.items() if isinstance(value, str) and "${" in value), *legacy)
 
 
-def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"a.b": leaf}`` of a nested dict; lists are leaves."""
-    if not isinstance(node, dict) or not node:
-        return {prefix: node} if prefix else {}
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
