@@ -524,6 +524,16 @@ def ran(inputs, tmp_path_factory):
     return get
 
 
+def _quiet_steps_read_nothing(windows: list[dict], label) -> list[dict]:
+    """The probe's 6 windows (:class:`tests.sync_probe.SyncProbe`): at least 3 quiet ones (neither logging nor
+    validating), each with ops seen and no host read nor ``torch.cuda.synchronize``; returns them."""
+    quiet = [w for w in windows if not w["logging"] and not w["validated"]]
+    assert len(windows) == 6 and len(quiet) >= 3, windows
+    for w in quiet:
+        assert w["ops"] > 0 and w["syncs"] == {} and w["cuda_syncs"] == 0, (label, w)
+    return quiet
+
+
 @pytest.mark.parametrize(("case", "chunk"), SYNC_CASES,
                          ids=[f"{c}-{'cached' if k else 'uncached'}" for c, k in SYNC_CASES])
 def test_no_host_sync_between_logging_steps(case, chunk, ran, prepared) -> None:
@@ -537,11 +547,7 @@ def test_no_host_sync_between_logging_steps(case, chunk, ran, prepared) -> None:
         assert r.probe is None and r.results["global_step"] == 0  # no training step to sync in
         return
     windows = r.probe.windows
-    assert len(windows) == 6, windows
-    quiet = [w for w in windows if not w["logging"] and not w["validated"]]
-    assert len(quiet) >= 3, windows
-    for w in quiet:
-        assert w["ops"] > 0 and w["syncs"] == {} and w["cuda_syncs"] == 0, (case, w)
+    _quiet_steps_read_nothing(windows, case)
     assert any(w["syncs"] for w in windows if w["logging"] or w["validated"]), windows
 
 
@@ -563,10 +569,7 @@ def test_the_compiled_step_has_no_host_sync_with_the_gpu_settings(case, chunk, i
         assert not RunSpec.from_config(cfg).train
         return
     windows = probe.windows
-    quiet = [w for w in windows if not w["logging"] and not w["validated"]]
-    assert len(windows) == 6 and len(quiet) >= 3, windows
-    for w in quiet:
-        assert w["ops"] > 0 and w["syncs"] == {} and w["cuda_syncs"] == 0, (case, chunk, w)
+    quiet = _quiet_steps_read_nothing(windows, (case, chunk))
     compiled = [w["compiled"] for w in windows]
     first = next((i for i, n in enumerate(compiled) if n), None)
     assert first is not None, f"{case}: no window compiled: the probe watched an eager step ({compiled})"

@@ -4,6 +4,8 @@ every method, eager and compiled, uncached and cached -- is ``tests/test_contrac
 
 from __future__ import annotations
 
+from collections import Counter
+
 from tests.sync_probe import SyncProbe
 
 
@@ -34,7 +36,7 @@ def test_the_cuda_sync_counter_names_its_callers(monkeypatch) -> None:
     from tests.sync_probe import count_cuda_syncs
 
     monkeypatch.setattr(SyncProbe, "cuda_syncs", 0)
-    monkeypatch.setattr(SyncProbe, "cuda_where", __import__("collections").Counter())
+    monkeypatch.setattr(SyncProbe, "cuda_where", Counter())
     count_cuda_syncs(monkeypatch)
     for _ in range(2):
         torch.cuda.synchronize()

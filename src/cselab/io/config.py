@@ -366,9 +366,6 @@ def _job_dir_resolver(num, overrides, sweeper_params, method, backbone, setting)
     return job_dir_name(int(num), items, swept_keys(sys.argv[1:], params), str(method), str(backbone), str(setting))
 
 
-register_resolvers()
-
-
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     """``{"a.b": leaf}`` of a nested mapping (a config as plain containers): lists and empty mappings are leaves,
     so that a node emptied or filled shows as a change (``prefix``: the keys' common head, e.g. ``module``).  The
@@ -380,3 +377,6 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     for key, value in node.items():
         out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
     return out
+
+
+register_resolvers()
