@@ -14,6 +14,7 @@ Both folders load with :func:`cselab.model.loading.load_backbone`.
 from __future__ import annotations
 
 import copy
+import os
 import string
 from pathlib import Path
 
@@ -22,6 +23,14 @@ import torch
 
 # The models here are tiny: intra-op threading only adds overhead (up to ~100x per forward on small CPU boxes).
 torch.set_num_threads(1)
+
+# pytest-xdist runs one worker per core: the processes a test starts (run.py as a user runs it) get their worker's
+# share of the cores, not every core each.  Two concurrent MiniLM evaluations on this 2-core box took 110 s with two
+# threads each and 82 s with one (docs/testing.md).  An OMP_NUM_THREADS of the caller's is kept.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _CORES // _WORKERS)))
 
 # ------------------------------------------------------------------------------------------ test text
 
@@ -272,7 +281,6 @@ def tiny_mlm_dir(tiny_bert_dir, tmp_path_factory):
 def sts_data_dir() -> Path:
     """The data directory holding ``senteval/downstream`` ($CSELAB_DATA_DIR, ./data or ../shared/data); skips
     the test when there is none (run ``make data``)."""
-    import os
 
     root = Path(__file__).resolve().parents[1]
     for cand in (os.environ.get("CSELAB_DATA_DIR"), root / "data", root.parent / "shared" / "data"):
@@ -291,7 +299,6 @@ def run_py(run_dir: Path, *overrides: str, data_dir: Path | None = None, timeout
     """``python run.py <overrides> hydra.run.dir=<run_dir>`` as a user runs it (offline, W&B offline, the data
     under ``data_dir``); returns its results.json.  Fails the test with the run's stderr when it exits non-zero."""
     import json
-    import os
     import subprocess
     import sys
 
@@ -307,7 +314,6 @@ def run_py(run_dir: Path, *overrides: str, data_dir: Path | None = None, timeout
 def session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder of this test session that every pytest-xdist worker sees: the parent of the workers' temporary
     roots under xdist (``.../pytest-N``), the session's own temporary root without it."""
-    import os
 
     base = tmp_path_factory.getbasetemp()
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base

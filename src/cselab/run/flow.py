@@ -146,7 +146,7 @@ class Run:
                     _evaluate(sts, tested, "dev", loggers, step=int(trainer.global_step))
                     del tested
             else:
-                sts.tested_dev = best_dev if best else None  # the best checkpoint's dev score, already computed
+                sts.tested_dev = best_dev if best else dev_at_this_step(sts, trainer)  # not encoded again
                 trainer.test(method, datamodule=datamodule, ckpt_path=best, weights_only=False)
         return Outcome(best, best_dev, int(trainer.global_step), trainer.is_global_zero)
 
@@ -176,6 +176,13 @@ def validate_at_end(trainer: L.Trainer, method, sts: STSCallback, checkpoint, ou
     path = Path(output_dir) / "checkpoints" / f"best-step{int(trainer.global_step)}.ckpt"
     trainer.save_checkpoint(path, weights_only=bool(getattr(checkpoint, "save_weights_only", False)))
     return str(path), score
+
+
+def dev_at_this_step(sts: STSCallback, trainer: L.Trainer) -> float | None:
+    """The STS-B dev score of the weights in memory, when a validation scored them at the last step
+    (``trainer.fast_dev_run``, or no checkpoint callback: the test loop then tests these weights); None otherwise."""
+    last = sts.history[-1] if sts.history else None
+    return float(last["stsb_dev"]) if last is not None and last["step"] == trainer.global_step else None
 
 
 def _evaluate(sts: STSCallback, encoder, dev_encoder: str, loggers: list, step: int) -> None:
