@@ -75,16 +75,18 @@ except SystemExit as end:
         print(end.code, file=sys.stderr)
     print("exit", end.code if isinstance(end.code, int) else 1)
 print("loaded", sorted(m for m in ("lightning", "cselab.methods.base", "cselab.run.assemble", "torch._dynamo",
-                                   "sklearn") if m in sys.modules))
+                                   "sklearn", "transformers", "scipy.stats") if m in sys.modules))
 """
 
 
-@pytest.mark.parametrize("command", ["optim.lrr=1", "seed=x", "trainer.max_steps=abc"])
+@pytest.mark.parametrize("command", ["optim.lrr=1", "seed=x", "trainer.max_steps=abc", "trainer.val_check_interval=0",
+                                     "eval.aggregation=median", "eval.transfer_mode=slow"])
 def test_a_run_level_refusal_comes_before_lightning_and_the_methods_load(tmp_path, command):
-    """A mistyped key and a badly typed run-level value (seed, trainer) are refused before Lightning, the methods,
-    dynamo and scikit-learn are imported (Lightning alone is about 3 s of a run's start-up, dynamo and scikit-learn
-    2 s each).  The method's own checks import its class, a LightningModule: a
-    refusal of a ``method.*`` value or an input file comes after Lightning has loaded."""
+    """A mistyped key and a bad run-level value (seed, trainer, eval) are refused before Lightning, the methods,
+    dynamo, scikit-learn, transformers and scipy.stats are imported (on an idle 2-core machine: Lightning alone is
+    3-7 s of a run's start-up, dynamo and scikit-learn 2 s each, scipy.stats and transformers 1 s each; such a
+    refusal took 8.9 s with the last two, 5.3 s without).  The method's own checks import its class, a
+    LightningModule: a refusal of a ``method.*`` value or an input file comes after Lightning has loaded."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-c", _LOADED, str(ROOT / "run.py"), *BASE, command], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)

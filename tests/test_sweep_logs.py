@@ -143,3 +143,21 @@ def test_third_party_bars_are_off_and_the_load_report_is_one_line_in_a_log_file(
     assert len(report) == 1 and "\n" not in report[0], report
     assert report[0].startswith("BertModel loaded from ") and "UNEXPECTED (cls.predictions" in report[0]
     assert "MISSING (pooler.dense" in report[0]
+
+
+def test_the_bars_are_off_for_libraries_imported_after_and_nothing_is_imported_for_it():
+    """quiet_third_party before transformers and huggingface_hub are imported (run.py calls it first thing, and a
+    refused command answers before they load): it imports neither, and both start with their bars off."""
+    code = """import sys
+import cselab.io.logs as logs
+logs.interactive = lambda: False
+logs.quiet_third_party()
+print(sorted(m for m in ("transformers", "huggingface_hub") if m in sys.modules))
+from huggingface_hub.utils import are_progress_bars_disabled
+from transformers.utils import logging as hf_logging
+print(are_progress_bars_disabled(), hf_logging.is_progress_bar_enabled())
+"""
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == ["[]", "True False"], proc.stdout

@@ -30,7 +30,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
-from scipy import stats
+
+# scipy.stats (about 1.2 s to import) is imported where it is used: the run's config specs import this module's
+# options, and a refused command answers before anything heavy loads
 
 #: the bootstrap interval methods offered (``scipy.stats.bootstrap``'s ``method``).  BCa is not offered: its
 #: jackknife costs one Spearman per pair (~20 s for the 7 tasks here, far beyond 5 % of the test phase).
@@ -238,6 +240,8 @@ def _bootstrap(segs: list[tuple[int, float, int, int]], n_tasks: int, with_avg: 
         if with_avg:
             scores = np.concatenate([scores, scores.mean(axis=0, keepdims=True)])
         return scores
+
+    from scipy import stats
 
     data = tuple(np.arange(b - a) for _, _, a, b in segs)
     with warnings.catch_warnings():  # a constant statistic (two identical runs) gives a degenerate distribution
@@ -458,6 +462,8 @@ def paired_comparison(
                 total += d.reshape(rows)
             return 100.0 * scale * total
 
+        from scipy import stats
+
         x = np.concatenate([m[2] for m in members]).astype(np.float64)
         y = np.concatenate([m[3] for m in members]).astype(np.float64)
         res = stats.permutation_test((x, y), stat, permutation_type="samples",
@@ -484,6 +490,8 @@ def paired_comparison(
 
 def _score(pairs: TaskPairs) -> float:
     """A task's score (Spearman x 100) from its pairs, with ``scipy.stats.spearmanr`` per segment."""
+    from scipy import stats
+
     return 100.0 * sum(w * float(stats.spearmanr(pairs.system[a:b], pairs.gold[a:b])[0])
                        for (a, b), w in zip(pairs.bounds(), pairs.weights, strict=True))
 
@@ -535,6 +543,8 @@ def seed_statistics(values: Sequence[float], level: float = 0.95) -> SeedStats:
     mean = float(v.mean())
     if n < 2:
         return SeedStats(n, mean, None, None, warning)
+    from scipy import stats
+
     std = float(v.std(ddof=1))
     half = float(stats.t.ppf((1 + level) / 2, df=n - 1)) * std / math.sqrt(n)
     return SeedStats(n, mean, std, Interval(mean - half, mean + half, level, "t"), warning)
@@ -565,5 +575,7 @@ def binomial_interval(correct: int, total: int, level: float = 0.95, method: str
             raise ValueError(f"binomial_interval: {name} must be an int count, got {v!r}")
     if total <= 0 or not 0 <= correct <= total:
         raise ValueError(f"binomial_interval: need 0 <= correct <= total and total > 0, got {correct}/{total}")
+    from scipy import stats
+
     ci = stats.binomtest(int(correct), int(total)).proportion_ci(confidence_level=level, method=method)
     return Interval(100.0 * float(ci.low), 100.0 * float(ci.high), level, f"binomial {method}")

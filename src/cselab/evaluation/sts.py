@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy.stats import spearmanr
 
 from cselab.data.sts import STSPairs, canonical_task, load_task
 from cselab.io.tables import Column, Table, text_lines
@@ -74,6 +73,9 @@ def spearman(
         raise ValueError(f"spearman: x and y must have the same length, got {xa.shape[0]} and {ya.shape[0]}")
     if xa.shape[0] < 2:
         raise ValueError(f"spearman: need at least 2 points, got {xa.shape[0]}")
+    # (imported here: the run's config specs import this module, and scipy.stats takes 1.2 s to import)
+    from scipy.stats import spearmanr
+
     return float(spearmanr(xa, ya)[0])
 
 

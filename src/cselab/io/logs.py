@@ -17,6 +17,7 @@ table (the keys a checkpoint has that the model does not, and the reverse) becom
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 import warnings
@@ -84,11 +85,17 @@ def quiet_third_party() -> None:
         logger.addFilter(OneLineLoadReport())
     if interactive():
         return
-    from huggingface_hub.utils import disable_progress_bars
-    from transformers.utils import logging as hf_logging
+    # not imported here (transformers takes about 1 s, and a refused command answers before it loads): the
+    # variable switches the bars off when huggingface_hub is imported, and transformers' follow hub's at its import
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "huggingface_hub" in sys.modules:  # imported already: off now
+        from huggingface_hub.utils import disable_progress_bars
 
-    disable_progress_bars()
-    hf_logging.disable_progress_bar()
+        disable_progress_bars()
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
 
 def one_line_per_event() -> None:

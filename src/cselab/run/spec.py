@@ -37,7 +37,7 @@ from cselab.run.pieces import (
     resolve_pad_to_multiple_of,
     resolve_precision,
 )
-from cselab.run.resume import ResumeSpec
+from cselab.run.resume import ResumeSpec, RunFinished
 
 #: ``lightning.Trainer``'s own defaults of the arguments the run reads from the ``trainer`` node
 TRAINER_DEFAULTS = {"accelerator": "auto", "precision": "auto", "strategy": "auto", "enable_progress_bar": True}
@@ -85,9 +85,13 @@ class RunSpec:
         train = bool(cfg.method.train)
         resume = ResumeSpec(ckpt_path=cfg.ckpt_path, dir=cfg.resume.dir, overwrite=bool(cfg.overwrite),
                             allow_changed=tuple(str(k) for k in cfg.resume.allow_changed or ()))
-        config, copies = resolved_config(cfg), copies_of(cfg)
+        config = resolved_config(cfg)
         if output_dir is not None:
-            resume.check_directory(Path(output_dir), train, config, copies)
+            try:
+                resume.check_directory(Path(output_dir), train, config)
+            except RunFinished as done:  # (the copies name the method's class: imported here, or after the checks)
+                done.copies = copies_of(cfg)
+                raise
         moved = [key for key in MOVED_KEYS if "." in key and OmegaConf.select(cfg, key, default=None) is not None]
         if moved:  # a YAML (an experiment, a sweep) that still uses an old spelling
             raise ConfigError(f"{moved[0]} moved: it is {MOVED_KEYS[moved[0]]} now (conf/config.yaml)")
@@ -97,7 +101,11 @@ class RunSpec:
         if cfg.eval.dev_encoder not in ("official", "test"):
             raise ConfigError(f"eval.dev_encoder={cfg.eval.dev_encoder!r}: expected 'official' or 'test'")
         training = _training(cfg) if train else None
+        evaluation = evaluation_spec(cfg)
+        # the checks above read the config alone; the method's class (a LightningModule: Lightning takes seconds to
+        # import) is imported from here on, for its options and its own rules
         module, callbacks = module_node(cfg), resolved_config(cfg.callbacks) or {}  # name -> node (null: None)
+        copies = copies_of(cfg)
         names = RunNames(method=cfg.method.name, backbone=str(OmegaConf.select(cfg, "backbone.name")
                                                               or cfg.backbone.name_or_path),
                          name_or_path=cfg.backbone.name_or_path, setting=cfg.setting.name, loss=cfg.loss.name,
@@ -109,7 +117,7 @@ class RunSpec:
                             transfer_tasks=tuple(cfg.eval.transfer_tasks or ()),
                             transfer_mode=str(cfg.eval.transfer_mode), **shares,  # absent: the type's defaults
                             **model_inputs(cfg, training, module))
-        spec = cls(names=names, resume=resume, inputs=inputs, evaluation=evaluation_spec(cfg), module=module,
+        spec = cls(names=names, resume=resume, inputs=inputs, evaluation=evaluation, module=module,
                    callbacks=callbacks, logger=OmegaConf.to_container(cfg.logger, resolve=True), config=config,
                    copies=copies, training=training, seed=cfg.seed)
         node = dict(module)
