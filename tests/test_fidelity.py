@@ -166,7 +166,7 @@ def test_cot_bert_dev_encoder_has_no_period_and_no_bias(tiny_mlm_dir):
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_paper_config_composes_to_the_official_behaviour(name):
-    """Items 1, 3, 4, 6, 7 of the ledger as the paper rows compose them."""
+    """Items 1, 3, 4, 6, 7 and F3-F6, C6, SN12 of the ledger as the paper rows compose them."""
     cfg = _cfg([f"experiment={name}"])
     method, family, setting = cfg.method.name, cfg.backbone.family, cfg.setting.name
     assert cfg.eval.dev_encoder == "official"
@@ -186,6 +186,43 @@ def test_every_paper_config_composes_to_the_official_behaviour(name):
         assert cfg.loss.groups == 1
     if method == "dcpcse" and cfg.method.mlm:
         assert cfg.method.mlm.lm_head == "untied"
+    # F4, F5: the HF Trainer's optimizer and clipping (transformers 4.2.1: transformers.AdamW, no weight decay, no
+    # warm-up, max_grad_norm 1.0; PromptEOL: warmup_steps=100, SE ft_llm.py:472)
+    assert (cfg.optim.adamw, cfg.optim.weight_decay, cfg.optim.warmup_ratio) == ("transformers", 0.0, 0.0)
+    assert cfg.optim.warmup_steps == (100 if method == "prompteol" else 0)
+    assert cfg.trainer.gradient_clip_val == 1.0 and cfg.trainer.get("gradient_clip_algorithm") in (None, "norm")
+    # F6, SN12: STS-B dev (the checkpoint selection) every 125 steps (--eval_steps 125; SNCSE --save_steps 125);
+    # OptiPrompt every 1000 (PB run.sh:61, ES=1000); PromptEOL's checkpoints every 50 (SE train_llm.sh:19)
+    if cfg.method.train:
+        assert cfg.trainer.val_check_interval == {"optiprompt": 1000, "prompteol": 50}.get(method, 125)
+    # F3: no truncation at evaluation (the SentEval batcher); BERT-whitening's encoder: 64 tokens (W7)
+    assert cfg.eval.max_seq_len == (64 if name.startswith("whitening/") else None)
+    # C6: CoT-BERT's seed 0 and --dataloader_drop_last (CoT code-for-BERT/train.py:513-514)
+    assert (cfg.seed, cfg.data.drop_last) == ((0, True) if method == "cot_bert" else (42, False))
+
+
+def test_evaluation_encodes_the_whole_sentence(tiny_mlm_dir):
+    """F3: the SentEval batcher tokenizes with ``padding=True`` and no ``max_length`` (PB ``trainers.py:107-111``):
+    a sentence longer than the 32 training tokens is encoded whole: its test embedding is the backbone's own
+    [CLS] state of all its tokens (SimCSE unsup: ``cls_before_pooler``), not that of its first 32."""
+    from transformers import AutoModel, AutoTokenizer
+
+    words = ("the quick brown fox jumps over the lazy dog while two cats watch from a sunny window and a bird "
+             "sings in the old oak tree near the quiet river bank on a warm summer afternoon").split()
+    sentence = " ".join(words)
+    tok = AutoTokenizer.from_pretrained(tiny_mlm_dir)
+    ids = tok([sentence], return_tensors="pt")
+    assert ids["input_ids"].shape[1] > 40  # longer than max_seq_len (32)
+    backbone = AutoModel.from_pretrained(tiny_mlm_dir).eval()
+    with torch.no_grad():
+        whole = backbone(**ids).last_hidden_state[:, 0]
+        first_32 = backbone(**tok([sentence], return_tensors="pt", max_length=32, truncation=True)).last_hidden_state[:, 0]
+    method = _build(["method=simcse"], tiny_mlm_dir)
+    got = method.encode([sentence])
+    torch.testing.assert_close(got, whole, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(got, first_32, atol=1e-4)
+    truncated = _build(["method=simcse", "eval.max_seq_len=32"], tiny_mlm_dir).encode([sentence])  # the option
+    torch.testing.assert_close(truncated, first_32, rtol=1e-5, atol=1e-6)
 
 
 def test_the_callback_selects_checkpoints_with_the_dev_encoder():

@@ -19,7 +19,7 @@ import lightning as L
 import torch
 from hydra.utils import get_object
 
-from cselab.io.config import ADDED_NODES, OUTPUT_ONLY_KEYS, flatten, key_matches
+from cselab.io.config import ADDED_KEYS, ADDED_NODES, OUTPUT_ONLY_KEYS, flatten, key_matches
 from cselab.methods.checks import LEGACY_MODEL_KEYS, LEGACY_OPTIM_KEYS
 from cselab.model.spec import ConfigError
 
@@ -37,7 +37,8 @@ def config_changes(saved: dict[str, Any], new: dict[str, Any],
     """The keys whose resolved values differ between a checkpoint's config ``saved`` and the new one, leaving out
     :data:`~cselab.io.config.OUTPUT_ONLY_KEYS` (logging, paths, evaluation batch size, workers, ...), the
     ``module`` node's copies of other keys (``copies``, :func:`cselab.run.spec.copies_of`), and a node added since
-    ``saved`` was written whose switch keeps the old behaviour (:data:`~cselab.io.config.ADDED_NODES`).
+    ``saved`` was written whose switch keeps the old behaviour (:data:`~cselab.io.config.ADDED_NODES`; a key:
+    :data:`~cselab.io.config.ADDED_KEYS`).
 
     Args:
         saved, new: resolved configs as plain containers.
@@ -50,6 +51,7 @@ def config_changes(saved: dict[str, Any], new: dict[str, Any],
     old_flat, new_flat = flatten(saved), flatten(new)
     derived += [node for node, (switch, old_value) in ADDED_NODES.items()
                 if not any(key_matches(k, (node,)) for k in old_flat) and new_flat.get(f"{node}.{switch}") == old_value]
+    derived += [key for key, old_value in ADDED_KEYS.items() if key not in old_flat and new_flat.get(key) == old_value]
     changes = []
     for key in sorted(set(old_flat) | set(new_flat)):
         if key_matches(key, OUTPUT_ONLY_KEYS) or key_matches(key, tuple(derived)):

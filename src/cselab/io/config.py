@@ -79,6 +79,10 @@ OUTPUT_ONLY_KEYS: tuple[str, ...] = (
 #: node did: while the new config's switch has that value, the node's keys are no change to such a run (its
 #: checkpoints resume, its finished results.json is re-run as finished).  ``eval.whitening``: #34, off before.
 ADDED_NODES: dict[str, tuple[str, Any]] = {"eval.whitening": ("enabled", False)}
+#: config keys added after runs were saved -> the value that reproduces what a run saved without the key did: while
+#: the new config has that value, the key's absence is no change to such a run.  ``optim.adamw``: torch's AdamW
+#: update before the official one became the default.
+ADDED_KEYS: dict[str, Any] = {"optim.adamw": "torch"}
 #: override keys that name a run's coordinates (W&B tags of their own)
 COORDINATE_KEYS: tuple[str, ...] = ("method", "backbone", "setting", "seed", "experiment", "sweep")
 

@@ -53,11 +53,12 @@ class ContrastiveMethod(L.LightningModule):
             derives its views: :meth:`view_specs`); or a whole :class:`EmbeddingSpec` (its views as given).
         loss: loss config (``name`` + its arguments, :func:`cselab.methods.losses.build_loss`); None:
             :attr:`default_loss` (InfoNCE).
-        optim: ``{"lr", "weight_decay", "warmup_ratio", "warmup_steps", "fused"}``: AdamW and the linear schedule
-            (``warmup_steps`` > 0, e.g. PromptEOL's 100, wins over ``warmup_ratio``); ``fused``: ``auto`` (the
-            fused AdamW kernel on CUDA and CPU: one kernel for all parameters, and the non-finite check stays on
-            the device, :mod:`cselab.methods.nonfinite`), ``true`` or ``false`` (``torch.optim.AdamW``'s default
-            implementation); missing keys: :data:`OPTIM_DEFAULTS`.
+        optim: ``{"lr", "weight_decay", "warmup_ratio", "warmup_steps", "fused", "adamw"}``: AdamW and the linear
+            schedule (``warmup_steps`` > 0, e.g. PromptEOL's 100, wins over ``warmup_ratio``); ``fused``: ``auto``
+            (the fused AdamW kernel on CUDA and CPU: one kernel for all parameters, and the non-finite check stays
+            on the device, :mod:`cselab.methods.nonfinite`), ``true`` or ``false`` (``torch.optim.AdamW``'s default
+            implementation); ``adamw``: ``transformers`` (the official code's update,
+            :class:`cselab.methods.optim.TransformersAdamW`) or ``torch``; missing keys: :data:`OPTIM_DEFAULTS`.
         setting: ``unsup`` (one sentence, dropout views) or ``sup`` (NLI triplets sent0, sent1, hard_neg).
         train: False for methods evaluated without fine-tuning (a ``tuning=lora`` then adds no adapters: it
             becomes ``frozen``, so that a direct-inference model saves as the plain backbone).

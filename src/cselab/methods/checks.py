@@ -21,7 +21,11 @@ log = logging.getLogger(__name__)
 
 NEGATIVES = ("global", "per_device")
 #: AdamW and its linear schedule (``optim``): the official implementations' (no warm-up, no weight decay)
-OPTIM_DEFAULTS = {"lr": 3e-5, "weight_decay": 0.0, "warmup_ratio": 0.0, "warmup_steps": 0, "fused": "auto"}
+OPTIM_DEFAULTS = {"lr": 3e-5, "weight_decay": 0.0, "warmup_ratio": 0.0, "warmup_steps": 0, "fused": "auto",
+                  "adamw": "transformers"}
+#: ``optim.adamw`` values: the update of transformers 4.2.1's AdamW (the official code's,
+#: :class:`cselab.methods.optim.TransformersAdamW`) or torch's
+ADAMW_UPDATES = ("transformers", "torch")
 #: ``optim.fused`` values: ``auto`` = the fused AdamW kernel wherever the parameters' device has one (CUDA, CPU)
 FUSED_CHOICES = ("auto", True, False)
 #: learning rates above this are outside what any of the papers' configs use (largest: 3e-2, soft prompts)
@@ -145,8 +149,8 @@ def check_training(loss: Mapping[str, Any] | None, optim: Mapping[str, Any] | No
     """The loss's and the optimiser's values (``module.loss``, ``module.optim``; None: not given, nothing to
     check): ``loss.temperature > 0``; when ``train``, ``optim.lr`` a number > 0 (a warning above
     :data:`PLAUSIBLE_MAX_LR`), ``optim.weight_decay >= 0``, ``0 <= optim.warmup_ratio < 1``,
-    ``optim.warmup_steps >= 0``, ``optim.fused``
-    one of :data:`FUSED_CHOICES`.
+    ``optim.warmup_steps >= 0``, ``optim.fused`` one of :data:`FUSED_CHOICES`, ``optim.adamw`` one of
+    :data:`ADAMW_UPDATES`.
 
     Raises:
         ConfigError: names the key, the value and what was expected.
@@ -168,6 +172,10 @@ def check_training(loss: Mapping[str, Any] | None, optim: Mapping[str, Any] | No
     fused = optim["fused"] if "fused" in optim else OPTIM_DEFAULTS["fused"]
     if fused not in FUSED_CHOICES:  # the method's own values (cselab.methods.optim.fused_adamw)
         raise ConfigError(f"optim.fused={fused!r}: expected auto, true or false")
+    update = optim["adamw"] if "adamw" in optim else OPTIM_DEFAULTS["adamw"]
+    if update not in ADAMW_UPDATES:
+        raise ConfigError(f"optim.adamw={update!r}: expected one of {', '.join(ADAMW_UPDATES)} (transformers: the "
+                          "official code's AdamW update)")
     if optim["lr"] > PLAUSIBLE_MAX_LR:
         log.warning("optim.lr=%g is far above the papers' learning rates (1e-5 for full fine-tuning .. 3e-2 for "
                     "soft prompts): training will probably diverge; check the value", optim["lr"])

@@ -1,24 +1,96 @@
-"""The methods' optimizer: AdamW (eps 1e-8; fused per ``optim.fused``) with the linear schedule of
-``transformers.get_linear_schedule_with_warmup`` (no warm-up and weight decay 0 in every official implementation),
-and the gradient clipping that Lightning's mixed-precision plugin refuses for a fused optimizer."""
+"""The methods' optimizer: AdamW (eps 1e-8; the update of transformers 4.2.1's AdamW by default, ``optim.adamw``;
+fused per ``optim.fused``) with the linear schedule of ``transformers.get_linear_schedule_with_warmup`` (no warm-up
+and weight decay 0 in every official implementation), and the gradient clipping that Lightning's mixed-precision
+plugin refuses for a fused optimizer."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
-from cselab.methods.checks import FUSED_CHOICES
+from cselab.methods.checks import FUSED_CHOICES, OPTIM_DEFAULTS
 from cselab.methods.nonfinite import honours_found_inf
 
 #: devices with a fused AdamW kernel that honours ``found_inf`` (torch >= 2.4)
 FUSED_DEVICES = ("cuda", "cpu")
 
 
+class TransformersAdamW(torch.optim.AdamW):
+    """``torch.optim.AdamW`` (its fused, foreach or for-loop kernel) making the update of transformers 4.2.1's
+    ``AdamW``, the optimizer of every official implementation: SimCSE, PromptBERT, CoT-BERT, DCPCSE, PromCSE and the
+    SimCSE forks (DiffCSE, ESimCSE, SNCSE, RankCSE) pin ``transformers==4.2.1`` (their ``requirements.txt``) and train
+    with its ``Trainer``, whose ``create_optimizer_and_scheduler`` builds ``transformers.AdamW``
+    (``trainer.py:545-590``; ``adam_epsilon`` 1e-8, betas (0.9, 0.999): ``training_args.py:290-292``); PromptEOL's
+    ``ft_llm.py:469-489`` (transformers of July 2023) leaves ``optim`` at its default then, ``adamw_hf``, the same
+    class (4.31.0 ``training_args.py:1026``, ``optimization.py:468-474``).
+
+    transformers adds epsilon to ``sqrt(v)`` before the bias correction (``optimization.py:344-355``)::
+
+        p <- p - lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + eps)
+
+    torch adds it after: ``p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)``, the same update
+    with ``eps_t = eps / sqrt(1 - beta2^t)``.  Before each step this class sets each group's ``eps`` to that value (a
+    float on the host: nothing is read from the device), so the two agree to rounding; the difference it removes is
+    largest in the first steps and for small gradients (at t = 1, ``sqrt(v) = 0.032 |g|``: torch's epsilon is 32x
+    smaller there).  The step ``t`` is counted per group (``transformers_steps``, saved with the optimizer's state).
+    A step whose update the fused kernel skips on the device (``found_inf``, ``nonfinite.policy=skip``; the
+    official Trainer never skips) is counted here but not in torch's state: from then on ``eps_t`` is that of the
+    next step (a relative change below ``1 - beta2 = 1e-3`` of it, and none once ``beta2^t`` is negligible).
+
+    Weight decay (0 in every official run) stays torch's: decoupled, applied before the update, where transformers
+    applies it after (``optimization.py:357-366``: a difference of ``lr * weight_decay`` times the update).
+
+    Args:
+        params: the parameters (or groups) to optimize.
+        lr, betas, eps, weight_decay, fused: as ``torch.optim.AdamW``; ``eps`` is transformers' epsilon.
+
+    Raises:
+        ValueError: as ``torch.optim.AdamW`` (a negative ``lr`` or ``eps``, ``fused`` on an unsupported device).
+    """
+
+    def __init__(self, params: Iterable[torch.nn.Parameter] | Iterable[dict], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                 fused: bool | None = None) -> None:
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused)
+        for group in self.param_groups:
+            group.setdefault("transformers_eps", group["eps"])
+            group.setdefault("transformers_steps", 0)
+
+    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
+        """One update: ``closure`` first (Lightning's: the forward, backward and the hooks before the update),
+        then each group's ``eps`` for this step, then torch's update."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            if "transformers_steps" not in group:  # a state saved by torch.optim.AdamW (resume.allow_changed)
+                group["transformers_eps"] = group["eps"]
+                group["transformers_steps"] = _torch_steps(self, group)
+            group["transformers_steps"] += 1
+            beta2 = group["betas"][1]
+            group["eps"] = group["transformers_eps"] / math.sqrt(1.0 - beta2 ** group["transformers_steps"])
+        super().step()
+        return loss
+
+
+def _torch_steps(optimizer: torch.optim.Optimizer, group: dict) -> int:
+    """The steps torch's state counts for ``group`` (its first parameter with a state; 0 if none): read once, when
+    a state saved by ``torch.optim.AdamW`` is continued by :class:`TransformersAdamW`."""
+    for p in group["params"]:
+        step = optimizer.state.get(p, {}).get("step")
+        if step is not None:
+            return int(step)
+    return 0
+
+
 def configure_adamw(module) -> dict:
     """``configure_optimizers`` of a :class:`~cselab.methods.base.ContrastiveMethod`: AdamW over its trainable
-    parameters (eps 1e-8, ``optim.lr``, ``optim.weight_decay``; fused per ``optim.fused``, never under float16's
-    GradScaler) + linear decay after ``optim.warmup_steps`` (if > 0) or ``optim.warmup_ratio`` x the total steps of
+    parameters (eps 1e-8, ``optim.lr``, ``optim.weight_decay``; ``optim.adamw``: ``transformers`` =
+    :class:`TransformersAdamW`, the official code's update, or ``torch`` = ``torch.optim.AdamW``; fused per
+    ``optim.fused``, never under float16's GradScaler) + linear decay after ``optim.warmup_steps`` (if > 0) or ``optim.warmup_ratio`` x the total steps of
     warm-up, stepped every optimizer step.  A fused AdamW takes the non-finite policy's ``found_inf`` flag
     (:meth:`cselab.methods.nonfinite.NonFinitePolicy.attach`).
 
@@ -36,8 +108,10 @@ def configure_adamw(module) -> dict:
     fused = optim.get("fused", "auto")
     if fused == "auto" and getattr(trainer.precision_plugin, "scaler", None) is not None:
         fused = False  # float16's GradScaler: the unscale would happen inside the kernel, after clipping
-    optimizer = torch.optim.AdamW(params, lr=optim["lr"], weight_decay=optim["weight_decay"], eps=1e-8,
-                                  fused=fused_adamw(fused, params))
+    # (optim.adamw checked with the config: cselab.methods.checks.check_training)
+    adamw = TransformersAdamW if optim.get("adamw", OPTIM_DEFAULTS["adamw"]) == "transformers" else torch.optim.AdamW
+    optimizer = adamw(params, lr=optim["lr"], weight_decay=optim["weight_decay"], eps=1e-8,
+                      fused=fused_adamw(fused, params))
     module.nonfinite.attach(optimizer, module.device)
     steps = trainer.estimated_stepping_batches
     if steps == float("inf"):
