@@ -281,7 +281,6 @@ def tiny_mlm_dir(tiny_bert_dir, tmp_path_factory):
 def sts_data_dir() -> Path:
     """The data directory holding ``senteval/downstream`` ($CSELAB_DATA_DIR, ./data or ../shared/data); skips
     the test when there is none (run ``make data``)."""
-
     root = Path(__file__).resolve().parents[1]
     for cand in (os.environ.get("CSELAB_DATA_DIR"), root / "data", root.parent / "shared" / "data"):
         if cand and (Path(cand) / "senteval" / "downstream").is_dir():
@@ -314,7 +313,6 @@ def run_py(run_dir: Path, *overrides: str, data_dir: Path | None = None, timeout
 def session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder of this test session that every pytest-xdist worker sees: the parent of the workers' temporary
     roots under xdist (``.../pytest-N``), the session's own temporary root without it."""
-
     base = tmp_path_factory.getbasetemp()
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 

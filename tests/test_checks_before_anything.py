@@ -84,7 +84,8 @@ print("loaded", sorted(m for m in ("lightning", "cselab.methods.base", "cselab.r
 def test_a_run_level_refusal_comes_before_lightning_and_the_methods_load(tmp_path, command):
     """A mistyped key and a bad run-level value (seed, trainer, eval) are refused before Lightning, the methods,
     dynamo, scikit-learn, transformers and scipy.stats are imported (on an idle 2-core machine: Lightning alone is
-    3-7 s of a run's start-up, dynamo and scikit-learn 2 s each, scipy.stats and transformers 1 s each; such a
+    about 9 s of a run's start-up, 5 s of it torchmetrics, which imports transformers and scipy.signal; dynamo and
+    scikit-learn 2 s each, scipy.stats and transformers 1 s each; such a
     refusal took 8.9 s with the last two, 5.3 s without).  The method's own checks import its class, a
     LightningModule: a refusal of a ``method.*`` value or an input file comes after Lightning has loaded."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
