@@ -34,7 +34,9 @@ class TransformersAdamW(torch.optim.AdamW):
     with ``eps_t = eps / sqrt(1 - beta2^t)``.  Before each step this class sets each group's ``eps`` to that value (a
     float on the host: nothing is read from the device), so the two agree to rounding; the difference it removes is
     largest in the first steps and for small gradients (at t = 1, ``sqrt(v) = 0.032 |g|``: torch's epsilon is 32x
-    smaller there).  The step ``t`` is counted per group (``transformers_steps``, saved with the optimizer's state).
+    smaller there).  The step ``t`` is counted per group (``transformers_steps``, saved with the optimizer's state):
+    transformers counts it per parameter, which is the same count since every trainable parameter of a method gets a
+    gradient at every step (``tests/test_contract.py::test_every_trainable_parameter_gets_a_gradient``).
     A step whose update the fused kernel skips on the device (``found_inf``, ``nonfinite.policy=skip``; the
     official Trainer never skips) is counted here but not in torch's state: from then on ``eps_t`` is that of the
     next step (a relative change below ``1 - beta2 = 1e-3`` of it, and none once ``beta2^t`` is negligible).
