@@ -45,6 +45,7 @@ BAD = {
     "eval.test_tasks=[]": "eval.test_tasks=[]: expected at least one task",
     "eval.test_tasks=[stsb,STS-B]": "eval.test_tasks: stsb is listed twice",
     "eval.aggregation=median": "eval.aggregation='median': expected one of all, mean, wmean",
+    "eval.best_on_tie=middle": "eval.best_on_tie='middle': expected one of first, last",
     "eval.whitening.enabled=true eval.whitening.n_sentences=8 eval.whitening.k=8":
         "eval.whitening.n_sentences=8 cannot whiten k=8 dimensions",
     "eval.batch_size=0": "eval.batch_size=0: expected a number of sentences >= 1",

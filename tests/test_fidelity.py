@@ -166,7 +166,7 @@ def test_cot_bert_dev_encoder_has_no_period_and_no_bias(tiny_mlm_dir):
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_paper_config_composes_to_the_official_behaviour(name):
-    """Items 1, 3, 4, 6, 7 and F3-F6, C6, SN12 of the ledger as the paper rows compose them."""
+    """Items 1, 3, 4, 6, 7 and F3-F6, C6, SN12, L21 of the ledger as the paper rows compose them."""
     cfg = _cfg([f"experiment={name}"])
     method, family, setting = cfg.method.name, cfg.backbone.family, cfg.setting.name
     assert cfg.eval.dev_encoder == "official"
@@ -197,6 +197,10 @@ def test_every_paper_config_composes_to_the_official_behaviour(name):
         assert cfg.trainer.val_check_interval == {"optiprompt": 1000, "prompteol": 50}.get(method, 125)
     # F3: no truncation at evaluation (the SentEval batcher); BERT-whitening's encoder: 64 tokens (W7)
     assert cfg.eval.max_seq_len == (64 if name.startswith("whitening/") else None)
+    # L21, #4: equal dev scores -- the HF Trainer keeps the first best (SC simcse/trainers.py:163-170), PromptEOL's
+    # evaluation.py the later one at two decimals (:292, :308)
+    prompteol_rule = method == "prompteol" and cfg.method.train
+    assert (cfg.eval.best_on_tie, cfg.eval.best_decimals) == (("last", 2) if prompteol_rule else ("first", None))
     # C6: CoT-BERT's seed 0 and --dataloader_drop_last (CoT code-for-BERT/train.py:513-514)
     assert (cfg.seed, cfg.data.drop_last) == ((0, True) if method == "cot_bert" else (42, False))
 

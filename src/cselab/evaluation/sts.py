@@ -44,6 +44,22 @@ PAPER_NAMES: dict[str, str] = {
 
 #: valid values of ``aggregation``.
 AGGREGATIONS: tuple[str, ...] = ("all", "mean", "wmean")
+#: ``eval.best_on_tie``: which of two checkpoints with the same STS-B dev score is the best (the earlier: the HF
+#: Trainer of the encoder methods' official code; the later: PromptEOL's evaluation.py)
+BEST_ON_TIE: tuple[str, ...] = ("first", "last")
+
+
+def check_best_rule(on_tie: str, decimals: int | None) -> None:
+    """The checkpoint selection's tie rule (``eval.best_on_tie``, ``eval.best_decimals``;
+    :class:`cselab.run.checkpoints.BestCheckpoint`).
+
+    Raises:
+        ValueError: an unknown ``on_tie``, or ``decimals`` not null nor an integer >= 0 (names the key).
+    """
+    if on_tie not in BEST_ON_TIE:
+        raise ValueError(f"eval.best_on_tie={on_tie!r}: expected one of {', '.join(BEST_ON_TIE)}")
+    if decimals is not None and (isinstance(decimals, bool) or not isinstance(decimals, int) or decimals < 0):
+        raise ValueError(f"eval.best_decimals={decimals!r}: expected null or a number of decimals >= 0 (PromptEOL: 2)")
 
 #: ``encode(sentences) -> Tensor[len(sentences), D]``.
 EncodeFn = Callable[[list[str]], torch.Tensor]

@@ -81,8 +81,8 @@ OUTPUT_ONLY_KEYS: tuple[str, ...] = (
 ADDED_NODES: dict[str, tuple[str, Any]] = {"eval.whitening": ("enabled", False)}
 #: config keys added after runs were saved -> the value that reproduces what a run saved without the key did: while
 #: the new config has that value, the key's absence is no change to such a run.  ``optim.adamw``: torch's AdamW
-#: update before the official one became the default.
-ADDED_KEYS: dict[str, Any] = {"optim.adamw": "torch"}
+#: update before the official one became the default; ``eval.best_*``: Lightning's rule (the first best) before.
+ADDED_KEYS: dict[str, Any] = {"optim.adamw": "torch", "eval.best_on_tie": "first", "eval.best_decimals": None}
 #: override keys that name a run's coordinates (W&B tags of their own)
 COORDINATE_KEYS: tuple[str, ...] = ("method", "backbone", "setting", "seed", "experiment", "sweep")
 

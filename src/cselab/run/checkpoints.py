@@ -14,6 +14,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from cselab.evaluation.sts import check_best_rule
 from cselab.io.files import remove_stale_temporaries, staged
 
 
@@ -88,6 +89,54 @@ def set_aside(path: str | Path) -> Path:
         target, n = path.with_name(f"{path.name}.unreadable-{stamp}-{n}"), n + 1
     path.rename(target)
     return target
+
+
+class BestCheckpoint(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` keeping the best STS-B dev checkpoint (``save_top_k=1``), with the official
+    code's rule for equal scores (``eval.best_on_tie``, ``eval.best_decimals``):
+
+    * ``first``, unrounded (every encoder method's official code): the HF Trainer's ``_save_checkpoint`` replaces
+      the best only with a strictly better score (SimCSE ``simcse/trainers.py:163-170``, ``np.greater``), as
+      Lightning's own ``ModelCheckpoint`` does;
+    * ``last``, 2 decimals (PromptEOL, ``kongds/scaling_sentemb``): ``evaluation.py:292`` prints the Spearman x 100
+      with ``"%.2f"`` and ``:299-311`` copies the checkpoint to ``best_model`` when that printed score is ``>=`` the
+      largest printed so far, so a tie at two decimals goes to the later checkpoint.
+
+    Its state is saved under Lightning's ``ModelCheckpoint`` key, so that a checkpoint written before this class
+    resumes with its best checkpoint.
+
+    Args:
+        on_tie: ``first`` or ``last`` (:data:`cselab.evaluation.sts.BEST_ON_TIE`).
+        decimals: compare the monitored scores rounded to this many decimals (None: as they are).
+        **kwargs: ``ModelCheckpoint``'s (``monitor``, ``mode``, ``save_top_k`` ...).
+
+    Raises:
+        ValueError: an unknown ``on_tie``, a negative ``decimals``, or a rule other than the default with
+            ``save_top_k`` other than 1.
+    """
+
+    def __init__(self, *args: Any, on_tie: str = "first", decimals: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        check_best_rule(on_tie, decimals)
+        if (on_tie, decimals) != ("first", None) and self.save_top_k != 1:
+            raise ValueError(f"eval.best_on_tie / eval.best_decimals decide between two checkpoints: save_top_k=1, "
+                             f"not {self.save_top_k}")
+        self.on_tie, self.decimals = on_tie, decimals
+
+    @property
+    def state_key(self) -> str:
+        return super().state_key.replace(type(self).__qualname__, ModelCheckpoint.__qualname__, 1)
+
+    def check_monitor_top_k(self, trainer, current: torch.Tensor | None = None) -> bool:
+        """Whether ``current`` replaces the best checkpoint: Lightning's rule, or the official code's (above)."""
+        if (self.on_tie, self.decimals) == ("first", None) or current is None or not self.best_k_models:
+            return super().check_monitor_top_k(trainer, current)
+        now, best = float(current), float(self.best_k_models[self.kth_best_model_path])  # (at a validation only)
+        if self.decimals is not None:
+            now, best = round(now, self.decimals), round(best, self.decimals)
+        better = now > best if self.mode == "max" else now < best
+        replaces = better or (self.on_tie == "last" and now == best)
+        return trainer.strategy.reduce_boolean_decision(bool(replaces))
 
 
 class LastCheckpoint(ModelCheckpoint):

@@ -17,7 +17,7 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cselab.evaluation.stats import BootstrapOptions
-from cselab.evaluation.sts import AGGREGATIONS
+from cselab.evaluation.sts import AGGREGATIONS, check_best_rule
 from cselab.evaluation.transfer import TransferProtocol
 from cselab.io.config import MOVED_KEYS, flatten, has_templates
 from cselab.methods.cached_step import check_options
@@ -290,6 +290,8 @@ def evaluation_spec(cfg: DictConfig) -> EvalSpec:
                           "GPU, 128 on CPU)")
     try:
         bootstrap = BootstrapOptions.from_config(cfg.eval.bootstrap)
+        check_best_rule(OmegaConf.select(cfg, "eval.best_on_tie", default="first"),
+                        OmegaConf.select(cfg, "eval.best_decimals", default=None))
     except ValueError as err:
         raise ConfigError(str(err)) from None
     trained = OmegaConf.to_container(cfg.module.backbone, resolve=True)
