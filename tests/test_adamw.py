@@ -142,3 +142,23 @@ def test_a_run_trains_with_the_transformers_update_by_default(make_method, tmp_p
         optimizer = method.trainer.optimizers[0]
         assert type(optimizer) is cls, update
         assert optimizer.param_groups[0].get("transformers_steps", 2) == 2
+
+
+def test_weight_decay_spares_biases_and_layernorm_weights_as_the_hf_trainer(make_method, tmp_path) -> None:
+    """transformers 4.2.1 ``trainer.py:553-562``: a parameter whose name contains ``bias`` or ``LayerNorm.weight``
+    is not decayed; the others decay by ``optim.weight_decay`` (and with 0, one group as before)."""
+    from tests.test_fused_adamw import _fit
+
+    method = make_method("simcse", "bert", pooler="cls", lr=1e-5, weight_decay=0.01)
+    _fit(method, tmp_path / "wd", 1)
+    names = {id(p): n for n, p in method.named_parameters()}
+    groups = method.trainer.optimizers[0].param_groups
+    assert [(g["weight_decay"], bool(g.get("no_decay"))) for g in groups] == [(0.01, False), (0.0, True)]
+    spared = {names[id(p)] for p in groups[1]["params"]}
+    expected = {n for n, p in method.named_parameters() if p.requires_grad and (
+        n.endswith(".bias") or n.endswith("LayerNorm.weight"))}
+    assert spared == expected and any("LayerNorm.weight" in n for n in spared) and any("bias" in n for n in spared)
+    assert not any(n.endswith(".bias") or "LayerNorm" in n for n in (names[id(p)] for p in groups[0]["params"]))
+    plain = make_method("simcse", "bert", pooler="cls", lr=1e-5)
+    _fit(plain, tmp_path / "no_wd", 1)
+    assert len(plain.trainer.optimizers[0].param_groups) == 1

@@ -169,7 +169,7 @@ class RunConfig(L.Callback):
             return
         for optimizer in trainer.optimizers:
             for group in optimizer.param_groups:
-                if "weight_decay" in new:
+                if "weight_decay" in new and not group.get("no_decay"):  # the HF Trainer's biases, LayerNorms
                     group["weight_decay"] = float(new["weight_decay"])
                 if "lr" in new:  # the schedule's factor at this step is kept: lr = new base x factor
                     base = group.get("initial_lr", group["lr"])

@@ -42,7 +42,8 @@ class TransformersAdamW(torch.optim.AdamW):
     next step (a relative change below ``1 - beta2 = 1e-3`` of it, and none once ``beta2^t`` is negligible).
 
     Weight decay (0 in every official run) stays torch's: decoupled, applied before the update, where transformers
-    applies it after (``optimization.py:357-366``: a difference of ``lr * weight_decay`` times the update).
+    applies it after (``optimization.py:357-366``: a difference of ``lr * weight_decay`` times the update); the
+    Trainer's groups (biases and LayerNorm weights not decayed) are :func:`decay_groups`.
 
     Args:
         params: the parameters (or groups) to optimize.
@@ -91,8 +92,9 @@ def _torch_steps(optimizer: torch.optim.Optimizer, group: dict) -> int:
 def configure_adamw(module) -> dict:
     """``configure_optimizers`` of a :class:`~cselab.methods.base.ContrastiveMethod`: AdamW over its trainable
     parameters (eps 1e-8, ``optim.lr``, ``optim.weight_decay``; ``optim.adamw``: ``transformers`` =
-    :class:`TransformersAdamW`, the official code's update, or ``torch`` = ``torch.optim.AdamW``; fused per
-    ``optim.fused``, never under float16's GradScaler) + linear decay after ``optim.warmup_steps`` (if > 0) or ``optim.warmup_ratio`` x the total steps of
+    :class:`TransformersAdamW`, the official code's update, with the HF Trainer's weight-decay groups
+    (:func:`decay_groups`), or ``torch`` = ``torch.optim.AdamW`` over one group; fused per ``optim.fused``, never
+    under float16's GradScaler) + linear decay after ``optim.warmup_steps`` (if > 0) or ``optim.warmup_ratio`` x the total steps of
     warm-up, stepped every optimizer step.  A fused AdamW takes the non-finite policy's ``found_inf`` flag
     (:meth:`cselab.methods.nonfinite.NonFinitePolicy.attach`).
 
@@ -105,14 +107,17 @@ def configure_adamw(module) -> dict:
     """
     from transformers import get_linear_schedule_with_warmup
 
-    params = [p for p in module.parameters() if p.requires_grad]
+    named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+    params = [p for _, p in named]
     optim, trainer = module.optim, module.trainer
     fused = optim.get("fused", "auto")
     if fused == "auto" and getattr(trainer.precision_plugin, "scaler", None) is not None:
         fused = False  # float16's GradScaler: the unscale would happen inside the kernel, after clipping
     # (optim.adamw checked with the config: cselab.methods.checks.check_training)
-    adamw = TransformersAdamW if optim.get("adamw", OPTIM_DEFAULTS["adamw"]) == "transformers" else torch.optim.AdamW
-    optimizer = adamw(params, lr=optim["lr"], weight_decay=optim["weight_decay"], eps=1e-8,
+    official = optim.get("adamw", OPTIM_DEFAULTS["adamw"]) == "transformers"
+    adamw = TransformersAdamW if official else torch.optim.AdamW
+    groups = decay_groups(named, optim["weight_decay"]) if official and optim["weight_decay"] else params
+    optimizer = adamw(groups, lr=optim["lr"], weight_decay=optim["weight_decay"], eps=1e-8,
                       fused=fused_adamw(fused, params))
     module.nonfinite.attach(optimizer, module.device)
     steps = trainer.estimated_stepping_batches
@@ -122,6 +127,27 @@ def configure_adamw(module) -> dict:
     warmup = int(optim["warmup_steps"] or 0) or int(optim["warmup_ratio"] * total)
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total)
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+#: parameter names the HF Trainer leaves out of weight decay: a name containing one of these (transformers 4.2.1
+#: ``trainer.py:553-562``)
+NO_DECAY = ("bias", "LayerNorm.weight")
+
+
+def decay_groups(named: Sequence[tuple[str, torch.nn.Parameter]], weight_decay: float) -> list[dict]:
+    """The HF Trainer's two parameter groups (``optim.weight_decay`` > 0 with ``optim.adamw=transformers``): every
+    parameter whose name holds no :data:`NO_DECAY` entry decays by ``weight_decay``; biases and LayerNorm weights
+    (BERT's and RoBERTa's ``LayerNorm``) do not (``no_decay: True``; a decoder's norms are named otherwise, and
+    PromptEOL trains LoRA matrices only).  An empty group is left out.
+
+    Returns:
+        ``[{"params", "weight_decay"}, {"params", "weight_decay": 0.0, "no_decay": True}]``.
+    """
+    spared = [any(nd in name for nd in NO_DECAY) for name, _ in named]
+    groups = [{"params": [p for (_, p), s in zip(named, spared, strict=True) if not s], "weight_decay": weight_decay},
+              {"params": [p for (_, p), s in zip(named, spared, strict=True) if s], "weight_decay": 0.0,
+               "no_decay": True}]
+    return [g for g in groups if g["params"]]
 
 
 def clip_fused(plugin, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> bool:
