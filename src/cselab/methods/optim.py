@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
-from cselab.methods.checks import FUSED_CHOICES, OPTIM_DEFAULTS
+from cselab.methods.checks import FUSED_CHOICES
 from cselab.methods.nonfinite import honours_found_inf
 
 #: devices with a fused AdamW kernel that honours ``found_inf`` (torch >= 2.4)
@@ -94,8 +94,8 @@ def configure_adamw(module) -> dict:
     parameters (eps 1e-8, ``optim.lr``, ``optim.weight_decay``; ``optim.adamw``: ``transformers`` =
     :class:`TransformersAdamW`, the official code's update, with the HF Trainer's weight-decay groups
     (:func:`decay_groups`), or ``torch`` = ``torch.optim.AdamW`` over one group; fused per ``optim.fused``, never
-    under float16's GradScaler) + linear decay after ``optim.warmup_steps`` (if > 0) or ``optim.warmup_ratio`` x the total steps of
-    warm-up, stepped every optimizer step.  A fused AdamW takes the non-finite policy's ``found_inf`` flag
+    under float16's GradScaler) + linear decay after ``optim.warmup_steps`` (if > 0) or ``optim.warmup_ratio`` x
+    the total steps of warm-up, stepped every optimizer step.  A fused AdamW takes the non-finite policy's ``found_inf`` flag
     (:meth:`cselab.methods.nonfinite.NonFinitePolicy.attach`).
 
     Returns:
@@ -114,7 +114,7 @@ def configure_adamw(module) -> dict:
     if fused == "auto" and getattr(trainer.precision_plugin, "scaler", None) is not None:
         fused = False  # float16's GradScaler: the unscale would happen inside the kernel, after clipping
     # (optim.adamw checked with the config: cselab.methods.checks.check_training)
-    official = optim.get("adamw", OPTIM_DEFAULTS["adamw"]) == "transformers"
+    official = optim["adamw"] == "transformers"  # (the method's optim holds every key: OPTIM_DEFAULTS)
     adamw = TransformersAdamW if official else torch.optim.AdamW
     groups = decay_groups(named, optim["weight_decay"]) if official and optim["weight_decay"] else params
     optimizer = adamw(groups, lr=optim["lr"], weight_decay=optim["weight_decay"], eps=1e-8,
@@ -143,10 +143,9 @@ def decay_groups(named: Sequence[tuple[str, torch.nn.Parameter]], weight_decay: 
     Returns:
         ``[{"params", "weight_decay"}, {"params", "weight_decay": 0.0, "no_decay": True}]``.
     """
-    spared = [any(nd in name for nd in NO_DECAY) for name, _ in named]
-    groups = [{"params": [p for (_, p), s in zip(named, spared, strict=True) if not s], "weight_decay": weight_decay},
-              {"params": [p for (_, p), s in zip(named, spared, strict=True) if s], "weight_decay": 0.0,
-               "no_decay": True}]
+    spared = {name for name, _ in named if any(nd in name for nd in NO_DECAY)}
+    groups = [{"params": [p for name, p in named if name not in spared], "weight_decay": weight_decay},
+              {"params": [p for name, p in named if name in spared], "weight_decay": 0.0, "no_decay": True}]
     return [g for g in groups if g["params"]]
 
 
