@@ -205,6 +205,45 @@ def test_every_paper_config_composes_to_the_official_behaviour(name):
     assert (cfg.seed, cfg.data.drop_last) == ((0, True) if method == "cot_bert" else (42, False))
 
 
+# The paper rows an official run script trains, with that script's flags: (global batch = GPUs x
+# --per_device_train_batch_size, --learning_rate, --num_train_epochs, --pre_seq_len), read from the script itself
+# (docs/fidelity.md, D7).  Several GPUs run under torch.distributed.launch with gathered negatives (one global
+# batch), except CoT-BERT's DataParallel pair (2 x 128 in 2 loss groups, #6).
+OFFICIAL_SCRIPTS = {
+    # SC run_unsup_example.sh:11-13; run_sup_example.sh:6, 18, 22-24 (4 GPUs x 128)
+    "simcse/unsup_bert_base": (64, 3e-5, 1, None),
+    "simcse/sup_bert_base": (512, 5e-5, 3, None),
+    # PB run.sh:91-96 (unsup-bert), :73-78 (unsup-roberta), :125-130 and :109-114 (sup: 4 GPUs x 128), :56-62
+    # (bert-optiprompt)
+    "promptbert/unsup_bert_base": (256, 1e-5, 1, None),
+    "promptbert/unsup_roberta_base": (256, 1e-5, 1, None),
+    "promptbert/sup_bert_base": (512, 5e-5, 3, None),
+    "promptbert/sup_roberta_base": (512, 5e-5, 3, None),
+    "optiprompt/unsup_bert_base": (256, 3e-5, 5, None),
+    # CoT code-for-BERT/train.py:30, 491-493; code-for-RoBERTa/train.py:30, 487-489 (2 GPUs x 128, DataParallel)
+    "cot_bert/unsup_bert_base": (256, 1e-5, 1, None),
+    "cot_bert/unsup_roberta_base": (256, 1e-5, 1, None),
+    # DC @ fea587b (the last commit before the repository became PromCSE's): run_unsup_example.sh:7-21;
+    # run_sup_example.sh:6, 18, 22-24, 31 (2 GPUs x 256, 5 epochs: the paper's Table 4 says 256 and 10)
+    "dcpcse/unsup_bert_base": (256, 3e-2, 1, 16),
+    "dcpcse/sup_roberta_large": (512, 5e-3, 5, 10),
+    # PC run_unsup_example.sh:7-21; run_sup_example.sh:7, 19, 23-25, 32 (2 GPUs x 256, "+EH")
+    "promcse/unsup_bert_base": (256, 3e-2, 1, 16),
+    "promcse/sup_eh_roberta_large": (512, 5e-3, 10, 10),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OFFICIAL_SCRIPTS))
+def test_paper_rows_train_with_the_official_run_scripts_flags(name):
+    """D7: each paper row that an official script trains composes to that script's batch, learning rate, epochs and
+    prefix length (a row with no script keeps its paper table's values)."""
+    cfg = _cfg([f"experiment={name}"])
+    prefix = cfg.tuning.pre_seq_len if cfg.tuning.name == "prefix" else None
+    assert (cfg.data.batch_size, cfg.optim.lr, cfg.trainer.max_epochs, prefix) == OFFICIAL_SCRIPTS[name]
+    assert cfg.negatives == ("per_device" if name.startswith("cot_bert/") else "global")
+    assert cfg.loss.temperature == 0.05 and cfg.max_seq_len == 32  # --temp 0.05, --max_seq_length 32
+
+
 def test_evaluation_encodes_the_whole_sentence(tiny_mlm_dir):
     """F3: the SentEval batcher tokenizes with ``padding=True`` and no ``max_length`` (PB ``trainers.py:107-111``):
     a sentence longer than the 32 training tokens is encoded whole: its test embedding is the backbone's own
