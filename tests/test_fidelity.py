@@ -166,7 +166,7 @@ def test_cot_bert_dev_encoder_has_no_period_and_no_bias(tiny_mlm_dir):
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_paper_config_composes_to_the_official_behaviour(name):
-    """Items 1, 3, 4, 6, 7 and F3-F6, C6, SN12, L21 of the ledger as the paper rows compose them."""
+    """Items 1, 3, 4, 6, 7 and F3-F6, C6, SN10, SN12, L21 of the ledger as the paper rows compose them."""
     cfg = _cfg([f"experiment={name}"])
     method, family, setting = cfg.method.name, cfg.backbone.family, cfg.setting.name
     assert cfg.eval.dev_encoder == "official"
@@ -184,6 +184,10 @@ def test_every_paper_config_composes_to_the_official_behaviour(name):
         assert (cfg.data.batch_size, cfg.loss.groups, cfg.negatives) == (256, 2, "per_device")
     else:
         assert cfg.loss.groups == 1
+    # SN10: SNCSE's cl_forward gathers nothing (SN models:145-149): each GPU's InfoNCE over its own batch (the
+    # behaviour: tests/test_ddp.py::test_per_device_negatives_use_the_local_batch); the others gather (SC
+    # simcse/models.py:171-192)
+    assert cfg.negatives == ("per_device" if method in ("cot_bert", "sncse") else "global")
     if method == "dcpcse" and cfg.method.mlm:
         assert cfg.method.mlm.lm_head == "untied"
     # F4, F5: the HF Trainer's optimizer and clipping (transformers 4.2.1: transformers.AdamW, no weight decay, no
