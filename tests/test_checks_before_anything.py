@@ -41,6 +41,7 @@ BAD = {
     "method=rankcse method.teachers=/nonexistent/teacher": "method.teachers[0].path='/nonexistent/teacher'",
     "method=promptbert loss.name=cot_infonce": "choose it with the config group, loss=cot_infonce",
     "method=simcse loss.hard_negative_weight=1.0": "setting=unsup trains 2 views: use setting=sup",
+    "method=simcse prompt=promptbert": "prompt=promptbert would wrap them in its template at test only",
     "trainer.val_check_interval=0": "trainer.val_check_interval=0: expected a number of steps >= 1",
     "eval.test_tasks=[]": "eval.test_tasks=[]: expected at least one task",
     "eval.test_tasks=[stsb,STS-B]": "eval.test_tasks: stsb is listed twice",

@@ -161,6 +161,13 @@ class ContrastiveMethod(L.LightningModule):
                               f"view), but method={cls.method_name} setting={setting} trains "
                               f"{len(spec.train_views)} views: use setting=sup (NLI triplets with hard negatives) "
                               "or leave it at 0")
+        if train and not given and spec.eval_view[1] is not None and all(t is None for _, t in spec.train_views):
+            prompt = (model.get("prompt") or {}).get("name")
+            raise ConfigError(f"method={cls.method_name} trains on the bare sentences, so prompt={prompt} would wrap "
+                              "them in its template at test only (a model tested on inputs it never trained on): "
+                              "train with the template (method=promptbert or another template method), train "
+                              f"without one (prompt=none), or test method={cls.method_name}'s trained or pretrained "
+                              "model with the template (method.train=false)")
         if not train and spec.tuning.name == "lora":  # direct inference: no adapters (zero-initialised = identity)
             spec = replace(spec, tuning=TuningSpec("frozen"))
         return spec
