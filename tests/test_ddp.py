@@ -175,9 +175,10 @@ class _ProbeDump(SyncProbe):
 
 
 def _run_ddp(method, rows, out: Path, splits, steps: int = 1, sts: bool = False,
-             precision: str | None = None, equal: bool = False, probe: bool = False) -> list[dict]:
+             precision: str | None = None, equal: bool = False, probe: bool = False,
+             callbacks: list[L.Callback] = ()) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
-    callbacks: list[L.Callback] = [_Dump(out)] + ([_ProbeDump(out), SigtermOnLoggingSteps()] if probe else [])
+    callbacks = [_Dump(out), *callbacks] + ([_ProbeDump(out), SigtermOnLoggingSteps()] if probe else [])
     if sts:
         cb = STSCallback(data_dir=str(out), dev_task="stsb")
         cb.evaluator = _FakeEvaluator(out)

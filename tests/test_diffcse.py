@@ -7,6 +7,7 @@ from __future__ import annotations
 import zlib
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from torch import nn
@@ -199,6 +200,15 @@ def test_discriminator_conditions_position_zero_on_the_embedding(tiny_bert_dir, 
 # ------------------------------------------------------------------------------------------ a whole step
 def _official_step(method: DiffCSE, batch, temp=0.05, lam=0.005):
     """cl_forward (models.py:143-273), transcribed on the method's own modules (HF models called directly)."""
+    z1, z2, rtd, replaced = _official_parts(method, batch)
+    cos_sim = nn.CosineSimilarity(dim=-1)(z1.unsqueeze(1), z2.unsqueeze(0)) / temp
+    loss = nn.CrossEntropyLoss()(cos_sim, torch.arange(cos_sim.size(0)))
+    return loss + lam * rtd, rtd, replaced
+
+
+def _official_parts(method: DiffCSE, batch):
+    """What each process computes in cl_forward before the gather (models.py:143-214, 239-273): the projected views
+    ``z1, z2`` (BatchNorm over its own B * V rows in train mode), its RTD loss and the replaced-token labels."""
     input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
     bs, num_sent, t = input_ids.shape
     input_ids, attention_mask = input_ids.view(-1, t), attention_mask.view(-1, t)
@@ -211,14 +221,11 @@ def _official_step(method: DiffCSE, batch, temp=0.05, lam=0.005):
     g_pred[:, 0] = method.tokenizer.cls_token_id
     replaced = (g_pred != input_ids) * attention_mask
     e_inputs = g_pred * attention_mask
-    z1, z2 = pooler_output[:, 0], pooler_output[:, 1]
-    cos_sim = nn.CosineSimilarity(dim=-1)(z1.unsqueeze(1), z2.unsqueeze(0)) / temp
-    loss = nn.CrossEntropyLoss()(cos_sim, torch.arange(cos_sim.size(0)))
     disc = method.rtd.discriminator
     scores = _official_discriminator(disc.model, disc.electra_head, e_inputs, attention_mask,
                                      pooler_output.view(-1, pooler_output.size(-1)))
     rtd = nn.CrossEntropyLoss()(scores.view(-1, 2), replaced.view(-1))
-    return loss + lam * rtd, rtd, replaced
+    return pooler_output[:, 0], pooler_output[:, 1], rtd, replaced
 
 
 def test_step_loss_and_gradients_equal_the_official_cl_forward(no_dropout_dirs):
@@ -244,6 +251,56 @@ def test_step_loss_and_gradients_equal_the_official_cl_forward(no_dropout_dirs):
         if a is not None:
             assert torch.allclose(a, b, atol=1e-6, rtol=1e-4), name
     assert all(g is not None for g in g_ours)  # every trainable tensor is used (DDP without unused parameters)
+
+
+class _RunningStats(L.Callback):
+    """Saves rank r's BatchNorm running statistics after its first step to ``out/stats{r}.pt``."""
+
+    def __init__(self, out: Path):
+        self.out = out
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if batch_idx == 0:
+            torch.save({n: b.detach().clone() for n, b in pl_module.named_buffers() if ".running_" in n},
+                       self.out / f"stats{trainer.global_rank}.pt")
+
+
+def test_ddp_gathers_the_views_and_keeps_rtd_and_batchnorm_per_rank(no_dropout_dirs, tmp_path):
+    """D12, 2 processes (``trainer=ddp_sim``'s gloo DDP, 4 sentences each): each rank's loss is the official rank's,
+    ``InfoNCE`` over both ranks' ``z1, z2`` (all-gathered, models.py:215-237) ``+ 0.005 * RTD`` of its own rows
+    (models.py:259-273), with the BatchNorm projector over its own rows (no SyncBatchNorm, train.py:199-255);
+    the gradient after DDP's average is that of ``InfoNCE(all) + 0.005 * mean_r RTD_r`` (the contrastive part
+    gathered with gradients: the one-process gradient, #9); each rank's running statistics are its own rows'."""
+    import copy
+
+    from tests.test_ddp import _run_ddp
+
+    method = _diffcse(no_dropout_dirs["encoder"], no_dropout_dirs["generator"])
+    rows = SENTENCES[:8]
+    halves = [method.train_collate()(rows[:4]), method.train_collate()(rows[4:])]
+    copies = [copy.deepcopy(method).train() for _ in halves]  # one per rank: its BatchNorm statistics its own
+    parts = [_official_parts(c, b) for c, b in zip(copies, halves, strict=True)]
+    z1, z2 = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])  # the gather, rank order
+    cos_sim = nn.CosineSimilarity(dim=-1)(z1.unsqueeze(1), z2.unsqueeze(0)) / 0.05
+    contrastive = nn.CrossEntropyLoss()(cos_sim, torch.arange(8))
+    rtds = [p[2] for p in parts]
+    (contrastive + 0.005 * (rtds[0] + rtds[1]) / 2).backward()
+    grads = {n: p.grad + dict(copies[1].named_parameters())[n].grad
+             for n, p in copies[0].named_parameters() if p.grad is not None}
+    stats = [{n: b for n, b in c.named_buffers() if ".running_" in n} for c in copies]
+    first = next(n for n in stats[0] if n.endswith("running_mean"))  # the two ranks' rows: two sets of statistics
+    assert not torch.allclose(stats[0][first], stats[1][first])
+
+    ranks = _run_ddp(method, rows, tmp_path, (0, 4, 8), callbacks=[_RunningStats(tmp_path)])
+    for r, res in enumerate(ranks):
+        assert float(res["loss"]) == pytest.approx(float((contrastive + 0.005 * rtds[r]).detach()), rel=1e-5)
+        assert res["grads"].keys() == grads.keys()
+        for name, g in grads.items():
+            torch.testing.assert_close(res["grads"][name], g, rtol=1e-4, atol=1e-6, msg=name)
+        got = torch.load(tmp_path / f"stats{r}.pt")
+        assert got.keys() == stats[r].keys()
+        for name, b in stats[r].items():
+            torch.testing.assert_close(got[name], b, rtol=1e-5, atol=1e-6, msg=name)
 
 
 def test_before_head_with_the_batchnorm_projector_is_an_extension_the_official_code_cannot_run(no_dropout_dirs):

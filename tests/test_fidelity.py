@@ -211,7 +211,7 @@ def test_every_paper_config_composes_to_the_official_behaviour(name):
 
 # The paper rows an official run script trains, with that script's flags: (global batch = GPUs x
 # --per_device_train_batch_size, --learning_rate, --num_train_epochs, --pre_seq_len), read from the script itself
-# (docs/fidelity.md, D7).  Several GPUs run under torch.distributed.launch with gathered negatives (one global
+# (docs/fidelity.md, DC7).  Several GPUs run under torch.distributed.launch with gathered negatives (one global
 # batch), except CoT-BERT's DataParallel pair (2 x 128 in 2 loss groups, #6).
 OFFICIAL_SCRIPTS = {
     # SC run_unsup_example.sh:11-13; run_sup_example.sh:6, 18, 22-24 (4 GPUs x 128)
@@ -239,7 +239,7 @@ OFFICIAL_SCRIPTS = {
 
 @pytest.mark.parametrize("name", sorted(OFFICIAL_SCRIPTS))
 def test_paper_rows_train_with_the_official_run_scripts_flags(name):
-    """D7: each paper row that an official script trains composes to that script's batch, learning rate, epochs and
+    """DC7: each paper row that an official script trains composes to that script's batch, learning rate, epochs and
     prefix length (a row with no script keeps its paper table's values)."""
     cfg = _cfg([f"experiment={name}"])
     prefix = cfg.tuning.pre_seq_len if cfg.tuning.name == "prefix" else None
@@ -394,3 +394,13 @@ def test_roberta_test_encoder_tokenizes_the_official_whole_string(tiny_roberta_m
     for row, s in zip(dev, sents, strict=True):
         expected = [tok.cls_token_id, *bs, *tok.encode(s, add_special_tokens=False), *es, tok.sep_token_id]
         assert row[row != tok.pad_token_id].tolist() == expected
+
+
+def test_every_ledger_row_has_its_own_id():
+    """A row is cited by its id (``D7``, ``SN10``) in code and tests: no two rows of docs/fidelity.md share one
+    (the DCPCSE rows were D1-D6 beside DiffCSE's D1-D15 until they became DC1-DC7)."""
+    ids = [line.split("|")[1].strip() for line in (ROOT / "docs" / "fidelity.md").read_text(encoding="utf-8").splitlines()
+           if line.startswith("| ") and not line.startswith("| # |") and not line.startswith("|---")]
+    ids = [i for i in ids if i and i[0] in "#ABCDEFGHIJKLMNOPQRSTUVWXYZ" and any(c.isdigit() for c in i)]
+    assert len(ids) > 100
+    assert sorted(i for i in set(ids) if ids.count(i) > 1) == []
