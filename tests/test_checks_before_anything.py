@@ -57,14 +57,75 @@ BAD = {
 }
 
 
+#: ``python run.py <argv>`` for each command of a JSON list, one after another in ONE process (the table's commands
+#: would each pay the interpreter's, torch's and often Lightning's import, ~9 s, in a process of their own): each in
+#: its own working directory ``<out>/<i>``, its stdout and stderr (the file descriptors: logging's handlers, Hydra's,
+#: a traceback) in ``stdout.txt`` / ``stderr.txt`` there, its exit status as the interpreter would give it
+#: (``sys.exit("cselab: ...")``: the line on stderr, 1; an uncaught exception: its traceback, 1) in ``codes.json``
+_ONE_PROCESS = """import json, os, runpy, sys, traceback
+from pathlib import Path
+from hydra.core.global_hydra import GlobalHydra
+run_py, out = sys.argv[1], Path(sys.argv[2])
+codes = {}
+for i, argv in enumerate(json.loads((out / "commands.json").read_text())):
+    cwd = out / str(i)
+    cwd.mkdir()
+    os.chdir(cwd)
+    saved = os.dup(1), os.dup(2)
+    with open(cwd / "stdout.txt", "w") as o, open(cwd / "stderr.txt", "w") as e:
+        os.dup2(o.fileno(), 1)
+        os.dup2(e.fileno(), 2)
+        try:
+            sys.argv = [run_py, *argv]
+            runpy.run_path(run_py, run_name="__main__")
+            code = 0
+        except SystemExit as end:
+            code = 1 if isinstance(end.code, str) else (end.code or 0)
+            if isinstance(end.code, str):
+                print(end.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            GlobalHydra.instance().clear()
+    codes[i] = code
+(out / "codes.json").write_text(json.dumps(codes))
+"""
+
+
+@pytest.fixture(scope="session")
+def refused(tmp_path_factory) -> dict[str, tuple[int, str, Path]]:
+    """Each :data:`BAD` command run as ``python run.py`` (:data:`_ONE_PROCESS`, once a session for every
+    pytest-xdist worker: a file lock in the session's temporary root) -> (exit status, stdout + stderr, its working
+    directory)."""
+    from filelock import FileLock  # (a dependency of torch)
+
+    from tests.conftest import session_root
+
+    root = session_root(tmp_path_factory) / "bad_commands"
+    with FileLock(str(root) + ".lock"):
+        if not (root / "codes.json").exists():
+            root.mkdir(exist_ok=True)
+            (root / "commands.json").write_text(json.dumps([[*BASE, *command.split()] for command in BAD]))
+            subprocess.run([sys.executable, "-c", _ONE_PROCESS, str(ROOT / "run.py"), str(root)], check=True,
+                           env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=1200)
+    codes = json.loads((root / "codes.json").read_text())
+    return {command: (codes[str(i)], (root / str(i) / "stdout.txt").read_text() + (root / str(i) / "stderr.txt")
+                      .read_text(), root / str(i)) for i, command in enumerate(BAD)}
+
+
 @pytest.mark.parametrize("command", list(BAD))
-def test_a_bad_input_is_one_line_before_any_directory_or_model(tmp_path, command):
-    proc = _run(tmp_path, *command.split())
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    lines = proc.stderr.strip().splitlines()
-    assert lines and lines[-1].startswith("cselab: ") and BAD[command] in lines[-1], proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr and "Seed set to" not in proc.stdout + proc.stderr  # nothing built
-    assert not (tmp_path / "outputs").exists()  # no run directory, so no failed.json either
+def test_a_bad_input_is_one_line_before_any_directory_or_model(refused, command):
+    code, output, cwd = refused[command]
+    assert code == 1, output[-3000:]
+    lines = output.strip().splitlines()
+    assert lines and lines[-1].startswith("cselab: ") and BAD[command] in lines[-1], output[-3000:]
+    assert "Traceback" not in output and "Seed set to" not in output  # nothing built
+    assert not (cwd / "outputs").exists()  # no run directory, so no failed.json either
 
 
 #: run.py as ``python run.py <args>`` in a process that says, after the command exits, which heavy packages it loaded
