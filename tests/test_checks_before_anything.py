@@ -57,15 +57,25 @@ BAD = {
 }
 
 
-#: ``python run.py <argv>`` for each command of a JSON list, one after another in ONE process (the table's commands
+#: run-level refusals: decided before Lightning, the methods, dynamo, scikit-learn, transformers and scipy.stats load
+RUN_LEVEL = ["optim.lrr=1", "seed=x", "trainer.max_steps=abc", "trainer.val_check_interval=0",
+             "eval.aggregation=median", "eval.transfer_mode=slow"]
+#: the commands of the one process, in order: the run-level ones first (the packages loaded after them are theirs)
+COMMANDS = [*RUN_LEVEL, *(command for command in BAD if command not in RUN_LEVEL)]
+
+
+#: ``python run.py <argv>`` for each command of a JSON list, one after another in ONE process (the tables' commands
 #: would each pay the interpreter's, torch's and often Lightning's import, ~9 s, in a process of their own): each in
 #: its own working directory ``<out>/<i>``, its stdout and stderr (the file descriptors: logging's handlers, Hydra's,
 #: a traceback) in ``stdout.txt`` / ``stderr.txt`` there, its exit status as the interpreter would give it
-#: (``sys.exit("cselab: ...")``: the line on stderr, 1; an uncaught exception: its traceback, 1) in ``codes.json``
+#: (``sys.exit("cselab: ...")``: the line on stderr, 1; an uncaught exception: its traceback, 1) and the heavy
+#: packages the process has loaded so far in ``codes.json``
 _ONE_PROCESS = """import json, os, runpy, sys, traceback
 from pathlib import Path
 from hydra.core.global_hydra import GlobalHydra
 run_py, out = sys.argv[1], Path(sys.argv[2])
+HEAVY = ("lightning", "cselab.methods.base", "cselab.run.assemble", "torch._dynamo", "sklearn", "transformers",
+         "scipy.stats")
 codes = {}
 for i, argv in enumerate(json.loads((out / "commands.json").read_text())):
     cwd = out / str(i)
@@ -92,16 +102,17 @@ for i, argv in enumerate(json.loads((out / "commands.json").read_text())):
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
             GlobalHydra.instance().clear()
-    codes[i] = code
+    codes[i] = [code, sorted(m for m in HEAVY if m in sys.modules)]
 (out / "codes.json").write_text(json.dumps(codes))
 """
 
 
 @pytest.fixture(scope="session")
-def refused(tmp_path_factory) -> dict[str, tuple[int, str, Path]]:
-    """Each :data:`BAD` command run as ``python run.py`` (:data:`_ONE_PROCESS`, once a session for every
-    pytest-xdist worker: a file lock in the session's temporary root) -> (exit status, stdout + stderr, its working
-    directory)."""
+def refused(tmp_path_factory) -> dict[str, tuple[int, str, Path, list[str]]]:
+    """Each :data:`RUN_LEVEL` command, then each other :data:`BAD` one, run as ``python run.py`` in one process
+    (:data:`_ONE_PROCESS`, once a session for every pytest-xdist worker: a file lock in the session's temporary
+    root) -> (exit status, stdout + stderr, its working directory, the heavy packages loaded after it: the
+    run-level commands come first, so theirs are their own)."""
     from filelock import FileLock  # (a dependency of torch)
 
     from tests.conftest import session_root
@@ -110,17 +121,17 @@ def refused(tmp_path_factory) -> dict[str, tuple[int, str, Path]]:
     with FileLock(str(root) + ".lock"):
         if not (root / "codes.json").exists():
             root.mkdir(exist_ok=True)
-            (root / "commands.json").write_text(json.dumps([[*BASE, *command.split()] for command in BAD]))
+            (root / "commands.json").write_text(json.dumps([[*BASE, *command.split()] for command in COMMANDS]))
             subprocess.run([sys.executable, "-c", _ONE_PROCESS, str(ROOT / "run.py"), str(root)], check=True,
                            env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=1200)
     codes = json.loads((root / "codes.json").read_text())
-    return {command: (codes[str(i)], (root / str(i) / "stdout.txt").read_text() + (root / str(i) / "stderr.txt")
-                      .read_text(), root / str(i)) for i, command in enumerate(BAD)}
+    return {command: (codes[str(i)][0], (root / str(i) / "stdout.txt").read_text() + (root / str(i) / "stderr.txt")
+                      .read_text(), root / str(i), codes[str(i)][1]) for i, command in enumerate(COMMANDS)}
 
 
 @pytest.mark.parametrize("command", list(BAD))
 def test_a_bad_input_is_one_line_before_any_directory_or_model(refused, command):
-    code, output, cwd = refused[command]
+    code, output, cwd, _ = refused[command]
     assert code == 1, output[-3000:]
     lines = output.strip().splitlines()
     assert lines and lines[-1].startswith("cselab: ") and BAD[command] in lines[-1], output[-3000:]
@@ -128,34 +139,17 @@ def test_a_bad_input_is_one_line_before_any_directory_or_model(refused, command)
     assert not (cwd / "outputs").exists()  # no run directory, so no failed.json either
 
 
-#: run.py as ``python run.py <args>`` in a process that says, after the command exits, which heavy packages it loaded
-_LOADED = """import runpy, sys
-sys.argv = sys.argv[1:]
-try:
-    runpy.run_path(sys.argv[0], run_name="__main__")
-except SystemExit as end:
-    if isinstance(end.code, str):
-        print(end.code, file=sys.stderr)
-    print("exit", end.code if isinstance(end.code, int) else 1)
-print("loaded", sorted(m for m in ("lightning", "cselab.methods.base", "cselab.run.assemble", "torch._dynamo",
-                                   "sklearn", "transformers", "scipy.stats") if m in sys.modules))
-"""
-
-
-@pytest.mark.parametrize("command", ["optim.lrr=1", "seed=x", "trainer.max_steps=abc", "trainer.val_check_interval=0",
-                                     "eval.aggregation=median", "eval.transfer_mode=slow"])
-def test_a_run_level_refusal_comes_before_lightning_and_the_methods_load(tmp_path, command):
+@pytest.mark.parametrize("command", RUN_LEVEL)
+def test_a_run_level_refusal_comes_before_lightning_and_the_methods_load(refused, command):
     """A mistyped key and a bad run-level value (seed, trainer, eval) are refused before Lightning, the methods,
     dynamo, scikit-learn, transformers and scipy.stats are imported (on an idle 2-core machine: Lightning alone is
     about 9 s of a run's start-up, 5 s of it torchmetrics, which imports transformers and scipy.signal; dynamo and
     scikit-learn 2 s each, scipy.stats and transformers 1 s each; such a
     refusal took 8.9 s with the last two, 5.3 s without).  The method's own checks import its class, a
     LightningModule: a refusal of a ``method.*`` value or an input file comes after Lightning has loaded."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-c", _LOADED, str(ROOT / "run.py"), *BASE, command], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.stderr.strip().splitlines()[-1].startswith("cselab: "), proc.stderr[-3000:]
-    assert proc.stdout.splitlines()[-2:] == ["exit 1", "loaded []"], proc.stdout[-2000:] + proc.stderr[-2000:]
+    code, output, _, loaded = refused[command]
+    assert code == 1 and output.strip().splitlines()[-1].startswith("cselab: "), output[-3000:]
+    assert loaded == [], output[-3000:]
 
 
 def test_an_unwritable_output_folder_is_named(tmp_path, monkeypatch):
