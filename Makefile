@@ -28,8 +28,10 @@ demo: install data
 	$(PY) run.py experiment=demo
 
 # pytest-xdist: one worker per core, at most 4 (each test holds torch to one thread: tests/conftest.py);
-# PYTEST_WORKERS= (empty) runs the suite in one process
-PYTEST_WORKERS ?= -n auto --maxprocesses 4
+# --dist loadgroup: the tests marked xdist_group(name) run one after another on one worker (the inductor contract
+# rows: each reuses the compiled graphs the previous ones left in the shared cache, where concurrent workers would
+# each compile the same graph); PYTEST_WORKERS= (empty) runs the suite in one process
+PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadgroup
 
 test: install
 	$(PY) -m cselab data || echo "no data directory: the tests that need the real data will be skipped"

@@ -427,6 +427,7 @@ def inductor_cache(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.xdist_group("inductor")  # one worker, one row after another: the shared cache's graphs are reused
 @pytest.mark.parametrize("case", STEP_CASES)
 def test_inductor_step_equals_the_eager_step(case, prepared, inductor_cache, fresh_dynamo) -> None:
     """Contract 5 with inductor, the backend a GPU run uses (generated kernels, :func:`cselab.methods.compiled.
