@@ -40,6 +40,12 @@ class Baseline(ContrastiveMethod):
     method_name = "baseline"
     options_type = BaselineOptions
 
+    def __init__(self, backbone: dict, model: Mapping[str, Any] | None = None, train: bool = False,
+                 **method: Any) -> None:
+        """Every method's arguments (:class:`ContrastiveMethod`), with ``train`` false unless given: the backbone's
+        representation as it is, a template used at test without training on it."""
+        super().__init__(backbone, model, train=train, **method)
+
 
 def build_baseline(*, backbone: dict[str, Any], model: Mapping[str, Any], options: Any = None,
                    **method: Any) -> Baseline | TokenRepresentation:
