@@ -141,7 +141,8 @@ class ContrastiveMethod(L.LightningModule):
 
         Raises:
             ConfigError: names the key and what was expected; ``loss.hard_negative_weight`` set where the training
-                views hold no hard negative (fewer than three: the loss would ignore it).
+                views hold no hard negative (fewer than three: the loss would ignore it); a prompt whose template
+                only the test view would use, on a method that trains on the bare sentences (``train``).
         """
         cls.method_options(options)
         check_training(loss, optim, train)
