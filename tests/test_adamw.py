@@ -94,6 +94,48 @@ def test_the_update_is_transformers_4_2_1_adamw(fused) -> None:
     assert torch.equal(got[1].detach()[0], params[1][0])  # no gradient, no move
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "for_loop"])
+def test_weight_decay_is_applied_after_the_update_as_transformers(fused) -> None:
+    """transformers 4.2.1 decays the updated weights (``p <- p - lr * wd * p`` after ``addcdiv_``); torch decays
+    before the update.  With ``optim.weight_decay`` 0.1, cselab's optimizer follows transformers to 1e-12 over 6
+    steps; torch's own kernel differs by ``lr * wd`` times the update (> 1e-9 here); the group keeps its decay."""
+    params, grads = _problem(2)
+    expected = _reference(params, grads, weight_decay=0.1)
+    got, state = _train(TransformersAdamW, params, grads, fused=fused, weight_decay=0.1)
+    for w, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(w.detach(), e, rtol=1e-12, atol=1e-15)
+    assert state["optimizer"]["param_groups"][0]["weight_decay"] == 0.1
+    before, _ = _train(TransformersAdamW, params, grads, fused=fused, weight_decay=0.0)
+    decayed = [(g.detach() - b.detach()).abs().max() for g, b in zip(got, before, strict=True)]
+    assert min(decayed) > 1e-6  # the decay moved every weight
+    torch_first = torch.optim.AdamW([torch.nn.Parameter(p.clone()) for p in params], lr=LR, weight_decay=0.1,
+                                    fused=fused)
+    for w, g in zip(torch_first.param_groups[0]["params"], grads[0], strict=True):
+        w.grad = g.clone()
+    torch_first.step()
+    one_step = _reference(params, grads, steps=1, weight_decay=0.1)
+    diff = max(float((w.detach() - e).abs().max())
+               for w, e in zip(torch_first.param_groups[0]["params"], one_step, strict=True))
+    assert diff > 1e-9, diff  # torch's order, with its own epsilon too (the first test)
+
+
+def test_a_step_skipped_on_the_device_skips_the_decay_too() -> None:
+    """``nonfinite.policy=skip`` with the fused kernel: a step whose ``found_inf`` is 1 changes no weight (the
+    update and the decay skipped on the device); the next step, with ``found_inf`` 0, updates and decays."""
+    params, grads = _problem(3)
+    weights = [torch.nn.Parameter(p.clone()) for p in params]
+    optimizer = TransformersAdamW(weights, lr=LR, eps=1e-8, weight_decay=0.1, fused=True)
+    optimizer.found_inf = torch.ones((), dtype=torch.float32)
+    for w, g in zip(weights, grads[0], strict=True):
+        w.grad = g.clone()
+    optimizer.step()
+    for w, p in zip(weights, params, strict=True):
+        assert torch.equal(w.detach(), p)
+    optimizer.found_inf.zero_()
+    optimizer.step()
+    assert all(not torch.equal(w.detach(), p) for w, p in zip(weights, params, strict=True))
+
+
 def test_a_saved_state_continues_as_one_uninterrupted_run() -> None:
     """The step count that the epsilon needs is saved with the optimizer's state (a checkpoint), and a state saved by
     ``torch.optim.AdamW`` (``optim.adamw=torch``, or a checkpoint of an older cselab) is continued from the count

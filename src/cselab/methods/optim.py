@@ -41,9 +41,13 @@ class TransformersAdamW(torch.optim.AdamW):
     official Trainer never skips) is counted here but not in torch's state: from then on ``eps_t`` is that of the
     next step (a relative change below ``1 - beta2 = 1e-3`` of it, and none once ``beta2^t`` is negligible).
 
-    Weight decay (0 in every official run) stays torch's: decoupled, applied before the update, where transformers
-    applies it after (``optimization.py:357-366``: a difference of ``lr * weight_decay`` times the update); the
-    Trainer's groups (biases and LayerNorm weights not decayed) are :func:`decay_groups`.
+    Weight decay (0 in every official run) is transformers': decoupled and applied **after** the update, to the
+    updated weights (``optimization.py:364-366``: ``p <- p - lr * weight_decay * p``), where torch applies it
+    before (``p <- p * (1 - lr * weight_decay)``, then the update: a difference of ``lr * weight_decay`` times the
+    update).  Torch's kernel runs with each group's decay set to 0 for the step, then one ``_foreach_mul_`` a group
+    scales its parameters that have a gradient by ``1 - lr * weight_decay``; a step the fused kernel skips on the
+    device (``found_inf`` = 1) skips the decay too (the factor is computed on the device: nothing is read on the
+    host).  The Trainer's groups (biases and LayerNorm weights not decayed) are :func:`decay_groups`.
 
     Args:
         params: the parameters (or groups) to optimize.
@@ -75,8 +79,43 @@ class TransformersAdamW(torch.optim.AdamW):
             group["transformers_steps"] += 1
             beta2 = group["betas"][1]
             group["eps"] = group["transformers_eps"] / math.sqrt(1.0 - beta2 ** group["transformers_steps"])
-        super().step()
+        decays = [(group, group["weight_decay"]) for group in self.param_groups if group["weight_decay"]]
+        try:
+            for group, _ in decays:
+                group["weight_decay"] = 0.0  # torch's decay (before the update) off: transformers' after it
+            super().step()
+        finally:
+            for group, weight_decay in decays:
+                group["weight_decay"] = weight_decay
+        for group, weight_decay in decays:
+            self._decay_after_update(group, weight_decay)
         return loss
+
+    @torch.no_grad()
+    def _decay_after_update(self, group: dict, weight_decay: float) -> None:
+        """transformers 4.2.1 ``optimization.py:364-366``: ``p.data.add_(p.data, alpha=-lr * weight_decay)`` on
+        each updated parameter of ``group`` (those with a gradient), the same operation; skipped with the update
+        when the fused kernel's ``found_inf`` is set (then ``p + (-rate * (1 - found_inf)) * p``, the factor a
+        device tensor: nothing read on the host)."""
+        params = [p for p in group["params"] if p.grad is not None]
+        if not params:
+            return
+        rate = group["lr"] * weight_decay
+        found_inf = getattr(self, "found_inf", None)
+        if found_inf is None or not group.get("fused"):
+            torch._foreach_add_(params, params, alpha=-rate)
+            return
+        for device, on_device in _by_device(params).items():
+            factor = (found_inf.to(device=device, dtype=torch.float64) - 1.0) * rate  # -rate, or 0 when skipped
+            torch._foreach_add_(on_device, torch._foreach_mul(on_device, factor))
+
+
+def _by_device(params: Sequence[torch.Tensor]) -> dict[torch.device, list[torch.Tensor]]:
+    """``params`` grouped by device, in order (``_foreach_mul`` by a 0-d tensor takes tensors of its device)."""
+    grouped: dict[torch.device, list[torch.Tensor]] = {}
+    for p in params:
+        grouped.setdefault(p.device, []).append(p)
+    return grouped
 
 
 def _torch_steps(optimizer: torch.optim.Optimizer, group: dict) -> int:
