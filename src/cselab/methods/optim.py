@@ -42,7 +42,7 @@ class TransformersAdamW(torch.optim.AdamW):
     next step (a relative change below ``1 - beta2 = 1e-3`` of it, and none once ``beta2^t`` is negligible).
 
     Weight decay (0 in every official run) is transformers': decoupled and applied **after** the update, to the
-    updated weights (``optimization.py:364-366``: ``p <- p - lr * weight_decay * p``), where torch applies it
+    updated weights (``optimization.py:357-366``: ``p <- p - lr * weight_decay * p``), where torch applies it
     before (``p <- p * (1 - lr * weight_decay)``, then the update: a difference of ``lr * weight_decay`` times the
     update).  Torch's kernel runs with each group's decay set to 0 for the step, then one ``_foreach_mul_`` a group
     scales its parameters that have a gradient by ``1 - lr * weight_decay``; a step the fused kernel skips on the
@@ -93,7 +93,7 @@ class TransformersAdamW(torch.optim.AdamW):
 
     @torch.no_grad()
     def _decay_after_update(self, group: dict, weight_decay: float) -> None:
-        """transformers 4.2.1 ``optimization.py:364-366``: ``p.data.add_(p.data, alpha=-lr * weight_decay)`` on
+        """transformers 4.2.1 ``optimization.py:357-366``: ``p.data.add_(p.data, alpha=-lr * weight_decay)`` on
         each updated parameter of ``group`` (those with a gradient), the same operation; skipped with the update
         when the fused kernel's ``found_inf`` is set (then ``p + (-rate * (1 - found_inf)) * p``, the factor a
         device tensor: nothing read on the host)."""
