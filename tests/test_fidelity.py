@@ -351,6 +351,57 @@ def test_dcpcse_roberta_mlm_trains_an_untied_copy_of_the_lm_head(tiny_roberta_ml
     assert torch.equal(emb, before_emb) and not torch.equal(head.decoder.weight, before_dec)
 
 
+# ----------------------------------------------------------- SimCSE --do_mlm: the official auxiliary MLM (S3)
+def test_simcse_do_mlm_adds_the_official_auxiliary_loss(tiny_mlm_dir):
+    """SC ``train.py:107-116, 173-176, 371-373`` and ``simcse/models.py:140-152, 215-219, 283-284``: with
+    ``--do_mlm`` the BERT LM head is loaded from the checkpoint's ``cls.predictions`` into a head of its own (its
+    decoder a trainable copy, not the word embeddings), and loss = CL + 0.1 * CE(lm_head(encoder(mlm_input_ids,
+    attention_mask).last_hidden_state), mlm_labels) at every step (no decay); off by default."""
+    from tests.conftest import no_dropout
+
+    assert _build(["method=simcse"], tiny_mlm_dir).aux_mlm is None
+    model = _build(["method=simcse", "method.mlm=${method.mlm_config}"], tiny_mlm_dir)
+    predictions = model.encoder.mlm.cls.predictions
+    saved = load_file(str(tiny_mlm_dir / "model.safetensors"))
+    emb = model.encoder.model.get_input_embeddings().weight
+    expected = {**{k[len("cls.predictions."):]: v for k, v in saved.items() if k.startswith("cls.predictions.")},
+                "decoder.weight": saved.get("cls.predictions.decoder.weight",
+                                            saved["bert.embeddings.word_embeddings.weight"])}
+    for name, tensor in predictions.state_dict().items():
+        key = "bias" if name == "decoder.bias" and name not in expected else name
+        torch.testing.assert_close(tensor, expected[key], rtol=0, atol=0, msg=name)
+    assert predictions.decoder.weight is not emb and predictions.decoder.weight.requires_grad and emb.requires_grad
+    assert model.aux_mlm.weight(0) == model.aux_mlm.weight(10_000) == pytest.approx(0.1)
+    no_dropout(model)
+    batch = model.train_collate()([{"text": s} for s in SENTS])
+    assert (batch["mlm_labels"] != -100).any()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        total = model.training_step(batch, 0).detach()
+        aux, model.aux_mlm = model.aux_mlm, None
+        contrastive = model.training_step(batch, 0).detach()
+        model.aux_mlm = aux
+        b, v, t = batch["mlm_input_ids"].shape
+        hidden = model.encoder.mlm.bert(input_ids=batch["mlm_input_ids"].view(b * v, t),
+                                        attention_mask=batch["attention_mask"].view(b * v, t)).last_hidden_state
+        scores = predictions(hidden)
+        mlm = F.cross_entropy(scores.view(-1, scores.shape[-1]), batch["mlm_labels"].view(-1), ignore_index=-100)
+    torch.testing.assert_close(total, contrastive + 0.1 * mlm.detach(), rtol=1e-5, atol=1e-6)
+    assert float(mlm.detach()) > 0
+
+
+def test_a_simcse_run_saved_before_do_mlm_resumes_unchanged_and_turning_it_on_is_a_change():
+    """``method.mlm`` / ``method.mlm_config`` are new keys of ``conf/method/simcse.yaml``: a run saved without them
+    (no MLM) resumes with the same command; ``method.mlm='${method.mlm_config}'`` is a change of that run."""
+    from cselab.callbacks.run_config import config_changes
+
+    now = OmegaConf.to_container(_cfg(["method=simcse"]), resolve=True)
+    saved = {**now, "method": {k: v for k, v in now["method"].items() if k not in ("mlm", "mlm_config")}}
+    assert config_changes(saved, now) == []
+    with_mlm = OmegaConf.to_container(_cfg(["method=simcse", "method.mlm=${method.mlm_config}"]), resolve=True)
+    assert {key for key, _, _ in config_changes(saved, with_mlm)} >= {"method.mlm.weight", "method.mlm.lm_head"}
+
+
 # -------------------------------------------------------------- 8. one prefix draw for the CL and MLM passes
 def test_dcpcse_contrastive_and_mlm_pass_share_one_prefix_draw(tiny_roberta_mlm_dir):
     """dcpcse/models.py:161, 193: ``past_key_values = cls.get_prompt(...)`` once; both passes use it."""

@@ -244,6 +244,8 @@ def test_variant_of_rules():
         "prompt (manual)"
     assert variant_of(_config("dcpcse", backbone="roberta_base", method__mlm=False)) == \
         "w/o MLM"
+    assert variant_of(_config(method__mlm={"weight": 0.1, "decay": 1.0})) == "w/ MLM"  # SimCSE's --do_mlm
+    assert variant_of(_config(method__mlm=None)) is None
     assert variant_of({}) is None
 
 

@@ -51,7 +51,7 @@ def config_changes(saved: dict[str, Any], new: dict[str, Any],
     old_flat, new_flat = flatten(saved), flatten(new)
     derived += [node for node, (switch, old_value) in ADDED_NODES.items()
                 if not any(key_matches(k, (node,)) for k in old_flat) and new_flat.get(f"{node}.{switch}") == old_value]
-    derived += [key for key, old_value in ADDED_KEYS.items() if key not in old_flat and new_flat.get(key) == old_value]
+    derived += [key for key, old_value in ADDED_KEYS.items() if key not in old_flat and new_flat.get(key, _ABSENT) == old_value]
     changes = []
     for key in sorted(set(old_flat) | set(new_flat)):
         if key_matches(key, OUTPUT_ONLY_KEYS) or key_matches(key, tuple(derived)):

@@ -81,8 +81,12 @@ OUTPUT_ONLY_KEYS: tuple[str, ...] = (
 ADDED_NODES: dict[str, tuple[str, Any]] = {"eval.whitening": ("enabled", False)}
 #: config keys added after runs were saved -> the value that reproduces what a run saved without the key did: while
 #: the new config has that value, the key's absence is no change to such a run.  ``optim.adamw``: torch's AdamW
-#: update before the official one became the default; ``eval.best_*``: Lightning's rule (the first best) before.
-ADDED_KEYS: dict[str, Any] = {"optim.adamw": "torch", "eval.best_on_tie": "first", "eval.best_decimals": None}
+#: update before the official one became the default; ``eval.best_*``: Lightning's rule (the first best) before;
+#: ``method.mlm`` / ``method.mlm_config.*``: SimCSE's ``--do_mlm`` switch and its options, off (``null``) before.
+ADDED_KEYS: dict[str, Any] = {"optim.adamw": "torch", "eval.best_on_tie": "first", "eval.best_decimals": None,
+                              "method.mlm": None, "method.mlm_config.weight": 0.1, "method.mlm_config.decay": 1.0,
+                              "method.mlm_config.decay_steps": 1, "method.mlm_config.probability": 0.15,
+                              "method.mlm_config.lm_head": "untied"}
 #: override keys that name a run's coordinates (W&B tags of their own)
 COORDINATE_KEYS: tuple[str, ...] = ("method", "backbone", "setting", "seed", "experiment", "sweep")
 

@@ -335,6 +335,7 @@ def recipe_variant(config: Mapping[str, Any] | SavedRunConfig | None) -> str | N
     * dcpcse / promcse: ``tuning.variant`` in :data:`PROMPT_TYPE_VARIANTS` (PromCSE Table 3);
       ``method.mlm`` differing from the paper default -> ``"w/ MLM"`` / ``"w/o MLM"`` (DCPCSE Table 2);
       ``tuning.pre_seq_len == 1`` -> ``"prompt length 1"`` (the only length the texts state).
+    * any other method with ``method.mlm`` on (SimCSE's ``--do_mlm``, off in every row compared here) -> ``"w/ MLM"``.
 
     A config that deviates from the paper in a way not listed here (e.g. ``trainer.max_steps=20``) still maps
     to ``None``: the report shows its overrides beside the row.  Never raises on missing keys.
@@ -345,6 +346,9 @@ def recipe_variant(config: Mapping[str, Any] | SavedRunConfig | None) -> str | N
     if c.loss in ("infonce_eh", "energy_hinge"):
         # a margin that is not a number (None) reads as the paper's
         return "+EH" if c.loss_margin is None or math.isclose(c.loss_margin, 0.2) else f"+EH (m={c.loss_margin:g})"
+
+    if c.mlm and method not in ("dcpcse", "promcse"):
+        return "w/ MLM"
 
     if method == "baseline":
         pooler = c.pooler
