@@ -129,6 +129,7 @@ def refused(tmp_path_factory) -> dict[str, tuple[int, str, Path, list[str]]]:
                       .read_text(), root / str(i), codes[str(i)][1]) for i, command in enumerate(COMMANDS)}
 
 
+@pytest.mark.xdist_group("refused")  # one worker runs the rows: no other waits on the fixture's lock
 @pytest.mark.parametrize("command", list(BAD))
 def test_a_bad_input_is_one_line_before_any_directory_or_model(refused, command):
     code, output, cwd, _ = refused[command]
@@ -139,6 +140,7 @@ def test_a_bad_input_is_one_line_before_any_directory_or_model(refused, command)
     assert not (cwd / "outputs").exists()  # no run directory, so no failed.json either
 
 
+@pytest.mark.xdist_group("refused")  # one worker runs the rows: no other waits on the fixture's lock
 @pytest.mark.parametrize("command", RUN_LEVEL)
 def test_a_run_level_refusal_comes_before_lightning_and_the_methods_load(refused, command):
     """A mistyped key and a bad run-level value (seed, trainer, eval) are refused before Lightning, the methods,
