@@ -286,14 +286,28 @@ def test_no_mlm_head_raises_clear_error(bert_plain) -> None:
 # ------------------------------------------------------------------------------------------ geometry
 
 
-def test_anisotropy_matches_double_loop() -> None:
+def _cal_avg_cosine(k: torch.Tensor) -> float:
+    """PB ``evaluation.py:25-35`` (``cal_avg_cosine``), line by line on the CPU: for each row, the mean cosine
+    with every row (itself included), averaged."""
+    cos = torch.nn.CosineSimilarity(dim=-1)
+    s = k[:100000]
+    kk = [cos(s[i:i + 1], s).mean().item() for i in range(len(s))]
+    return sum(kk) / len(kk)
+
+
+def test_anisotropy_matches_the_official_cal_avg_cosine_and_eq1() -> None:
+    """Default: the official ``cal_avg_cosine`` (all pairs, self-pairs included); ``include_self=False``: Eq. 1 as
+    printed (distinct pairs, absolute value), a double loop."""
     g = torch.Generator().manual_seed(3)
     for x in (torch.randn(7, 5, generator=g), torch.randn(9, 4, generator=g) + 2.0, -torch.ones(3, 2)):
         x = x.double()
         n = x.shape[0]
         total = sum(float(torch.cosine_similarity(x[i], x[j], dim=0)) for i in range(n) for j in range(n) if i != j)
-        assert anisotropy(x) == pytest.approx(abs(total) / (n * n - n), abs=1e-9)
-        assert anisotropy(x, include_self=True) == pytest.approx(abs(total + n) / (n * n), abs=1e-9)
+        assert anisotropy(x) == pytest.approx(_cal_avg_cosine(x), abs=1e-12)
+        assert anisotropy(x) == pytest.approx((total + n) / (n * n), abs=1e-9)
+        assert anisotropy(x, include_self=False) == pytest.approx(abs(total) / (n * n - n), abs=1e-9)
+    spread = torch.randn(7, 5, generator=g).double()
+    assert anisotropy(spread) != pytest.approx(anisotropy(spread, include_self=False), abs=1e-3)
     assert anisotropy(torch.ones(4, 3)) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="at least 2"):
         anisotropy(torch.ones(1, 3))
@@ -362,14 +376,21 @@ def test_cli_anisotropy(bert_mlm_dir: Path, bert_mlm, tmp_path: Path) -> None:
     assert out["anisotropy"] == pytest.approx(anisotropy(static_avg_encoder(encoder, tokenizer)(sents)), abs=1e-6)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(s.upper() for s in SENTENCES) + "\n\n", encoding="utf-8")
-    chosen = read_corpus(corpus, sample=4, seed=1)
-    assert len(chosen) == 4 and all(c in SENTENCES for c in chosen)
+    first = read_corpus(corpus, sample=4, seed=1)  # the official: the first lines, lower-cased
+    assert first == [s.lower() for s in SENTENCES[:4]]
+    chosen = read_corpus(corpus, sample=4, seed=1, draw="random")
+    assert len(chosen) == 4 and all(c in SENTENCES for c in chosen) and chosen != first
     for pooler in ("avg", "mask", "topk", "avg_first_last"):
         extra = ["--k", "10", "--denoise"] if pooler == "topk" else []
         out = _run_cli(["anisotropy", "--backbone", str(bert_mlm_dir), "--pooler", pooler, "--corpus", str(corpus),
-                        "--sample", "4", "--seed", "1", "--device", "cpu", "--json", *extra])
+                        "--sample", "4", "--random", "--seed", "1", "--device", "cpu", "--json", *extra])
         want = anisotropy(make_encode_fn(encoder, tokenizer, pooler, None, k=10, denoise=pooler == "topk")(chosen))
         assert out["n_sentences"] == 4 and out["anisotropy"] == pytest.approx(want, abs=1e-5), pooler
+    out = _run_cli(["anisotropy", "--backbone", str(bert_mlm_dir), "--pooler", "avg", "--corpus", str(corpus),
+                    "--sample", "4", "--distinct-pairs", "--device", "cpu", "--json"])
+    encode = make_encode_fn(encoder, tokenizer, "avg", None)
+    assert out["pairs"] == "distinct"
+    assert out["anisotropy"] == pytest.approx(anisotropy(encode(first), include_self=False), abs=1e-5)
 
 
 def test_cli_avg_pooler_matches_manual(bert_plain) -> None:

@@ -214,6 +214,10 @@ def test_wiki_sample_sentences(tmp_path):
     (folder / "wiki1m_for_simcse.head11914.txt").write_text("One two three\n\nfour five\nsix\n", encoding="utf-8")
     assert wiki_sample_sentences(tmp_path) == ["One two three", "four five", "six"]
     assert wiki_sample_sentences(tmp_path, lower=True, max_words=2) == ["one two", "four five", "six"]
-    assert len(wiki_sample_sentences(tmp_path, sample=2, seed=3)) == 2
+    # the first 2 lines of the file, as the official --calc_anisotropy reads wiki1m (a blank one left out)
+    assert wiki_sample_sentences(tmp_path, sample=2) == ["One two three"]
+    assert len(wiki_sample_sentences(tmp_path, sample=2, seed=3, draw="random")) == 2
+    with pytest.raises(ValueError, match="draw='last'"):
+        wiki_sample_sentences(tmp_path, sample=2, draw="last")
     with pytest.raises(FileNotFoundError):
         wiki_sample_sentences(tmp_path / "missing")

@@ -39,15 +39,17 @@ WIKI_SAMPLE = Path("wiki1m_sample") / "wiki1m_for_simcse.head11914.txt"
 
 
 def wiki_sample_sentences(data_dir: str | os.PathLike, sample: int | None = None, seed: int = 0,
-                          lower: bool = False, max_words: int | None = None) -> list[str]:
-    """Sentences of the wiki1m sample (``<data_dir>/wiki1m_sample/...``), ``sample`` of them drawn with ``seed``.
+                          lower: bool = False, max_words: int | None = None, draw: str = "first") -> list[str]:
+    """Sentences of the wiki1m sample (``<data_dir>/wiki1m_sample/...``, the first 11,914 lines of wiki1m): its
+    first ``sample`` lines (``draw="first"``, as the official ``--calc_anisotropy`` reads wiki1m), or ``sample`` of
+    them drawn with ``seed`` (``draw="random"``).
 
     Read as ``python -m cselab analysis --corpus`` reads (:func:`cselab.analysis.corpus.read_corpus`).
 
     Raises:
         FileNotFoundError: the sample is missing (names the path).
     """
-    return read_corpus(Path(data_dir) / WIKI_SAMPLE, sample, seed, lower=lower, max_words=max_words)
+    return read_corpus(Path(data_dir) / WIKI_SAMPLE, sample, seed, lower=lower, max_words=max_words, draw=draw)
 
 
 # ------------------------------------------------------------------------------------- token embeddings
@@ -275,7 +277,8 @@ def similarity_vs_gold(cosine: Sequence[float] | np.ndarray, gold: Sequence[floa
 
 def geometry_summary(encode: Callable[[list[str]], torch.Tensor], pairs: STSPairs, corpus: Sequence[str],
                      threshold: float = 4.0) -> dict[str, float]:
-    """Anisotropy (PromptBERT Eq. 1) over ``corpus``; alignment (pairs with gold > ``threshold``) and uniformity
+    """Anisotropy (PromptBERT Table 1, as the official code: :func:`cselab.analysis.geometry.anisotropy`) over
+    ``corpus``; alignment (pairs with gold > ``threshold``) and uniformity
     (every distinct sentence of ``pairs``) as :func:`cselab.evaluation.align_uniform.align_uniform_stsb` computes them
     on STS-B (:class:`cselab.evaluation.align_uniform.AlignUniformInputs`).
 

@@ -2,10 +2,12 @@
 
 Commands:
 
-* ``anisotropy`` -- PromptBERT Eq. 1 (Table 1) of a representation over ``--sentences`` or a sample of a
-  corpus (``--corpus FILE --sample N --seed S``; the paper: 100,000 random wiki1m sentences).  Corpus lines are
-  preprocessed as the official ``--calc_anisotropy``: lower-cased (``--no-lower`` keeps case) and cut to the
-  first 32 whitespace words (``--max-words``).
+* ``anisotropy`` -- PromptBERT Table 1's sentence anisotropy of a representation over ``--sentences`` or a
+  corpus, as the official ``--calc_anisotropy`` computes it (PB ``evaluation.py:25-35, 342-357``): the first
+  ``--sample N`` lines of ``--corpus`` (100,000 of wiki1m; ``--random`` draws them uniformly with ``--seed``, the
+  paper's words), lower-cased (``--no-lower`` keeps case), cut to their first 32 whitespace words
+  (``--max-words``), and the mean cosine over all pairs, self-pairs included (``--distinct-pairs``: Eq. 1 as
+  printed, :func:`cselab.analysis.geometry.anisotropy`).
 * ``topk-tokens`` -- Table 7: the top-k MLM tokens at the template's [MASK] (default: the Table 7 sentences,
   the manual template, k = 5); with ``--denoise`` both columns, before and after template denoising.
 * ``align-uniform`` -- alignment (gold > 4.0 pairs) and uniformity (all sentences) on STS-B test.
@@ -18,7 +20,7 @@ Representations (``--pooler``): SimCSE's poolers on ``[CLS] s [SEP]`` (``cls``, 
 Examples::
 
     python -m cselab analysis anisotropy --backbone bert-base-uncased --pooler static_avg \\
-        --corpus data/wiki1m_for_simcse.txt --sample 100000 --seed 42
+        --corpus data/wiki1m_for_simcse.txt --sample 100000
     python -m cselab analysis topk-tokens --backbone bert-base-uncased --k 5 --denoise
     python -m cselab analysis align-uniform --backbone bert-base-uncased --pooler mask --data-dir data
 
@@ -65,16 +67,20 @@ def build_parser() -> argparse.ArgumentParser:
                            help="static_avg: remove Table 11 tokens, subwords and punctuation")
             p.add_argument("--lowercase", action="store_true", help="static_avg: lowercase sentences first")
 
-    p = sub.add_parser("anisotropy", help="PromptBERT Eq. 1 (mean cosine of distinct sentence pairs)")
+    p = sub.add_parser("anisotropy", help="PromptBERT Table 1's sentence anisotropy (mean cosine of the pairs)")
     common(p, "avg")
     p.add_argument("--sentences", nargs="+", default=None)
     p.add_argument("--corpus", default=None, help="one sentence a line (e.g. wiki1m_for_simcse.txt)")
-    p.add_argument("--sample", type=int, default=None, help="sentences drawn from --corpus (default: all)")
-    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--sample", type=int, default=None,
+                   help="the first N lines of --corpus, as the official code (default: all)")
+    p.add_argument("--random", action="store_true",
+                   help="draw the --sample lines uniformly with --seed (the paper: 'we randomly sample')")
+    p.add_argument("--seed", type=int, default=42, help="the --random draw's seed")
     p.add_argument("--no-lower", action="store_true", help="do not lower-case corpus lines")
     p.add_argument("--max-words", type=int, default=32, help="cut corpus lines to N words (0: no cut)")
-    p.add_argument("--include-self", action="store_true",
-                   help="average self-pairs too, as the official cal_avg_cosine")
+    p.add_argument("--distinct-pairs", action="store_true",
+                   help="Eq. 1 as printed: pairs of distinct sentences only (default: all pairs, self-pairs "
+                        "included, as the official cal_avg_cosine)")
 
     p = sub.add_parser("topk-tokens", help="Table 7: top-k MLM tokens at [MASK]")
     common(p, None)
@@ -152,18 +158,20 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         sentences = list(args.sentences or [])
         if args.corpus is not None:
             sentences += read_corpus(args.corpus, args.sample, args.seed, lower=not args.no_lower,
-                                     max_words=args.max_words or None)
+                                     max_words=args.max_words or None, draw="random" if args.random else "first")
         if len(sentences) < 2:
             parser.error(f"anisotropy needs at least 2 sentences, got {len(sentences)}")
         emb = _encode_fn(args)(sentences)
-        value = anisotropy(emb, include_self=args.include_self)
+        value = anisotropy(emb, include_self=not args.distinct_pairs)
         result = {"command": "anisotropy", "backbone": args.backbone, "pooler": args.pooler,
-                  "n_sentences": len(sentences), "anisotropy": value}
+                  "n_sentences": len(sentences), "pairs": "distinct" if args.distinct_pairs else "all",
+                  "anisotropy": value}
         if args.json:
             print(json.dumps(result))
         else:
             print(f"backbone {args.backbone}  pooler {args.pooler}  sentences {len(sentences)}")
-            print(f"anisotropy (PromptBERT Eq. 1): {value:.4f}")
+            pairs = "Eq. 1, distinct pairs" if args.distinct_pairs else "the official cal_avg_cosine, all pairs"
+            print(f"anisotropy ({pairs}): {value:.4f}")
         return 0
     if args.command == "topk-tokens":
         encoder, tokenizer = _load(args, mlm_head=True)
