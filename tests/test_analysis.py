@@ -435,3 +435,17 @@ def test_cli_needs_sentences(bert_mlm_dir: Path) -> None:
     with pytest.raises(SystemExit) as err, contextlib.redirect_stderr(io.StringIO()):
         main(["anisotropy", "--backbone", str(bert_mlm_dir)])
     assert err.value.code == 2
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--include-self"], "--include-self is the default now"),
+    (["--sample", "4", "--seed", "3"], "--seed seeds the --random draw only"),
+])
+def test_cli_anisotropy_names_the_new_spelling_of_an_old_flag(flags, message, tmp_path, capsys) -> None:
+    """The old ``--include-self`` (now the default) and a ``--seed`` without ``--random`` (``--sample`` took a
+    random draw before it took the first lines) are refused by name, before any model loads."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(SENTENCES), encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["anisotropy", "--backbone", str(tmp_path / "no_model"), "--corpus", str(corpus), *flags])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err

@@ -75,12 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the first N lines of --corpus, as the official code (default: all)")
     p.add_argument("--random", action="store_true",
                    help="draw the --sample lines uniformly with --seed (the paper: 'we randomly sample')")
-    p.add_argument("--seed", type=int, default=42, help="the --random draw's seed")
+    p.add_argument("--seed", type=int, default=None, help="the --random draw's seed (default 42)")
     p.add_argument("--no-lower", action="store_true", help="do not lower-case corpus lines")
     p.add_argument("--max-words", type=int, default=32, help="cut corpus lines to N words (0: no cut)")
     p.add_argument("--distinct-pairs", action="store_true",
                    help="Eq. 1 as printed: pairs of distinct sentences only (default: all pairs, self-pairs "
                         "included, as the official cal_avg_cosine)")
+    p.add_argument("--include-self", action="store_true", help=argparse.SUPPRESS)  # refused in _run, by name
 
     p = sub.add_parser("topk-tokens", help="Table 7: top-k MLM tokens at [MASK]")
     common(p, None)
@@ -155,9 +156,16 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "anisotropy":
         if args.sentences is None and args.corpus is None:
             parser.error("anisotropy needs --sentences or --corpus")
+        if args.include_self:
+            parser.error("--include-self is the default now (all pairs, self-pairs included, as the official "
+                         "cal_avg_cosine); --distinct-pairs gives Eq. 1 as printed")
+        if args.seed is not None and not args.random:
+            parser.error("--seed seeds the --random draw only: --sample N takes the first N lines of --corpus (the "
+                         "official --calc_anisotropy); add --random to draw them uniformly")
         sentences = list(args.sentences or [])
         if args.corpus is not None:
-            sentences += read_corpus(args.corpus, args.sample, args.seed, lower=not args.no_lower,
+            sentences += read_corpus(args.corpus, args.sample, 42 if args.seed is None else args.seed,
+                                     lower=not args.no_lower,
                                      max_words=args.max_words or None, draw="random" if args.random else "first")
         if len(sentences) < 2:
             parser.error(f"anisotropy needs at least 2 sentences, got {len(sentences)}")

@@ -44,8 +44,8 @@ class TransformersAdamW(torch.optim.AdamW):
     Weight decay (0 in every official run) is transformers': decoupled and applied **after** the update, to the
     updated weights (``optimization.py:357-366``: ``p <- p - lr * weight_decay * p``), where torch applies it
     before (``p <- p * (1 - lr * weight_decay)``, then the update: a difference of ``lr * weight_decay`` times the
-    update).  Torch's kernel runs with each group's decay set to 0 for the step, then one ``_foreach_mul_`` a group
-    scales its parameters that have a gradient by ``1 - lr * weight_decay``; a step the fused kernel skips on the
+    update).  Torch's kernel runs with each group's decay set to 0 for the step, then one ``_foreach_add_`` a group
+    subtracts ``lr * weight_decay * p`` from its parameters that have a gradient; a step the fused kernel skips on the
     device (``found_inf`` = 1) skips the decay too (the factor is computed on the device: nothing is read on the
     host).  The Trainer's groups (biases and LayerNorm weights not decayed) are :func:`decay_groups`.
 
