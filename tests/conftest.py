@@ -288,6 +288,39 @@ def sts_data_dir() -> Path:
     pytest.skip("no SentEval data (run `make data`)")
 
 
+#: STS-B pairs kept in each split of :func:`short_stsb_data_dir`
+SHORT_STSB_PAIRS = 120
+
+
+def make_short_stsb_data_dir(real: Path, out: Path, pairs: int = SHORT_STSB_PAIRS) -> Path:
+    """``out``: a data directory like ``real`` whose STS-B splits (dev, test, train) are their first ``pairs``
+    pairs; every other entry (the wiki sample, the NLI head, the other STS tasks, ...) is a link to ``real``'s.
+    For tests about a run rather than about the data: on the embedded MiniLM, STS-B dev and test in full are 5,460
+    sentences to encode, about 45 s of one core in each run that validates and tests."""
+    src, dst = real, out
+    for part in ("senteval", "downstream", "STS", "STSBenchmark"):  # each level: the siblings linked, then down
+        dst.mkdir(parents=True, exist_ok=True)
+        for entry in src.iterdir():
+            if entry.name != part:
+                (dst / entry.name).symlink_to(entry.resolve())
+        src, dst = src / part, dst / part
+    dst.mkdir()
+    for entry in src.iterdir():
+        lines = entry.read_text(encoding="utf-8").splitlines(keepends=True) if entry.suffix == ".csv" else None
+        if lines is None:
+            (dst / entry.name).symlink_to(entry.resolve())
+        else:  # sts-dev.csv, sts-test.csv, sts-train.csv
+            (dst / entry.name).write_text("".join(lines[:pairs]), encoding="utf-8")
+    return out
+
+
+@pytest.fixture(scope="session")
+def short_stsb_data_dir(tmp_path_factory: pytest.TempPathFactory, sts_data_dir: Path) -> Path:
+    """:func:`sts_data_dir` with STS-B cut to its first :data:`SHORT_STSB_PAIRS` pairs of each split (the end-to-end
+    runs on the embedded MiniLM that validate and test on STS-B only: the run is the subject, not the score)."""
+    return make_short_stsb_data_dir(sts_data_dir, tmp_path_factory.mktemp("short_stsb_data"))
+
+
 #: the short run on the embedded MiniLM that the end-to-end tests of the comparison methods share: 4 steps of 16
 #: sentences of the embedded wiki sample, STS-B dev once (step 4), STS-B test
 MINILM_SHORT_RUN = ["backbone=minilm_l6", "seed=7", "trainer.max_steps=4", "trainer.val_check_interval=4",
@@ -318,7 +351,7 @@ def session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def minilm_simcse_run(tmp_path_factory: pytest.TempPathFactory, sts_data_dir: Path) -> Path:
+def minilm_simcse_run(tmp_path_factory: pytest.TempPathFactory, short_stsb_data_dir: Path) -> Path:
     """The folder of one SimCSE run of :data:`MINILM_SHORT_RUN`, made once per test session and shared by the
     pytest-xdist workers (a file lock in the session's temporary root): the run that the SNCSE and RankCSE
     end-to-end tests compare with on the same seed, and RankCSE's teacher."""
@@ -328,7 +361,7 @@ def minilm_simcse_run(tmp_path_factory: pytest.TempPathFactory, sts_data_dir: Pa
     out = root / "minilm_simcse_short_run"
     with FileLock(str(root / "minilm_simcse_short_run.lock")):
         if not (out / "results.json").is_file():
-            run_py(out, "method=simcse", *MINILM_SHORT_RUN, data_dir=sts_data_dir)
+            run_py(out, "method=simcse", *MINILM_SHORT_RUN, data_dir=short_stsb_data_dir)
     return out
 
 

@@ -53,7 +53,7 @@ from cselab.run import assemble
 from cselab.run.flow import run
 from cselab.run.signals import StoppedBySignal
 from cselab.run.spec import RunSpec
-from tests.conftest import SENTENCES, loss_and_grads, no_dropout
+from tests.conftest import SENTENCES, loss_and_grads, make_short_stsb_data_dir, no_dropout
 from tests.contract_probe import PROBES, ContractProbe
 from tests.sync_probe import count_cuda_syncs
 
@@ -182,17 +182,12 @@ def inputs(tmp_path_factory, tiny_mlm_dir, tiny_decoder_dirs, sts_data_dir) -> I
     nli.write_text("sent0,sent1,hard_neg\n" + "".join(f"{s},{s} today,birds fly\n" for s in SENTENCES * 4))
     soft = root / "soft_negatives.jsonl"
     write_soft_negatives(corpus, soft, RuleParser())
-    sts = root / "sts" / "senteval" / "downstream" / "STS" / "STSBenchmark"  # STS-B's first 120 pairs of each split:
-    sts.mkdir(parents=True)                                                   # the runs' validation and test
-    for split in ("dev", "test", "train"):
-        lines = (sts_data_dir / "senteval" / "downstream" / "STS" / "STSBenchmark" / f"sts-{split}.csv").read_text(
-            encoding="utf-8").splitlines(keepends=True)
-        (sts / f"sts-{split}.csv").write_text("".join(lines[:120]), encoding="utf-8")
+    sts = make_short_stsb_data_dir(sts_data_dir, root / "sts")  # STS-B's first 120 pairs: validation and test
     torch.manual_seed(7)
     teacher = SimCSE({"name_or_path": str(tiny_mlm_dir), "family": "bert"},
                      model={"pooler": "cls", "head": "mlp", "mlp_only_train": True})
     teacher.model.save(root / "teacher")
-    return Inputs(corpus, nli, f"[{{path:'{root / 'teacher'}',weight:1.0}}]", str(soft), root / "sts",
+    return Inputs(corpus, nli, f"[{{path:'{root / 'teacher'}',weight:1.0}}]", str(soft), sts,
                   {"bert": tiny_mlm_dir, "decoder": tiny_decoder_dirs["opt"]})
 
 

@@ -378,7 +378,7 @@ def test_published_rows_and_the_listmle_variant() -> None:
 
 # ------------------------------------------------------------------------------ runs (cselab.run.flow.run, run.py)
 @pytest.mark.integration
-def test_minilm_rankcse_with_a_simcse_teacher_trains_tests_and_compares(tmp_path, sts_data_dir,
+def test_minilm_rankcse_with_a_simcse_teacher_trains_tests_and_compares(tmp_path, short_stsb_data_dir,
                                                                         minilm_simcse_run) -> None:
     """The embedded MiniLM: the shared short SimCSE run (``MINILM_SHORT_RUN``) is the teacher of a RankCSE run of the
     same seed and settings, which trains, tests on STS-B, and ``python -m cselab compare`` pairs the two."""
@@ -389,11 +389,11 @@ def test_minilm_rankcse_with_a_simcse_teacher_trains_tests_and_compares(tmp_path
     from tests.conftest import MINILM_SHORT_RUN, run_py
 
     res = run_py(tmp_path / "rankcse", "method=rankcse", f"method.teachers=[{{path:'{minilm_simcse_run}',weight:1.0}}]",
-                 *MINILM_SHORT_RUN, data_dir=sts_data_dir)
+                 *MINILM_SHORT_RUN, data_dir=short_stsb_data_dir)
     assert res["config"]["method"]["name"] == "rankcse" and res["global_step"] == 4
     assert set(res["test"]) == {"stsb"} and -100 <= res["test"]["stsb"] <= 100
     assert [p["step"] for p in res["val_curve"]] == [4]
-    env = {**os.environ, "CSELAB_DATA_DIR": str(sts_data_dir), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "CSELAB_DATA_DIR": str(short_stsb_data_dir), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", "cselab", "compare", str(minilm_simcse_run), str(tmp_path / "rankcse"),
                            "--n-resamples", "200"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]

@@ -61,8 +61,10 @@ def test_sweep_over_two_methods_writes_two_results(tmp_path, tiny_bert_dir):
 
 
 @pytest.mark.integration
-def test_fast_dev_run_on_the_embedded_model(tmp_path):
-    proc = _run("trainer.fast_dev_run=true", "eval.test_tasks=[stsb]", f"hydra.run.dir={tmp_path}")
+def test_fast_dev_run_on_the_embedded_model(tmp_path, short_stsb_data_dir):
+    """The README's model and corpus, one step, validated and tested on STS-B (its first 120 pairs)."""
+    proc = _run("trainer.fast_dev_run=true", "eval.test_tasks=[stsb]", f"data_dir={short_stsb_data_dir}",
+                f"hydra.run.dir={tmp_path}")
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["global_step"] == 1
     assert set(res["test"]) == {"stsb"}  # no avg for a partial table

@@ -358,17 +358,18 @@ def test_published_rows() -> None:
 
 
 @pytest.mark.integration
-def test_minilm_short_run_then_compare_with_simcse(tmp_path, sts_data_dir, minilm_simcse_run) -> None:
+def test_minilm_short_run_then_compare_with_simcse(tmp_path, short_stsb_data_dir, minilm_simcse_run) -> None:
     """The embedded MiniLM: SNCSE on the soft negatives of the embedded corpus, then ``cselab compare`` against the
-    shared SimCSE run of the same seed and settings (``MINILM_SHORT_RUN``: 4 steps, STS-B dev and test)."""
+    shared SimCSE run of the same seed and settings (``MINILM_SHORT_RUN``: 4 steps, STS-B dev and test, their first
+    120 pairs)."""
     from cselab.cli.compare import main as compare_main
     from tests.conftest import MINILM_SHORT_RUN, run_py
 
-    corpus = sts_data_dir / "wiki1m_sample" / "wiki1m_for_simcse.head11914.txt"
+    corpus = short_stsb_data_dir / "wiki1m_sample" / "wiki1m_for_simcse.head11914.txt"
     negatives = tmp_path / "soft_negatives.jsonl"
     write_soft_negatives(corpus, negatives, RuleParser())
     results = run_py(tmp_path / "sncse", "method=sncse", *MINILM_SHORT_RUN, f"data.soft_negatives={negatives}",
-                     data_dir=sts_data_dir)
+                     data_dir=short_stsb_data_dir)
     assert results["global_step"] == 4 and 0 < results["test"]["stsb"] < 100
     assert results["config"]["method"]["name"] == "sncse"
     assert compare_main([str(tmp_path / "sncse"), str(minilm_simcse_run), "--n-resamples", "200"]) == 0

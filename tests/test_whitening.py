@@ -336,11 +336,11 @@ def test_too_few_sentences_for_all_dimensions_is_refused_before_the_first_step(t
 # ------------------------------------------------------------------------------------------ the embedded MiniLM
 
 @pytest.mark.integration
-def test_minilm_baseline_and_simcse_with_whitening_and_compare(tmp_path, sts_data_dir):
+def test_minilm_baseline_and_simcse_with_whitening_and_compare(tmp_path, short_stsb_data_dir):
     """The embedded MiniLM: method=baseline (first-last avg) + whitening on 1,000 wiki-sample sentences, a 4-step
-    SimCSE + whitening, then ``cselab compare`` of the two runs (STS-B only, to stay short)."""
+    SimCSE + whitening, then ``cselab compare`` of the two runs (STS-B only, its first 120 pairs, to stay short)."""
     common = ["eval.whitening.enabled=true", "eval.whitening.fit_on=wiki", "eval.whitening.n_sentences=1000",
-              "eval.test_tasks=[stsb]", f"data_dir={sts_data_dir}"]
+              "eval.test_tasks=[stsb]", f"data_dir={short_stsb_data_dir}"]
     from tests.conftest import run_py
 
     base = run_py(tmp_path / "base", "method=baseline", "method.pooler=avg_first_last", *common)
