@@ -331,13 +331,14 @@ def run_py(run_dir: Path, *overrides: str, data_dir: Path | None = None, timeout
     """``python run.py <overrides> hydra.run.dir=<run_dir>`` as a user runs it (offline, W&B offline, the data
     under ``data_dir``); returns its results.json.  Fails the test with the run's stderr when it exits non-zero."""
     import json
-    import subprocess
     import sys
+
+    from tests import forked
 
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline",
            **({"CSELAB_DATA_DIR": str(data_dir)} if data_dir else {})}
-    proc = subprocess.run([sys.executable, str(root / "run.py"), *overrides, f"hydra.run.dir={run_dir}"], cwd=root,
+    proc = forked.run([sys.executable, str(root / "run.py"), *overrides, f"hydra.run.dir={run_dir}"], cwd=root,
                           env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return json.loads((run_dir / "results.json").read_text())

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from hydra import compose, initialize_config_dir
 import cselab.io.config  # noqa: F401  (resolvers)
 from cselab.model.spec import ConfigError
 from cselab.run.config_keys import added_keys, check_added_keys, closest_key, missing_key_error
+from tests import forked
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,7 +66,7 @@ def test_without_plus_the_closest_key_is_named_too():
 def test_run_py_refuses_in_one_line_and_leaves_no_run_directory(tmp_path):
     """The command exits 1 with one line naming optim.lr, before any data or weights are read, and leaves no
     outputs/<run> behind (on 446911a the run trained with the default lr)."""
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "+optim.lrr=1e-4", "trainer.max_steps=1"],
+    proc = forked.run([sys.executable, str(ROOT / "run.py"), "+optim.lrr=1e-4", "trainer.max_steps=1"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr[-3000:]
     lines = [line for line in proc.stderr.splitlines() if line.strip()]

@@ -10,7 +10,6 @@ import hashlib
 import json
 import logging
 import os
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,6 +22,7 @@ from hydra import compose, initialize_config_dir
 
 from cselab.callbacks.align_uniform import ALIGNMENT_METRIC, SECONDS_METRIC, UNIFORMITY_METRIC, AlignUniform
 from cselab.data.sts import load_task
+from tests import forked
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -160,7 +160,7 @@ def test_a_run_logs_the_trajectory_to_csv_and_the_report_draws_it(tmp_path, tiny
     env = {**os.environ, "CSELAB_DATA_DIR": str(data_dir), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline",
            "OMP_NUM_THREADS": "1"}
     run_dir = tmp_path / "run"
-    proc = subprocess.run(
+    proc = forked.run(
         [sys.executable, str(ROOT / "run.py"), "method=simcse", f"backbone.name_or_path={tiny_bert_dir}",
          "trainer.max_steps=4", "trainer.val_check_interval=2", "data.batch_size=8", "eval.test_tasks=[stsb]",
          "callbacks.align_uniform.enabled=true", "callbacks.align_uniform.every_n_steps=2", f"hydra.run.dir={run_dir}"],

@@ -16,6 +16,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import cselab.io.config  # noqa: F401  (resolvers)
+from tests import forked
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
@@ -25,7 +26,7 @@ BASE = ["method=simcse", "trainer.max_steps=4", "eval.test_tasks=[stsb]", f"data
 
 def _run(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *BASE, *overrides], cwd=cwd, env=env,
+    return forked.run([sys.executable, str(ROOT / "run.py"), *BASE, *overrides], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

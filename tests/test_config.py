@@ -14,6 +14,7 @@ from cselab.io.config import has_templates
 from cselab.model.spec import ConfigError
 from cselab.run.pieces import resolve_precision
 from cselab.run.spec import RunSpec
+from tests import forked
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 BACKBONES = ["minilm_l6", "bert_base", "bert_large", "roberta_base", "roberta_large"]
@@ -138,19 +139,17 @@ def test_the_old_top_level_keys_are_gone_and_run_py_names_their_new_home():
     assert moved_key_error(["-m", "denoise=none,pad", "train=false"]) == (
         "denoise=none,pad train=false: these keys moved; type method.denoise=none,pad "
         "method.train=false (conf/method/<name>.yaml sets the method's defaults; docs/configuration.md)")
-    import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "run.py", "pooler=avg"], cwd=Path(CONF).parent, capture_output=True,
+    proc = forked.run([sys.executable, "run.py", "pooler=avg"], cwd=Path(CONF).parent, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 1 and "type method.pooler=avg" in proc.stderr, proc.stderr
 
 
 def test_run_help_lists_the_groups_and_the_most_used_keys():
-    import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "run.py", "--help"], cwd=Path(CONF).parent, capture_output=True,
+    proc = forked.run([sys.executable, "run.py", "--help"], cwd=Path(CONF).parent, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     for group in ("method:", "backbone:", "prompt:", "setting:", "sweep:", "experiment:"):
@@ -371,10 +370,9 @@ def test_backbone_auto_reads_the_family_and_finds_the_paper_rows(tiny_decoder_di
 
 
 def test_run_py_takes_a_backbone_folder_and_refuses_a_mixed_list():
-    import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "run.py", "-m", "backbone=models/tiny_opt,tiny_llama"],
+    proc = forked.run([sys.executable, "run.py", "-m", "backbone=models/tiny_opt,tiny_llama"],
                           cwd=Path(CONF).parent, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "sweep them apart: backbone=tiny_llama and backbone=models/tiny_opt" in proc.stderr
 

@@ -16,6 +16,7 @@ from cselab.methods.diffcse.method import DiffCSE
 from cselab.methods.diffcse.rtd import ReplacedTokenDetection, replaced_token_labels, rtd_loss
 from cselab.model.loading import BackboneUnavailableError
 from cselab.model.spec import ConfigError
+from tests import forked
 from tests.conftest import BERT_VOCAB, SENTENCES
 
 MODEL = {"pooler": "cls", "head": "mlp_bn", "mlp_only_train": True}
@@ -443,7 +444,6 @@ def test_trains_tests_and_compares_with_simcse_on_the_same_seed(tmp_path, tiny_b
     ``cselab report --paper-backbone bert_base`` puts CoT-BERT Table 2's DiffCSE row beside ours."""
     import json
     import os
-    import subprocess
     import sys
 
     from tests.test_run import ROOT, _run
@@ -460,7 +460,7 @@ def test_trains_tests_and_compares_with_simcse_on_the_same_seed(tmp_path, tiny_b
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     for args in (["compare", f"{tmp_path}/diffcse", f"{tmp_path}/simcse"],
                  ["report", str(tmp_path), "--paper-backbone", "bert_base"]):
-        proc = subprocess.run([sys.executable, "-m", "cselab", *args], cwd=ROOT, env=env, capture_output=True,
+        proc = forked.run([sys.executable, "-m", "cselab", *args], cwd=ROOT, env=env, capture_output=True,
                               text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         if args[0] == "compare":

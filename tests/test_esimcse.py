@@ -29,6 +29,7 @@ from cselab.methods.esimcse.repetition import (
     repetition_plan,
 )
 from cselab.model.spec import ConfigError
+from tests import forked
 from tests.conftest import no_dropout
 
 WIKI = Path(__file__).resolve().parent / "data" / "wiki1m_head300.txt"
@@ -443,14 +444,13 @@ def test_run_trains_tests_and_compares_with_simcse(tmp_path, tiny_bert_dir, sts_
     ``cselab compare`` of the two on the same test pairs."""
     import json
     import os
-    import subprocess
     import sys
 
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "CSELAB_DATA_DIR": str(sts_data_dir), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline",
            "OMP_NUM_THREADS": "1"}
     for method in ("esimcse", "simcse"):
-        proc = subprocess.run(
+        proc = forked.run(
             [sys.executable, str(root / "run.py"), f"method={method}", f"backbone.name_or_path={tiny_bert_dir}",
              "trainer.max_steps=4", "trainer.val_check_interval=2", "data.batch_size=8", "seed=3",
              "eval.test_tasks=[stsb,sickr]", "trainer.enable_progress_bar=false", f"hydra.run.dir={tmp_path / method}"],
@@ -459,7 +459,7 @@ def test_run_trains_tests_and_compares_with_simcse(tmp_path, tiny_bert_dir, sts_
     res = json.loads((tmp_path / "esimcse" / "results.json").read_text())
     assert res["global_step"] == 4 and set(res["test"]) == {"stsb", "sickr"}
     assert res["config"]["method"]["esimcse"]["queue_size"] == 160
-    proc = subprocess.run([sys.executable, "-m", "cselab", "compare", str(tmp_path / "esimcse"), str(tmp_path / "simcse"),
+    proc = forked.run([sys.executable, "-m", "cselab", "compare", str(tmp_path / "esimcse"), str(tmp_path / "simcse"),
                            "--n-resamples", "200"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "stsb" in proc.stdout.lower() or "sts-b" in proc.stdout.lower()

@@ -20,6 +20,7 @@ from cselab.methods.rankcse.loss import RankCSELoss, consistency_loss
 from cselab.methods.rankcse.ranking import listmle_loss, listnet_loss
 from cselab.methods.rankcse.teachers import TeacherScores, TeacherSpec, teacher_specs
 from cselab.model.spec import ConfigError
+from tests import forked
 from tests.conftest import loss_and_grads
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -383,7 +384,6 @@ def test_minilm_rankcse_with_a_simcse_teacher_trains_tests_and_compares(tmp_path
     """The embedded MiniLM: the shared short SimCSE run (``MINILM_SHORT_RUN``) is the teacher of a RankCSE run of the
     same seed and settings, which trains, tests on STS-B, and ``python -m cselab compare`` pairs the two."""
     import os
-    import subprocess
     import sys
 
     from tests.conftest import MINILM_SHORT_RUN, run_py
@@ -394,7 +394,7 @@ def test_minilm_rankcse_with_a_simcse_teacher_trains_tests_and_compares(tmp_path
     assert set(res["test"]) == {"stsb"} and -100 <= res["test"]["stsb"] <= 100
     assert [p["step"] for p in res["val_curve"]] == [4]
     env = {**os.environ, "CSELAB_DATA_DIR": str(short_stsb_data_dir), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "cselab", "compare", str(minilm_simcse_run), str(tmp_path / "rankcse"),
+    proc = forked.run([sys.executable, "-m", "cselab", "compare", str(minilm_simcse_run), str(tmp_path / "rankcse"),
                            "--n-resamples", "200"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "stsb" in proc.stdout.lower() or "sts-b" in proc.stdout.lower()

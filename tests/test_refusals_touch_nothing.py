@@ -17,6 +17,7 @@ from test_run_lock import _hold_in_another_process
 import cselab.io.config  # noqa: F401  (resolvers)
 from cselab.callbacks.run_config import STATE_KEY
 from cselab.run.spec import resolved_config
+from tests import forked
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the command the saved run was made with (the data of the clone, STS-B only: nothing loads before the refusal)
@@ -52,7 +53,7 @@ def _saved_run(tmp_path: Path, finished: bool) -> Path:
 
 
 def _run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *COMMAND, *overrides], cwd=tmp_path,
+    return forked.run([sys.executable, str(ROOT / "run.py"), *COMMAND, *overrides], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -23,6 +23,7 @@ import torch
 from cselab.data.resume import DataPosition, ResumableSampler
 from cselab.data.unsup import StreamingSentences
 from cselab.run.resume import resolve_ckpt_path
+from tests import forked
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = "a man is playing the guitar cat sat on mat two dogs are running in park woman slicing onion".split()
@@ -59,12 +60,12 @@ def test_sigkill_at_a_random_step_then_resume_matches_an_uninterrupted_run(tmp_p
     corpus = _corpus(tmp_path / "corpus.txt")  # 44 sentences, batch 8: 6 batches an epoch, 16 steps = 3 epochs
     kill_at = int(os.environ.get("CSELAB_KILL_STEP", random.Random().randrange(2, 13)))
 
-    straight = subprocess.run(_command(tmp_path / "straight", tiny_bert_dir, corpus), cwd=ROOT, env=_env(sts_data_dir),
+    straight = forked.run(_command(tmp_path / "straight", tiny_bert_dir, corpus), cwd=ROOT, env=_env(sts_data_dir),
                               capture_output=True, text=True, timeout=900)
     assert straight.returncode == 0, straight.stderr[-4000:]
 
     run_dir = tmp_path / "killed"
-    proc = subprocess.Popen(_command(run_dir, tiny_bert_dir, corpus), cwd=ROOT, env=_env(sts_data_dir),
+    proc = forked.Popen(_command(run_dir, tiny_bert_dir, corpus), cwd=ROOT, env=_env(sts_data_dir),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     last = run_dir / "checkpoints" / "last.ckpt"
     deadline = time.time() + 600
@@ -80,7 +81,7 @@ def test_sigkill_at_a_random_step_then_resume_matches_an_uninterrupted_run(tmp_p
     killed_step = _step_of(last)
     assert killed_step is not None and 1 <= killed_step < 16
 
-    resumed = subprocess.run(_command(run_dir, tiny_bert_dir, corpus, "ckpt_path=auto"), cwd=ROOT, env=_env(sts_data_dir),
+    resumed = forked.run(_command(run_dir, tiny_bert_dir, corpus, "ckpt_path=auto"), cwd=ROOT, env=_env(sts_data_dir),
                              capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert "not resumable" not in resumed.stderr  # Lightning's mid-epoch warning
@@ -115,14 +116,14 @@ def test_sigkill_after_the_first_validation_and_the_same_command_resumes(tmp_pat
     corpus = _corpus(tmp_path / "corpus.txt")
     command = _default_command(tiny_bert_dir, corpus)
     (tmp_path / "straight").mkdir()
-    straight = subprocess.run(command, cwd=tmp_path / "straight", env=_env(sts_data_dir), capture_output=True,
+    straight = forked.run(command, cwd=tmp_path / "straight", env=_env(sts_data_dir), capture_output=True,
                               text=True, timeout=900)
     assert straight.returncode == 0, straight.stderr[-4000:]
     [straight_dir] = (tmp_path / "straight" / "outputs").iterdir()
 
     cwd = tmp_path / "killed"
     cwd.mkdir()
-    proc = subprocess.Popen(command, cwd=cwd, env=_env(sts_data_dir), stdout=subprocess.DEVNULL,
+    proc = forked.Popen(command, cwd=cwd, env=_env(sts_data_dir), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.time() + 600
     killed_step = None
@@ -143,7 +144,7 @@ def test_sigkill_after_the_first_validation_and_the_same_command_resumes(tmp_pat
     elapsed_at_kill = saved["callbacks"]["STSCallback"]["elapsed_s"]  # the run's time up to that checkpoint
     assert elapsed_at_kill > 0
 
-    resumed = subprocess.run(command, cwd=cwd, env=_env(sts_data_dir), capture_output=True, text=True, timeout=900)
+    resumed = forked.run(command, cwd=cwd, env=_env(sts_data_dir), capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     console = resumed.stdout + resumed.stderr
     assert f"ckpt_path=auto: resuming from {run_dir / 'checkpoints' / 'last.ckpt'}" in console
@@ -164,7 +165,7 @@ def test_sigkill_after_the_first_validation_and_the_same_command_resumes(tmp_pat
     assert [step for step, _ in resumed_curve] == [step for step, _ in straight_curve] == [4, 8, 12]
     assert [v for _, v in resumed_curve] == pytest.approx([v for _, v in straight_curve], abs=1e-6)
 
-    again = subprocess.run(command, cwd=cwd, env=_env(sts_data_dir), capture_output=True, text=True, timeout=900)
+    again = forked.run(command, cwd=cwd, env=_env(sts_data_dir), capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stderr[-4000:]  # finished: skipped, said once, results untouched
     assert (again.stdout + again.stderr).count("already finished") == 1
     assert json.loads((run_dir / "results.json").read_text()) == b

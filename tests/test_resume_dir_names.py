@@ -5,7 +5,6 @@ finished run asked to change a result-changing key says so and how to re-run (44
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import cselab.io.config  # noqa: F401  (resolvers)
 from cselab.callbacks.run_config import finished_run_changes
 from cselab.io.config import hydra_quote, override_key, resume_overrides
 from cselab.run.spec import copies_of, resolved_config
+from tests import forked
 
 ROOT = Path(__file__).resolve().parents[1]
 #: a run directory as run_name writes it (issue 33's example), with a sweep's comma too
@@ -45,7 +45,7 @@ def test_a_finished_run_asked_for_a_change_says_so(tmp_path):
     (run_dir / "results.json").write_text(json.dumps({"config": saved, "test": {"avg": 50.0}}))
     assert finished_run_changes({"config": saved}, resolved_config(cfg), copies_of(cfg), run_dir) is None  # the same command: a plain skip
 
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), f"resume={RUN_DIR}", "method=simcse",
+    proc = forked.run([sys.executable, str(ROOT / "run.py"), f"resume={RUN_DIR}", "method=simcse",
                            "trainer.max_steps=10", "optim.lr=1e-4"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 1, proc.stderr[-3000:]

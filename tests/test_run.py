@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import forked
+
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ["sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr"]
 
@@ -25,7 +27,7 @@ def _run(*overrides: str, timeout: int = 900, threads: int | None = None) -> sub
     env = {**os.environ, "CSELAB_DATA_DIR": str(_data_dir()), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
     if threads:  # tiny models run faster on one thread than on two
         env["OMP_NUM_THREADS"] = str(threads)
-    proc = subprocess.run(
+    proc = forked.run(
         [sys.executable, str(ROOT / "run.py"), *overrides],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cselab.run.lock import LOCK_FILE, RunDirInUse, hold_run_dir, mark_run_dir, release_run_dir
+from tests import forked
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +53,7 @@ def test_run_py_refuses_a_directory_in_use_and_leaves_it_alone(tmp_path):
     run_dir = tmp_path / "outputs" / "mine"
     holder = _hold_in_another_process(run_dir)
     try:
-        proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "run_name=mine", "trainer.max_steps=1"],
+        proc = forked.run([sys.executable, str(ROOT / "run.py"), "run_name=mine", "trainer.max_steps=1"],
                               cwd=tmp_path, capture_output=True, text=True, timeout=300)
     finally:
         holder.kill()

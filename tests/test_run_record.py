@@ -9,6 +9,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from tests import forked
+
 CONF = Path(__file__).resolve().parents[1] / "conf"
 PROMPTEOL_ROWS = sorted(p.stem for p in (CONF / "experiment" / "prompteol").glob("*.yaml"))
 
@@ -180,11 +182,10 @@ def test_a_missing_folder_is_named_as_a_folder(tmp_path, monkeypatch):
 
 
 def test_help_shows_the_output_layout():
-    import subprocess
     import sys
 
     root = CONF.parent
-    out = subprocess.run([sys.executable, str(root / "run.py"), "--help"], cwd=root, capture_output=True, text=True,
+    out = forked.run([sys.executable, str(root / "run.py"), "--help"], cwd=root, capture_output=True, text=True,
                          timeout=120).stdout
     assert "outputs/<run_name>/" in out and "multirun/<run_name>/<n>_<swept values>/" in out
     assert "<date>" not in out and "<time>" not in out

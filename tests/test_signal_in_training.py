@@ -6,12 +6,13 @@ uninterrupted run ends is checked for every method in process: ``tests/test_cont
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 from test_resume import _command, _corpus, _env
+
+from tests import forked
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the step the signal arrives at (6: the last batch of the first epoch, 6 batches an epoch; validations at 4, 8, 12,
@@ -37,7 +38,7 @@ def test_a_signal_in_training_saves_last_ckpt_and_names_the_command_that_resumes
     corpus = _corpus(tmp_path / "corpus.txt")  # 6 batches an epoch; validations at 4, 8, 12, 16
     env = _env_with_probe(sts_data_dir)
     run_dir = tmp_path / "stopped"
-    stopped = subprocess.run(_command(run_dir, tiny_bert_dir, corpus, "checkpointing.save_every_n_steps=null",
+    stopped = forked.run(_command(run_dir, tiny_bert_dir, corpus, "checkpointing.save_every_n_steps=null",
                                       *_probe(STEP, signal_name)),
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert stopped.returncode == status, stopped.stderr[-4000:]

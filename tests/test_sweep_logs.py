@@ -13,6 +13,7 @@ import pytest
 
 from cselab.io.logs import DropAdvertisements, one_line_per_event
 from cselab.run import sweep
+from tests import forked
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,7 +93,7 @@ def test_sweep_with_a_failed_job_prints_the_summary_and_exits_1(tmp_path, tiny_b
     if data is None:
         pytest.skip("no SentEval data (run `make data`)")
     env = {**os.environ, "CSELAB_DATA_DIR": str(data.resolve()), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
+    proc = forked.run(
         [sys.executable, str(ROOT / "run.py"), "-m", "loss.temperature=-1,0.05", "method=baseline", "method.pooler=avg",
          f"backbone.name_or_path={tiny_bert_dir}", "eval.test_tasks=[stsb]", f"hydra.sweep.dir={tmp_path}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,

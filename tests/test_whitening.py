@@ -24,6 +24,7 @@ from cselab.evaluation.whitening import (
 )
 from cselab.model.spec import ConfigError
 from cselab.model.whitening import Whitening, compute_kernel_bias
+from tests import forked
 
 ROOT = Path(__file__).resolve().parents[1]
 MIRROR = Path("/work/.mirror/bojone+BERT-whitening/repo")
@@ -351,7 +352,7 @@ def test_minilm_baseline_and_simcse_with_whitening_and_compare(tmp_path, short_s
     best = torch.load(simcse["best_checkpoint"], map_location="cpu", weights_only=False)
     assert best["state_dict"]["model.whitening.kernel"].shape == (384, 384)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "cselab", "compare", str(tmp_path / "simcse"), str(tmp_path / "base")],
+    proc = forked.run([sys.executable, "-m", "cselab", "compare", str(tmp_path / "simcse"), str(tmp_path / "base")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "| STS-B |" in proc.stdout
