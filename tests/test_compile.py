@@ -39,7 +39,7 @@ def _clear_in_memory_compile_caches() -> None:
 
 @pytest.mark.parametrize("name", ["simcse", "promptbert"])
 def test_compiled_step_equals_the_eager_step_and_reuses_its_graphs_from_disk(name, make_method, tmp_path,
-                                                                             fresh_dynamo) -> None:
+                                                                             fresh_dynamo, quick_kernel_link) -> None:
     """Dropout off, float64 (float32 would compare inductor's reduction order, ~1e-4 on PromptBERT's head bias at
     temperature 0.05): the compiled (inductor) training step's loss and gradients equal the eager one's to 1e-5;
     the state dict's keys do not change (nothing is wrapped).  Regional: ONE graph for both layers plus the loss's
@@ -112,7 +112,7 @@ def test_a_compiled_run_logs_its_graphs_once_and_keeps_its_cache_where_configure
 @pytest.mark.integration
 @pytest.mark.parametrize("name", ["simcse", "promptbert"])
 def test_a_200_step_run_recompiles_at_most_4_times_without_a_graph_break(name, tmp_path, tiny_bert_dir,
-                                                                         sts_data_dir) -> None:
+                                                                         sts_data_dir, quick_kernel_link) -> None:
     """``run.py compile.enabled=true data.pad_to_multiple_of=8`` (the GPU defaults) on real sentences of varied
     lengths: 200 steps, a validation and the test, at most 4 recompilations (the layer's and the loss's graphs
     first compiled, then e.g. the layer without gradients for the evaluation), 0 graph breaks (dynamo's counters)."""

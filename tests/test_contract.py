@@ -424,7 +424,8 @@ def inductor_cache(tmp_path_factory) -> Path:
 
 @pytest.mark.xdist_group("inductor")  # one worker, one row after another: the shared cache's graphs are reused
 @pytest.mark.parametrize("case", STEP_CASES)
-def test_inductor_step_equals_the_eager_step(case, prepared, inductor_cache, fresh_dynamo) -> None:
+def test_inductor_step_equals_the_eager_step(case, prepared, inductor_cache, fresh_dynamo,
+                                          quick_kernel_link) -> None:
     """Contract 5 with inductor, the backend a GPU run uses (generated kernels, :func:`cselab.methods.compiled.
     use_tracing_settings` and its QKV fusion pass): float64, every dropout off (inductor draws its own random
     numbers), the eager step's loss and gradients to 1e-5 of each tensor's largest entry."""
