@@ -24,6 +24,8 @@ throughput, RNG state) and AdamW as configured (``optim.fused: auto``).
   layer: :func:`count_host_ops`); their sum over eager's is #41's host-ops goal (at most 35 %);
 * ``--sync-check N``: N more steps with ``torch.cuda.set_sync_debug_mode("error")`` (CUDA) and
   ``trainer.log_every_n_steps`` above them: the first synchronising call raises, and its place is reported;
+* ``--modes``: ``eager``, ``compiled`` (the run's ``compile.enabled=true``), ``reduce-overhead`` (CUDA graphs), and
+  ``compiled-autograd`` (compiled, and each ``backward()`` under compiled autograd: a measurement, not a run setting);
 * ``--cached C ...``: the cached step (``trainer.cached_step.chunk_size=C``) besides the uncached one;
 * ``first_step_s``: seconds from the case process's start to the end of its first step run as configured (eager:
   step 1; compiled: step 2, the FLOP counter's step 1 running eagerly), model build included; ``compile``: the
@@ -66,7 +68,24 @@ METHODS = {"simcse": [], "promptbert": [], "cot_bert": []}  # unsup, the paper d
 PAPER_RUNS = {"simcse": (64, -(-1_000_000 // 64), -(-1_000_000 // 64) // 125),
               "promptbert": (256, -(-1_000_000 // 256), -(-1_000_000 // 256) // 125)}
 MODES = {"eager": ["compile.enabled=false"], "compiled": ["compile.enabled=true"],
-         "reduce-overhead": ["compile.enabled=true", "compile.mode=reduce-overhead"]}
+         "reduce-overhead": ["compile.enabled=true", "compile.mode=reduce-overhead"],
+         "compiled-autograd": ["compile.enabled=true"]}  # + the backward under compiled autograd (measured, not kept)
+
+
+def compiled_autograd_backward(mode: str):
+    """The context each ``loss.backward()`` of the case runs in: for ``compiled-autograd``, PyTorch's compiled
+    autograd (``torch._dynamo.compiled_autograd._enable``: the whole backward, ``AccumulateGrad`` included, traced at
+    each ``backward()`` and compiled by inductor, ``dynamic=True``), a null context otherwise.  Not a run's setting:
+    the #41 measurement of whether it takes the 199 ``AccumulateGrad`` detaches off the host (docs/benchmarks.md)."""
+    import contextlib
+
+    if mode != "compiled-autograd":
+        return contextlib.nullcontext
+    import torch
+    from torch._dynamo import compiled_autograd
+
+    compiler = torch.compile(dynamic=True)
+    return lambda: compiled_autograd._enable(compiler)
 
 
 def compose(args, method: str, mode: str, batch_size: int, cached: int | None):
@@ -156,6 +175,14 @@ def run_case(args) -> dict:
         torch.manual_seed(0)
         t_build = time.perf_counter()
         method = assemble.build_run_method(RunSpec.from_config(cfg))
+        backward_context = compiled_autograd_backward(args.mode)
+        plain_backward = method.backward
+
+        def backward(loss, *a, _plain=plain_backward, _context=backward_context, **k):
+            with _context():
+                _plain(loss, *a, **k)
+
+        method.backward = backward  # the LightningModule hook Lightning's loop calls
         collate = method.train_collate(
             pad_to_multiple_of=resolve_pad_to_multiple_of(cfg.data.get("pad_to_multiple_of"), cuda))
         rows = [{"text": t} for t in load_sentences(args.data_dir, b)]
@@ -228,19 +255,22 @@ def run_case(args) -> dict:
             row["peak_mem_GB"] = torch.cuda.max_memory_allocated() / 1e9
             torch.cuda.reset_peak_memory_stats()
         if args.ops:
-            row.update(count_host_ops(method, device_batch, autocast, optimizer))
+            row.update(count_host_ops(method, device_batch, autocast, optimizer, backward_context))
         out["by_batch"].append(row)
         torch._dynamo.reset()
     return out
 
 
-def count_host_ops(method, batch, autocast, optimizer) -> dict:
+def count_host_ops(method, batch, autocast, optimizer, backward_context=None) -> dict:
     """One step (forward through the method's training forward, compiled if it is, backward, the optimizer) under
     ``torch.profiler``: ``host_aten_ops`` (top-level ``aten::`` calls), ``inductor_kernels`` (the calls of the
     compiled graphs' own kernels in that step: on CPU the ``cpp_fused_*`` functions, recorded because the case
     process compiles with ``TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE=1``; on CUDA the kernel launches outside an
     ``aten::`` op, Triton's) and ``accumulate_grad_detaches`` (the ``aten::detach`` with which autograd's
-    ``AccumulateGrad`` stores each parameter's new gradient: C++, no kernel; counted in ``host_aten_ops``)."""
+    ``AccumulateGrad`` stores each parameter's new gradient: C++, no kernel; counted in ``host_aten_ops``).
+    ``backward_context``: a callable giving the context of ``loss.backward()`` (:func:`compiled_autograd_backward`)."""
+    import contextlib
+
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -251,7 +281,8 @@ def count_host_ops(method, batch, autocast, optimizer) -> dict:
         optimizer.zero_grad(set_to_none=True)
         with autocast:
             loss = forward(batch)[0]
-        loss.backward()
+        with (backward_context or contextlib.nullcontext)():
+            loss.backward()
         optimizer.step()
 
     step()  # compiled: the graphs exist before the profiled step
