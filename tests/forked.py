@@ -136,14 +136,15 @@ class Popen:
     """:class:`subprocess.Popen`'s interface for ``run.py`` / ``-m cselab`` commands run in a forkserver child
     (see the module's docstring): ``pid``, ``returncode`` (``-signal`` when a signal ended it), :meth:`poll`,
     :meth:`wait`, :meth:`send_signal`, :meth:`terminate`, :meth:`kill`, and the child's stdout / stderr text
-    (:meth:`output`) once it has ended.
+    (:meth:`output`) once it has ended.  The output goes to files in a temporary folder, always (no ``stdout`` /
+    ``stderr`` arguments), removed by :meth:`close` (``with forked.Popen(...) as proc:`` closes it at the end).
 
     Raises:
         ValueError: a command that is neither (use :mod:`subprocess`).
     """
 
-    def __init__(self, cmd: list[str], cwd: str | os.PathLike | None = None, env: dict[str, str] | None = None,
-                 **_: Any) -> None:
+    def __init__(self, cmd: list[str], cwd: str | os.PathLike | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.args = [str(c) for c in cmd]
         _target(self.args)
         self._files = tempfile.mkdtemp(prefix="forked_")
@@ -181,6 +182,19 @@ class Popen:
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
+    def close(self) -> None:
+        """Kill the child if it still runs, wait for it, and remove its output files."""
+        if self._process.exitcode is None:
+            self.kill()
+            self._process.join(60)
+        shutil.rmtree(self._files, ignore_errors=True)
+
+    def __enter__(self) -> Popen:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     def output(self) -> tuple[str, str]:
         """(stdout, stderr) as text (UTF-8, undecodable bytes replaced), what the child wrote so far."""
         return tuple(Path(p).read_text(encoding="utf-8", errors="replace") if os.path.exists(p) else ""
@@ -188,26 +202,28 @@ class Popen:
 
 
 def run(cmd: list[str], cwd: str | os.PathLike | None = None, env: dict[str, str] | None = None,
-        timeout: float | None = None, check: bool = False, **_: Any) -> subprocess.CompletedProcess:
-    """:func:`subprocess.run` with ``capture_output=True, text=True`` for a ``run.py`` / ``-m cselab`` command, in a
-    forkserver child (:class:`Popen`): a :class:`subprocess.CompletedProcess` with its status, stdout and stderr.
+        timeout: float | None = None, check: bool = False, capture_output: bool = True,
+        text: bool = True) -> subprocess.CompletedProcess:
+    """:func:`subprocess.run` with ``capture_output=True, text=True`` (the only values taken: the call sites read as
+    :mod:`subprocess` ones) for a ``run.py`` / ``-m cselab`` command, in a forkserver child (:class:`Popen`): a
+    :class:`subprocess.CompletedProcess` with its status, stdout and stderr.
 
     Raises:
         subprocess.TimeoutExpired: it ran past ``timeout`` seconds (then killed, its output attached).
         subprocess.CalledProcessError: ``check`` and a non-zero status.
-        ValueError: a command that is neither (use :mod:`subprocess`).
+        ValueError: a command that is neither (use :mod:`subprocess`), or ``capture_output`` / ``text`` false.
     """
-    proc = Popen(cmd, cwd=cwd, env=env)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(60)
+    if not (capture_output and text):
+        raise ValueError("tests/forked.py: run() always captures the output as text (capture_output=True, text=True)")
+    with Popen(cmd, cwd=cwd, env=env) as proc:
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(60)
+            stdout, stderr = proc.output()
+            raise subprocess.TimeoutExpired(proc.args, timeout, output=stdout, stderr=stderr) from None
         stdout, stderr = proc.output()
-        shutil.rmtree(proc._files, ignore_errors=True)
-        raise subprocess.TimeoutExpired(proc.args, timeout, output=stdout, stderr=stderr) from None
-    stdout, stderr = proc.output()
-    shutil.rmtree(proc._files, ignore_errors=True)
     done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     if check:
         done.check_returncode()

@@ -12,7 +12,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -56,6 +55,7 @@ def _step_of(ckpt: Path) -> int | None:
 
 
 @pytest.mark.integration
+@pytest.mark.long(seconds=29)
 def test_sigkill_at_a_random_step_then_resume_matches_an_uninterrupted_run(tmp_path, tiny_bert_dir, sts_data_dir):
     corpus = _corpus(tmp_path / "corpus.txt")  # 44 sentences, batch 8: 6 batches an epoch, 16 steps = 3 epochs
     kill_at = int(os.environ.get("CSELAB_KILL_STEP", random.Random().randrange(2, 13)))
@@ -65,17 +65,16 @@ def test_sigkill_at_a_random_step_then_resume_matches_an_uninterrupted_run(tmp_p
     assert straight.returncode == 0, straight.stderr[-4000:]
 
     run_dir = tmp_path / "killed"
-    proc = forked.Popen(_command(run_dir, tiny_bert_dir, corpus), cwd=ROOT, env=_env(sts_data_dir),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     last = run_dir / "checkpoints" / "last.ckpt"
-    deadline = time.time() + 600
-    while proc.poll() is None and time.time() < deadline:
-        step = _step_of(last) if last.exists() else None
-        if step is not None and step >= kill_at:
-            os.kill(proc.pid, signal.SIGKILL)
-            break
-        time.sleep(0.05)
-    proc.wait(timeout=60)
+    with forked.Popen(_command(run_dir, tiny_bert_dir, corpus), cwd=ROOT, env=_env(sts_data_dir)) as proc:
+        deadline = time.time() + 600
+        while proc.poll() is None and time.time() < deadline:
+            step = _step_of(last) if last.exists() else None
+            if step is not None and step >= kill_at:
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+            time.sleep(0.05)
+        proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL, f"the run ended before the kill at step {kill_at}"
     assert not (run_dir / "results.json").exists()
     killed_step = _step_of(last)
@@ -110,6 +109,7 @@ def _default_command(tiny_bert_dir: Path, corpus: Path) -> list[str]:
 
 
 @pytest.mark.integration
+@pytest.mark.long(seconds=30)
 def test_sigkill_after_the_first_validation_and_the_same_command_resumes(tmp_path, tiny_bert_dir, sts_data_dir):
     """Default settings: the first validation writes last.ckpt, and re-running the very same command (same
     working directory, so the same outputs/<run_name>) resumes from it and ends as an uninterrupted run."""
@@ -123,18 +123,17 @@ def test_sigkill_after_the_first_validation_and_the_same_command_resumes(tmp_pat
 
     cwd = tmp_path / "killed"
     cwd.mkdir()
-    proc = forked.Popen(command, cwd=cwd, env=_env(sts_data_dir), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.time() + 600
     killed_step = None
-    while proc.poll() is None and time.time() < deadline:
-        found = list(cwd.glob("outputs/*/checkpoints/last.ckpt"))
-        killed_step = _step_of(found[0]) if found else None
-        if killed_step is not None:
-            os.kill(proc.pid, signal.SIGKILL)
-            break
-        time.sleep(0.05)
-    proc.wait(timeout=60)
+    with forked.Popen(command, cwd=cwd, env=_env(sts_data_dir)) as proc:
+        deadline = time.time() + 600
+        while proc.poll() is None and time.time() < deadline:
+            found = list(cwd.glob("outputs/*/checkpoints/last.ckpt"))
+            killed_step = _step_of(found[0]) if found else None
+            if killed_step is not None:
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+            time.sleep(0.05)
+        proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL, "the run ended before its first validation wrote last.ckpt"
     [run_dir] = (cwd / "outputs").iterdir()
     assert run_dir.name == straight_dir.name  # the name comes from the command, not the time
