@@ -120,23 +120,6 @@ _ROBERTA_CORPUS = [
 ]
 
 
-# ------------------------------------------------------------------------------------------ the order
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tests marked ``long(seconds=S)`` first, the longest first; the rest in their collected order.
-
-    pytest-xdist's ``--dist loadgroup`` (``make test``) hands the workers the ``xdist_group`` groups first (the most
-    tests first), then the other tests in the collected order, each to the next worker with fewer than 3 pending:
-    a long test collected late starts late and may be the last one running, alone, while the other workers have
-    finished (the MiniLM reference check: 234 s).  Longest first, they run beside the groups from the start."""
-    def weight(item: pytest.Item) -> float:
-        mark = item.get_closest_marker("long")
-        return -float(mark.kwargs.get("seconds", 1)) if mark else 0.0
-
-    items.sort(key=weight)  # stable: the unmarked tests keep their order
-
-
 # ------------------------------------------------------------------------------------------ fixtures
 
 

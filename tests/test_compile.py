@@ -37,7 +37,6 @@ def _clear_in_memory_compile_caches() -> None:
     counters.clear()
 
 
-@pytest.mark.long(seconds=38)
 @pytest.mark.parametrize("name", ["simcse", "promptbert"])
 def test_compiled_step_equals_the_eager_step_and_reuses_its_graphs_from_disk(name, make_method, tmp_path,
                                                                              fresh_dynamo, quick_kernel_link) -> None:
@@ -111,7 +110,6 @@ def test_a_compiled_run_logs_its_graphs_once_and_keeps_its_cache_where_configure
 
 
 @pytest.mark.integration
-@pytest.mark.long(seconds=54)
 @pytest.mark.parametrize("name", ["simcse", "promptbert"])
 def test_a_200_step_run_recompiles_at_most_4_times_without_a_graph_break(name, tmp_path, tiny_bert_dir,
                                                                          sts_data_dir, quick_kernel_link) -> None:

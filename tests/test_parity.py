@@ -9,8 +9,6 @@ import importlib.util
 import json
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "tests" / "data" / "parity_before_refactor.json"
 
@@ -22,7 +20,6 @@ def _snapshot_module():
     return module
 
 
-@pytest.mark.long(seconds=53)
 def test_every_method_and_paper_config_matches_the_recorded_losses_and_embeddings(tmp_path):
     snap = _snapshot_module()
     recorded = json.loads(RECORD.read_text())

@@ -55,7 +55,6 @@ def _step_of(ckpt: Path) -> int | None:
 
 
 @pytest.mark.integration
-@pytest.mark.long(seconds=29)
 def test_sigkill_at_a_random_step_then_resume_matches_an_uninterrupted_run(tmp_path, tiny_bert_dir, sts_data_dir):
     corpus = _corpus(tmp_path / "corpus.txt")  # 44 sentences, batch 8: 6 batches an epoch, 16 steps = 3 epochs
     kill_at = int(os.environ.get("CSELAB_KILL_STEP", random.Random().randrange(2, 13)))
@@ -109,7 +108,6 @@ def _default_command(tiny_bert_dir: Path, corpus: Path) -> list[str]:
 
 
 @pytest.mark.integration
-@pytest.mark.long(seconds=30)
 def test_sigkill_after_the_first_validation_and_the_same_command_resumes(tmp_path, tiny_bert_dir, sts_data_dir):
     """Default settings: the first validation writes last.ckpt, and re-running the very same command (same
     working directory, so the same outputs/<run_name>) resumes from it and ends as an uninterrupted run."""

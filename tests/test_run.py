@@ -36,7 +36,6 @@ def _run(*overrides: str, timeout: int = 900, threads: int | None = None) -> sub
 
 
 @pytest.mark.integration
-@pytest.mark.long(seconds=35)
 def test_sweep_over_two_methods_writes_two_results(tmp_path, tiny_bert_dir):
     """`-m method=simcse,promptbert`: both train, validate on STS-B dev, reload the best, score 7 tasks."""
     _run(
@@ -80,7 +79,6 @@ def test_fast_dev_run_on_the_embedded_model(tmp_path, short_stsb_data_dir):
 
 
 @pytest.mark.integration
-@pytest.mark.long(seconds=234)
 def test_baseline_avg_matches_simcse_evaluator_reference(tmp_path):
     """SimCSE's own evaluator (--pooler avg) on all-MiniLM-L6-v2 and this data gives these numbers (the six tasks
     it was run on: SICK-R, 5,000 more sentences to encode, is left out)."""

@@ -337,7 +337,6 @@ def test_too_few_sentences_for_all_dimensions_is_refused_before_the_first_step(t
 # ------------------------------------------------------------------------------------------ the embedded MiniLM
 
 @pytest.mark.integration
-@pytest.mark.long(seconds=64)
 def test_minilm_baseline_and_simcse_with_whitening_and_compare(tmp_path, short_stsb_data_dir):
     """The embedded MiniLM: method=baseline (first-last avg) + whitening on 1,000 wiki-sample sentences, a 4-step
     SimCSE + whitening, then ``cselab compare`` of the two runs (STS-B only, its first 120 pairs, to stay short)."""
