@@ -163,7 +163,7 @@ def test_subsample_and_pair_cosines_encode_each_sentence_once():
     a, b = base([PAIRS.sent1[1]]), base([PAIRS.sent2[1]])
     assert out["cosine"][1] == pytest.approx(float(torch.nn.functional.cosine_similarity(a, b)))
     assert out["gold"].tolist() == PAIRS.scores
-    with pytest.raises(ValueError, match="rows"):
+    with pytest.raises(ValueError, match="one row per sentence"):
         pair_cosines(lambda s: torch.zeros(1, 3), PAIRS)
 
 

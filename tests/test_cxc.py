@@ -27,10 +27,10 @@ from cselab.data.cxc import (
 from cselab.evaluation.cxc import (
     bootstrap_spearman_from_scores,
     cxc_bootstrap_spearman,
-    encode_pairs,
     iter_bootstrap_samples,
     query_groups,
 )
+from cselab.evaluation.sts import encode_pairs
 
 CXC_CANDIDATES = [
     Path(__file__).resolve().parents[1] / "data" / "cxc",

@@ -29,7 +29,7 @@ from cselab.analysis.representations import make_encode_fn
 from cselab.data.sts import STSPairs
 from cselab.evaluation.align_uniform import AlignUniformInputs
 from cselab.evaluation.gold_bins import DEFAULT_GOLD_EDGES, cosine_by_gold_bin
-from cselab.evaluation.sts import cosine_scores, spearman
+from cselab.evaluation.sts import encode_pairs, spearman
 from cselab.model.loading import load_backbone
 from cselab.representations.static import is_subword
 from cselab.representations.topk import TABLE7_SENTENCES, manual_template, topk_mask_tokens
@@ -181,24 +181,17 @@ def subsample_pairs(pairs: STSPairs, n: int | None, seed: int = 0) -> STSPairs:
 
 
 def pair_cosines(encode: Callable[[list[str]], torch.Tensor], pairs: STSPairs) -> dict[str, np.ndarray]:
-    """Cosine similarity of every pair (each distinct sentence encoded once), with the gold scores.
-
-    Uses :func:`cselab.evaluation.sts.cosine_scores` (SentEval's NaN handling), as the STS evaluator does.
+    """Cosine similarity of every pair (each distinct sentence encoded once, :func:`cselab.evaluation.sts.encode_pairs`,
+    with SentEval's NaN handling, as the STS evaluator scores them), with the gold scores.
 
     Returns:
         ``{"cosine": (N,) float64, "gold": (N,) float64}``.
 
     Raises:
-        ValueError: ``encode`` returned the wrong number of rows.
+        ValueError: no pairs, or ``encode`` did not return one row per sentence.
     """
-    sentences = list(dict.fromkeys([*pairs.sent1, *pairs.sent2]))
-    where = {s: i for i, s in enumerate(sentences)}
-    emb = encode(sentences) if sentences else torch.zeros(0, 1)
-    if emb.shape[0] != len(sentences):
-        raise ValueError(f"encode returned {emb.shape[0]} rows for {len(sentences)} sentences")
-    a = emb[torch.tensor([where[s] for s in pairs.sent1], dtype=torch.long)]
-    b = emb[torch.tensor([where[s] for s in pairs.sent2], dtype=torch.long)]
-    return {"cosine": cosine_scores(a, b).numpy(), "gold": np.asarray(pairs.scores, dtype=np.float64)}
+    return {"cosine": encode_pairs(encode, pairs.sent1, pairs.sent2).numpy(),
+            "gold": np.asarray(pairs.scores, dtype=np.float64)}
 
 
 def cosine_density_by_gold_bin(

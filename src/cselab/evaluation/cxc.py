@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from cselab.data.cxc import CxCPairs
-from cselab.evaluation.sts import EncodeFn, cosine_scores, encode_sentences, spearman
+from cselab.evaluation.sts import EncodeFn, encode_pairs, spearman
 
 
 def query_groups(query_ids: Sequence[int] | np.ndarray) -> list[np.ndarray]:
@@ -131,36 +131,6 @@ def bootstrap_spearman_from_scores(
     return {"mean": float(arr.mean()), "std": float(arr.std()), "samples": samples}
 
 
-def encode_pairs(
-    encode: EncodeFn, text1: Sequence[str], text2: Sequence[str], batch_size: int | None = None
-) -> torch.Tensor:
-    """Cosine of the embeddings of ``text1[i]`` and ``text2[i]``; each distinct text is encoded once.
-
-    Args:
-        encode: ``encode(list[str]) -> Tensor[n, D]`` (or a numpy array); receives the distinct texts sorted.
-        text1, text2: the two sides, length N.
-        batch_size: ``None``: one ``encode`` call with all distinct texts; else chunks of this size.
-
-    Returns:
-        Tensor[N] float64 (CPU), cosine per row (0 where undefined, as SentEval).
-
-    Raises:
-        ValueError: lengths differ, no texts, or ``encode`` does not return one 2-D float row per text.
-    """
-    if len(text1) != len(text2):
-        raise ValueError(f"text1 and text2 differ in length: {len(text1)} vs {len(text2)}")
-    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-        raise ValueError(f"batch_size must be None or a positive int, got {batch_size!r}")
-    texts = sorted(set(text1) | set(text2))
-    if not texts:
-        raise ValueError("no texts to encode")
-    emb = encode_sentences(encode, texts, batch_size)
-    row = {t: i for i, t in enumerate(texts)}
-    i1 = torch.tensor([row[t] for t in text1], dtype=torch.long)
-    i2 = torch.tensor([row[t] for t in text2], dtype=torch.long)
-    return cosine_scores(emb[i1], emb[i2])
-
-
 def cxc_bootstrap_spearman(
     encode: EncodeFn,
     pairs: CxCPairs,
@@ -177,14 +147,14 @@ def cxc_bootstrap_spearman(
         n_samples: bootstrap samples (1000 in the papers).
         seed: the sampling seed (123 in the papers' protocol, docs/fidelity.md).
         query_fraction: fraction of the queries per sample (0.5).
-        batch_size: see :func:`encode_pairs`.
+        batch_size: see :func:`cselab.evaluation.sts.encode_pairs`.
 
     Returns:
         ``{"mean": float, "std": float, "samples": list[float]}``: Spearman x 100 of each sample, their mean
         and population std (PromCSE Table 2 reports mean +- std).
 
     Raises:
-        ValueError: bad arguments or ``encode`` output (see :func:`encode_pairs`, :func:`iter_bootstrap_samples`).
+        ValueError: bad arguments or ``encode`` output (see :func:`cselab.evaluation.sts.encode_pairs`, :func:`iter_bootstrap_samples`).
     """
     system = encode_pairs(encode, pairs.text1, pairs.text2, batch_size)
     return bootstrap_spearman_from_scores(system, pairs.scores, pairs.id1, n_samples, seed, query_fraction)

@@ -364,6 +364,37 @@ def encode_sentences(encode: EncodeFn, sentences: list[str], size: int | None = 
     return torch.cat(chunks, dim=0) if chunks else torch.zeros(0, 0, dtype=dtype)
 
 
+def encode_pairs(
+    encode: EncodeFn, text1: Sequence[str], text2: Sequence[str], batch_size: int | None = None
+) -> torch.Tensor:
+    """Cosine of the embeddings of ``text1[i]`` and ``text2[i]``; each distinct text is encoded once (the pairs of
+    CxC-STS, :mod:`cselab.evaluation.cxc`, and of the STS figures, :func:`cselab.analysis.plots_data.pair_cosines`).
+
+    Args:
+        encode: ``encode(list[str]) -> Tensor[n, D]`` (or a numpy array); receives the distinct texts sorted.
+        text1, text2: the two sides, length N.
+        batch_size: ``None``: one ``encode`` call with all distinct texts; else chunks of this size.
+
+    Returns:
+        Tensor[N] float64 (CPU), cosine per row (0 where undefined, as SentEval).
+
+    Raises:
+        ValueError: lengths differ, no texts, or ``encode`` does not return one 2-D float row per text.
+    """
+    if len(text1) != len(text2):
+        raise ValueError(f"text1 and text2 differ in length: {len(text1)} vs {len(text2)}")
+    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"batch_size must be None or a positive int, got {batch_size!r}")
+    texts = sorted(set(text1) | set(text2))
+    if not texts:
+        raise ValueError("no texts to encode")
+    emb = encode_sentences(encode, texts, batch_size)
+    row = {t: i for i, t in enumerate(texts)}
+    i1 = torch.tensor([row[t] for t in text1], dtype=torch.long)
+    i2 = torch.tensor([row[t] for t in text2], dtype=torch.long)
+    return cosine_scores(emb[i1], emb[i2])
+
+
 def format_table(scores: Mapping[str, float], intervals: Mapping[str, Sequence[float]] | None = None) -> str:
     """Plain-text table in the papers' column order: STS12 STS13 STS14 STS15 STS16 STS-B SICK-R Avg.
 
