@@ -176,13 +176,12 @@ def run_case(args) -> dict:
         t_build = time.perf_counter()
         method = assemble.build_run_method(RunSpec.from_config(cfg))
         backward_context = compiled_autograd_backward(args.mode)
-        plain_backward = method.backward
+        if args.mode == "compiled-autograd":  # the other modes step exactly as a run does
+            def backward(loss, *a, _plain=method.backward, _context=backward_context, **k):
+                with _context():
+                    _plain(loss, *a, **k)
 
-        def backward(loss, *a, _plain=plain_backward, _context=backward_context, **k):
-            with _context():
-                _plain(loss, *a, **k)
-
-        method.backward = backward  # the LightningModule hook Lightning's loop calls
+            method.backward = backward  # the LightningModule hook Lightning's loop calls
         collate = method.train_collate(
             pad_to_multiple_of=resolve_pad_to_multiple_of(cfg.data.get("pad_to_multiple_of"), cuda))
         rows = [{"text": t} for t in load_sentences(args.data_dir, b)]
