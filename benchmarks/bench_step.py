@@ -72,20 +72,22 @@ MODES = {"eager": ["compile.enabled=false"], "compiled": ["compile.enabled=true"
          "compiled-autograd": ["compile.enabled=true"]}  # + the backward under compiled autograd (measured, not kept)
 
 
-def compiled_autograd_backward(mode: str):
-    """The context each ``loss.backward()`` of the case runs in: for ``compiled-autograd``, PyTorch's compiled
-    autograd (``torch._dynamo.compiled_autograd._enable``: the whole backward, ``AccumulateGrad`` included, traced at
-    each ``backward()`` and compiled by inductor, ``dynamic=True``), a null context otherwise.  Not a run's setting:
-    the #41 measurement of whether it takes the 199 ``AccumulateGrad`` detaches off the host (docs/benchmarks.md)."""
-    import contextlib
-
-    if mode != "compiled-autograd":
-        return contextlib.nullcontext
+def use_compiled_autograd(method) -> None:
+    """``method``'s ``backward`` hook (the one Lightning's loop and :func:`count_host_ops` call) run under PyTorch's
+    compiled autograd (``torch._dynamo.compiled_autograd._enable``: the whole backward, ``AccumulateGrad`` included,
+    traced at each ``backward()`` and compiled by inductor, ``dynamic=True``).  The ``compiled-autograd`` mode, not
+    a run's setting: the #41 measurement of whether it takes the 199 ``AccumulateGrad`` detaches off the host
+    (docs/benchmarks.md)."""
     import torch
     from torch._dynamo import compiled_autograd
 
-    compiler = torch.compile(dynamic=True)
-    return lambda: compiled_autograd._enable(compiler)
+    compiler, plain = torch.compile(dynamic=True), method.backward
+
+    def backward(loss, *args, **kwargs):
+        with compiled_autograd._enable(compiler):
+            plain(loss, *args, **kwargs)
+
+    method.backward = backward
 
 
 def compose(args, method: str, mode: str, batch_size: int, cached: int | None):
@@ -175,13 +177,8 @@ def run_case(args) -> dict:
         torch.manual_seed(0)
         t_build = time.perf_counter()
         method = assemble.build_run_method(RunSpec.from_config(cfg))
-        backward_context = compiled_autograd_backward(args.mode)
-        if args.mode == "compiled-autograd":  # the other modes step exactly as a run does
-            def backward(loss, *a, _plain=method.backward, _context=backward_context, **k):
-                with _context():
-                    _plain(loss, *a, **k)
-
-            method.backward = backward  # the LightningModule hook Lightning's loop calls
+        if args.mode == "compiled-autograd":
+            use_compiled_autograd(method)
         collate = method.train_collate(
             pad_to_multiple_of=resolve_pad_to_multiple_of(cfg.data.get("pad_to_multiple_of"), cuda))
         rows = [{"text": t} for t in load_sentences(args.data_dir, b)]
@@ -254,22 +251,20 @@ def run_case(args) -> dict:
             row["peak_mem_GB"] = torch.cuda.max_memory_allocated() / 1e9
             torch.cuda.reset_peak_memory_stats()
         if args.ops:
-            row.update(count_host_ops(method, device_batch, autocast, optimizer, backward_context))
+            row.update(count_host_ops(method, device_batch, autocast, optimizer))
         out["by_batch"].append(row)
         torch._dynamo.reset()
     return out
 
 
-def count_host_ops(method, batch, autocast, optimizer, backward_context=None) -> dict:
+def count_host_ops(method, batch, autocast, optimizer) -> dict:
     """One step (forward through the method's training forward, compiled if it is, backward, the optimizer) under
     ``torch.profiler``: ``host_aten_ops`` (top-level ``aten::`` calls), ``inductor_kernels`` (the calls of the
     compiled graphs' own kernels in that step: on CPU the ``cpp_fused_*`` functions, recorded because the case
     process compiles with ``TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE=1``; on CUDA the kernel launches outside an
     ``aten::`` op, Triton's) and ``accumulate_grad_detaches`` (the ``aten::detach`` with which autograd's
-    ``AccumulateGrad`` stores each parameter's new gradient: C++, no kernel; counted in ``host_aten_ops``).
-    ``backward_context``: a callable giving the context of ``loss.backward()`` (:func:`compiled_autograd_backward`)."""
-    import contextlib
-
+    ``AccumulateGrad`` stores each parameter's new gradient: C++, no kernel; counted in ``host_aten_ops``).  The
+    backward is the method's ``backward`` hook, as in Lightning's loop (:func:`use_compiled_autograd`)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -280,8 +275,7 @@ def count_host_ops(method, batch, autocast, optimizer, backward_context=None) ->
         optimizer.zero_grad(set_to_none=True)
         with autocast:
             loss = forward(batch)[0]
-        with (backward_context or contextlib.nullcontext)():
-            loss.backward()
+        method.backward(loss)
         optimizer.step()
 
     step()  # compiled: the graphs exist before the profiled step
